@@ -199,8 +199,7 @@ class Shell:
     def _start(self) -> None:
         # Started in /, then `cd`: a deleted working directory must not stop every later start.
         self._child = child = self.sandbox.spawn_pty(BASH, cwd="/", env_extra=self._env)
-        child.delayafterclose = 0  # pexpect sleeps 0.1 s in close() otherwise
-        self._fd, self._pidfd = child.child_fd, _pidfd(child.pid)
+        self._fd, self._pidfd = child.fd, _pidfd(child.pid)
         self._quiet_tty()
         self._leftover = b""
         call = self._call(self.start_timeout, f"{WORK_DIR}/start.log")
@@ -233,10 +232,7 @@ class Shell:
             # SIGKILL rather than the hangup of a closing pty, on which bash would SIGHUP its jobs
             for pgrp in {_foreground(self._fd), self._shell_pgrp}:
                 _killpg(pgrp, signal.SIGKILL)
-        try:
-            child.close(force=True)
-        except Exception:  # ptyprocess raises if even SIGKILL left it running: nothing more to do
-            pass
+        child.close()
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
@@ -349,9 +345,7 @@ class Shell:
         child, deadline = self._child, time.monotonic() + 2.0
         while child.isalive() and time.monotonic() < deadline:
             _wait_readable(self._pidfd, 0.05)
-        if child.isalive():
-            return None
-        return child.exitstatus if child.exitstatus is not None else 128 + (child.signalstatus or 0)
+        return child.exit_code
 
     # ---- small helpers ----------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import pytest
 
 from isolation import Limits, Sandbox, SandboxError, SandboxSpec
 from isolation import records
+from isolation.output import ready
 
 pytestmark = pytest.mark.sandbox
 
@@ -104,6 +105,34 @@ def test_state_lives_between_commands(sandbox):
     sandbox.exec("echo kept > /tmp/state; (sleep 300 &)")
     assert sandbox.read_file("/tmp/state") == b"kept\n"
     assert "sleep 300" in sandbox.exec("ps -eo args").stdout
+
+
+def _read_until(fd: int, needle: bytes, timeout: float = 10.0) -> bytes:
+    data, deadline = b"", time.monotonic() + timeout
+    while needle not in data and ready([fd], deadline - time.monotonic()):
+        data += os.read(fd, 4096)
+    return data
+
+
+def test_spawn_pty_gives_a_controlling_terminal_that_delivers_ctrl_c(sandbox):
+    child = sandbox.spawn_pty(["bash", "--norc", "--noprofile", "-i"], dimensions=(30, 120))
+    try:
+        os.write(child.fd, b"PS1=; [ -t 0 ] && echo is-a-tty; stty size; echo ready\n")
+        seen = _read_until(child.fd, b"ready\r\n")
+        assert b"is-a-tty" in seen and b"30 120" in seen
+        # Ctrl-C reaches only the foreground job: the sleep dies, the interactive bash lives on.
+        os.write(child.fd, b"sleep 30\n")
+        time.sleep(0.5)
+        os.write(child.fd, b"\x03")
+        os.write(child.fd, b"echo status=$?\n")
+        assert b"status=130" in _read_until(child.fd, b"status=", timeout=5)
+        assert child.isalive()
+        os.write(child.fd, b"exit 7\n")
+        child.proc.wait(10)
+        assert child.exit_code == 7
+    finally:
+        child.close()
+    assert not child.isalive()
 
 
 def test_unknown_rootfs_is_a_clear_error():
