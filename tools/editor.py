@@ -29,8 +29,8 @@ CLIPPED_MARKER = (
 )
 _IO_ERRORS = (OSError, SandboxError)
 
-# Every sandbox round trip costs milliseconds, so an edit makes two (this probe, one write) and
-# the probe starts at most one process: the tests are shell builtins (links followed).
+# Every sandbox round trip costs milliseconds, so an edit makes two (this probe, one write), a
+# create one, and each starts at most one process: the tests are shell builtins (links followed).
 # Prints what $1 is; for a regular file and $2 >= 0, then its first $2 bytes.
 _PROBE = """\
 if [ -d "$1" ]; then echo directory
@@ -41,7 +41,8 @@ fi
 """
 # Writing in place through the link, if any, keeps the file's mode, owner and hard links.
 _WRITE = 'exec cat > "$1"'
-_WRITE_MAKING_DIRS = 'mkdir -p -- "${1%/*}/" && exec cat > "$1"'
+_WRITE_MAKING_DIRS = '[ -d "${1%/*}/" ] || mkdir -p -- "${1%/*}/" && exec cat > "$1"'
+_CREATE = '[ -e "$1" ] && { echo exists; exit 0; }; ' + _WRITE_MAKING_DIRS
 
 
 @dataclass(frozen=True)
@@ -129,11 +130,10 @@ class Editor:
 
     def create(self, path: str, file_text: str) -> ToolResult:
         """Write a new file; an existing path is refused."""
-        if self._probe(path, read=False)[0] != "missing":
+        if self._write(path, file_text, _CREATE) == "exists":
             raise ToolError(
                 f"File already exists at: {path}. Cannot overwrite files using command `create`."
             )
-        self._write(path, file_text, make_dirs=True)
         self._remember(path, None)
         return ToolResult(output=f"File created successfully at: {path}")
 
@@ -189,7 +189,7 @@ class Editor:
                 output=f"Last edit to {path} undone successfully. The file did not exist before "
                 "it was created, so it has been removed."
             )
-        self._write(path, text, make_dirs=True)  # the shell may have removed it since
+        self._write(path, text, _WRITE_MAKING_DIRS)  # the shell may have removed it since
         shown = self._numbered_output(_display_lines(text), path, 1, note=_crlf_note(text, path))
         return ToolResult(
             output=f"Last edit to {path} undone successfully. {shown.output}",
@@ -324,15 +324,15 @@ class Editor:
         """One `stat` field (links followed), for the rare messages that need one; "" if none."""
         return self.sandbox.exec(["stat", "-L", "-c", fmt, "--", path], timeout=60).stdout.strip()
 
-    def _write(self, path: str, text: str, make_dirs: bool = False) -> None:
-        """Put `text` in `path`, in place: an existing file keeps its mode."""
+    def _write(self, path: str, text: str, script: str = _WRITE) -> str:
+        """Put `text` in `path`, in place: an existing file keeps its mode; returns what `script` said."""
         # a lone surrogate from JSON cannot be UTF-8; "?" beats refusing the whole edit
         data = text.encode("utf-8", errors="replace")
-        script = _WRITE_MAKING_DIRS if make_dirs else _WRITE
         r = self.sandbox.exec(["sh", "-c", script, "sh", path], stdin=data, timeout=60)
         if r.exit_code != 0:
             error = r.stderr.strip()
             raise ToolError(f"Ran into an error while trying to write to {path}: {error}")
+        return r.stdout.strip()
 
     def _remove(self, path: str) -> None:
         r = self.sandbox.exec(["rm", "-f", "--", path], timeout=60)
