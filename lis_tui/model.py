@@ -61,6 +61,7 @@ class ModelClient:
         self.on_retry = on_retry
         self._model = config.model
         self._client: openai.OpenAI | None = None
+        self._owns_client = True
         self._lock = threading.Lock()
         self._call: _Call | None = None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -100,14 +101,22 @@ class ModelClient:
         """The model names the server offers (`GET /models`)."""
         return self._with_retries(_Call(streaming=False), self._list_models)
 
+    def sibling(self) -> ModelClient:
+        """A client for another caller thread that shares this one's HTTP client and connections
+        (building an openai client loads the CA bundle: about 40 ms of CPU each). Close the
+        siblings before this one, which closes the HTTP client."""
+        other = ModelClient(self.config, on_retry=self.on_retry)
+        other._model, other._client, other._owns_client = self._model, self._openai(), False
+        return other
+
     def close(self) -> None:
-        """Close the HTTP client and let idle workers go."""
+        """Close the HTTP client (unless it is shared from another) and let idle workers go."""
         with self._lock:
             client, self._client = self._client, None
             for _ in range(self._idle):
                 self._jobs.put(None)
             self._idle = 0
-        if client is not None:
+        if client is not None and self._owns_client:
             client.close()
 
     # -- the caller's side ---------------------------------------------------------------------

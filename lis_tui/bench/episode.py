@@ -69,11 +69,13 @@ class EpisodeContext:
     _clients: list = field(default_factory=list)
 
     def client(self) -> ModelClient:
-        """This thread's model client (one per worker: a client serves one caller at a time)."""
+        """This thread's model client (one per worker: a client serves one caller at a time);
+        all of them share the first one's HTTP client."""
         client = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = ModelClient(self.config.model)
             with self.lock:
+                first = self._clients[0] if self._clients else ModelClient(self.config.model)
+                client = self._local.client = first.sibling() if self._clients else first
                 self._clients.append(client)
         client.on_retry = None  # the next agent hooks its own retry reporting in
         return client
@@ -95,7 +97,7 @@ class EpisodeContext:
     def close(self) -> None:
         with self.lock:
             clients, self._clients = self._clients, []
-        for client in clients:
+        for client in reversed(clients):  # the first, which owns the HTTP client, last
             client.close()
 
 

@@ -37,6 +37,27 @@ def test_plain_reply():
     assert out.to_message() == {"role": "assistant", "content": "3"}
 
 
+def test_siblings_share_one_connection_and_outlive_each_other_until_the_first_closes():
+    with FakeOpenAI(default=lambda request: reply("ok")) as server:
+        first = make(server)
+        a, b = first.sibling(), first.sibling()
+        shared = first._openai()  # noqa: SLF001
+        assert a._openai() is shared and b._openai() is shared  # noqa: SLF001
+        results = []
+        threads = [threading.Thread(target=lambda c=c: results.append(c.complete(USER).text)) for c in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert results == ["ok", "ok"]
+        a.close()
+        assert b.complete(USER).text == "ok"  # closing a sibling leaves the shared HTTP client open
+        b.close()
+        assert not shared.is_closed()
+        first.close()
+        assert shared.is_closed()
+
+
 def test_tool_calls_keep_their_raw_arguments():
     script = [reply(tool_calls=[call("execute_bash", {"command": "echo 3"}, id="a"),
                                 call("submit", '{"oops": ', id="b")])]
