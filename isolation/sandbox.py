@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import bwrap, records, sessions, workspace
+from .inroot import InRootUnavailable, read_in_root
 from .output import collect, ready
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
 
@@ -66,6 +67,7 @@ class Sandbox:
         self._root = None
         self._close_lock = threading.Lock()
         self._pidfd: int | None = None
+        self._root_fd: int | None = None  # the sandbox's / (for read_file)
         self._session: sessions.Session | None = None
         self._before: dict | None = None
 
@@ -157,6 +159,7 @@ class Sandbox:
             self.pid = _child_pid(info_r)
             # A pidfd names this process and no later one that reuses its pid, and tells when it is gone.
             self._pidfd = os.pidfd_open(self.pid)
+            self._root_fd = os.open(f"/proc/{self.pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         finally:
             os.close(ready_r)
             os.close(info_r)
@@ -213,6 +216,9 @@ class Sandbox:
                 ready([self._pidfd], 10)  # init exits only after every process in it is gone
                 os.close(self._pidfd)
                 self._pidfd = None
+        if self._root_fd is not None:
+            os.close(self._root_fd)
+            self._root_fd = None
         if self._record is not None:
             self._record.release()
             self._record = None
@@ -268,7 +274,14 @@ class Sandbox:
                                 start_new_session=new_session, **kwargs)
 
     def read_file(self, path: str) -> bytes:
-        """A file's bytes, read inside the sandbox (symlinks resolve against the sandbox's root)."""
+        """A file's bytes as the sandbox sees them: symlinks resolve against the sandbox's root,
+        never the host's (openat2 RESOLVE_IN_ROOT, or a joined `cat` on kernels without it)."""
+        if self._root_fd is None or not self.running:
+            raise SandboxError("the sandbox is not running (closed, or its wall time ran out)")
+        try:
+            return read_in_root(self._root_fd, path, 1 << 40)
+        except InRootUnavailable:
+            pass
         rc, out, err, _, _ = self._run(["cat", "--", path], 60, None, "/", None, 1 << 40)
         if rc != 0:
             _raise_file_error(err, path)

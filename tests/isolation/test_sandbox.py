@@ -78,6 +78,43 @@ def test_symlinks_resolve_inside_the_sandbox_never_on_the_host(sandbox, tmp_path
     assert host_file.read_text() == "host data"
 
 
+def test_read_file_cannot_be_led_out_by_dotdot_magic_links_or_proc_self(sandbox, tmp_path):
+    host_file = tmp_path / "host-secret"
+    host_file.write_text("host data")
+    sandbox.exec(f"echo inside > /tmp/mine; ln -s ../../../../../../../../tmp/mine /testbed/up; "
+                 f"ln -s /proc/1/root{host_file} /testbed/magic; ln -s /proc/self/environ /testbed/env")
+    assert sandbox.read_file("/testbed/up") == b"inside\n"  # `..` stops at the sandbox's /
+    with pytest.raises(OSError):
+        sandbox.read_file("/testbed/magic")
+    with pytest.raises(OSError):
+        sandbox.read_file("/testbed/env")  # our own environment is not the sandbox's /proc/self
+    with pytest.raises(OSError):
+        sandbox.read_file(f"/proc/{os.getpid()}/environ")
+
+
+def test_read_file_refuses_what_the_sandbox_could_not_read_and_never_blocks(sandbox):
+    sandbox.exec("echo locked > /testbed/locked; chmod 000 /testbed/locked; mkfifo /testbed/fifo")
+    assert sandbox.exec("cat /testbed/locked").exit_code != 0  # no capabilities inside, even as uid 0
+    with pytest.raises(PermissionError):
+        sandbox.read_file("/testbed/locked")
+    with pytest.raises(OSError):
+        sandbox.read_file("/testbed/fifo")
+
+
+def test_read_file_through_a_process_where_the_kernel_has_no_openat2(sandbox, monkeypatch):
+    from isolation import sandbox as sandbox_module
+    from isolation.inroot import InRootUnavailable
+
+    def no_openat2(*args):
+        raise InRootUnavailable("Function not implemented")
+
+    monkeypatch.setattr(sandbox_module, "read_in_root", no_openat2)
+    sandbox.exec("printf 'a\\0b' > /testbed/x")
+    assert sandbox.read_file("/testbed/x") == b"a\0b"
+    with pytest.raises(FileNotFoundError):
+        sandbox.read_file("/testbed/missing")
+
+
 def test_layout_has_testbed_input_output_tmp_and_home(sandbox):
     r = sandbox.exec("ls -d /testbed/input /testbed/output /tmp /root && echo $HOME && touch /tmp/t /root/r")
     assert r.exit_code == 0, r.stderr
