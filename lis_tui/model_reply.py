@@ -61,20 +61,21 @@ class ModelReply:
         return message
 
 
-def reply_from_completion(completion: Any) -> ModelReply:
-    """A ModelReply from a non-streaming ChatCompletion."""
-    if not completion.choices:
+def reply_from_completion(completion: dict) -> ModelReply:
+    """A ModelReply from a non-streaming chat completion, as the JSON the server sent."""
+    if not completion.get("choices"):
         raise ValueError("the reply has no choices")
-    choice = completion.choices[0]
-    message = choice.message
-    calls = [ToolCall(tc.id or f"call_{i}", tc.function.name or "", _text(tc.function.arguments))
-             for i, tc in enumerate(message.tool_calls or [])]
-    return ModelReply(message.content or "", _reasoning(message), calls,
-                      _usage(completion.usage), choice.finish_reason, completion)
+    choice = completion["choices"][0]
+    message = choice.get("message") or {}
+    calls = [ToolCall(tc.get("id") or f"call_{i}", _function(tc).get("name") or "",
+                      _text(_function(tc).get("arguments")))
+             for i, tc in enumerate(message.get("tool_calls") or [])]
+    return ModelReply(message.get("content") or "", _reasoning(message), calls,
+                      _usage(completion.get("usage")), choice.get("finish_reason"), completion)
 
 
 class StreamAssembler:
-    """Builds one ModelReply from streamed chunks, yielding the text and reasoning deltas."""
+    """Builds one ModelReply from streamed chunks (JSON objects), yielding the text and reasoning deltas."""
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -84,36 +85,37 @@ class StreamAssembler:
         self.finish_reason: str | None = None
         self.meta: dict[str, Any] = {}
 
-    def add(self, chunk: Any) -> list[tuple[str, str]]:
+    def add(self, chunk: dict) -> list[tuple[str, str]]:
         """Take one chunk; return its (kind, text) deltas."""
-        self.meta = {"id": chunk.id, "model": chunk.model, "created": chunk.created}
-        if getattr(chunk, "usage", None):
-            self.usage = _usage(chunk.usage)
+        self.meta = {key: chunk.get(key) for key in ("id", "model", "created")}
+        if chunk.get("usage"):
+            self.usage = _usage(chunk["usage"])
         deltas = []
-        for choice in chunk.choices or []:
-            if choice.index != 0 or choice.delta is None:
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta")
+            if choice.get("index", 0) != 0 or not isinstance(delta, dict):
                 continue
-            reasoning, text = _reasoning(choice.delta), choice.delta.content
+            reasoning, text = _reasoning(delta), delta.get("content")
             if reasoning:
                 self.reasoning.append(reasoning)
                 deltas.append(("reasoning", reasoning))
             if text:
                 self.text.append(text)
                 deltas.append(("text", text))
-            for tc in choice.delta.tool_calls or []:
+            for tc in delta.get("tool_calls") or []:
                 self._add_call(tc)
-            self.finish_reason = choice.finish_reason or self.finish_reason
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
         return deltas
 
-    def _add_call(self, tc: Any) -> None:
-        index = tc.index if tc.index is not None else len(self.calls)
+    def _add_call(self, tc: dict) -> None:
+        index = tc["index"] if tc.get("index") is not None else len(self.calls)
         entry = self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
-        entry["id"] = tc.id or entry["id"]
-        name = tc.function.name if tc.function else None
+        entry["id"] = tc.get("id") or entry["id"]
+        name = _function(tc).get("name")
         if name and name != entry["name"]:
             entry["name"] += name  # some servers stream the name in pieces, others repeat it
-        if tc.function and tc.function.arguments:
-            entry["arguments"].append(_text(tc.function.arguments))
+        if _function(tc).get("arguments"):
+            entry["arguments"].append(_text(_function(tc)["arguments"]))
 
     def reply(self) -> ModelReply:
         """The assembled reply."""
@@ -127,10 +129,14 @@ class StreamAssembler:
         return reply
 
 
-def _reasoning(obj: Any) -> str:
+def _function(tool_call: dict) -> dict:
+    return tool_call.get("function") or {}
+
+
+def _reasoning(message: dict) -> str:
     """`reasoning_content` (vLLM, DeepSeek, SGLang) or `reasoning` (Ollama, OpenRouter)."""
     for key in ("reasoning_content", "reasoning"):
-        value = getattr(obj, key, None)
+        value = message.get(key)
         if isinstance(value, str) and value:
             return value
     return ""
@@ -140,12 +146,11 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else "" if value is None else json.dumps(value)
 
 
-def _usage(usage: Any) -> Usage | None:
-    if usage is None:
+def _usage(usage: dict | None) -> Usage | None:
+    if not isinstance(usage, dict):
         return None
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) or getattr(usage, "prompt_cache_hit_tokens", 0)
-    return Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0, cached or 0)
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or usage.get("prompt_cache_hit_tokens")
+    return Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0, cached or 0)
 
 
 def _usage_dict(usage: Usage | None) -> dict | None:
