@@ -290,7 +290,7 @@ class Sandbox:
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write a file inside the sandbox, creating missing parent directories."""
         script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" -- "$1"'
-        rc, _, err, _, _ = self._run(["sh", "-c", script, "sh", path, f"{mode:o}"], 60, data, "/", None, 1 << 20)
+        rc, _, err, _, _ = self._run([self.shell, "-c", script, "sh", path, f"{mode:o}"], 60, data, "/", None, 1 << 20)
         if rc != 0:
             _raise_file_error(err, path)
 

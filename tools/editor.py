@@ -264,7 +264,7 @@ class Editor:
         """What `path` is ("file", "directory", "other", "missing") and, with `read`, a file's
         first max_file_bytes + 1 bytes, as `exec` decodes them (leniently: see `_text`)."""
         limit = self.config.max_file_bytes + 1 if read else -1
-        r = self.sandbox.exec(["sh", "-c", _PROBE, "sh", path, str(limit)], timeout=60)
+        r = self.sandbox.exec([self.sandbox.shell, "-c", _PROBE, "sh", path, str(limit)], timeout=60)
         kind, _, content = r.stdout.partition("\n")
         if r.exit_code != 0 or kind not in ("file", "directory", "other", "missing"):
             raise ToolError(f"Ran into an error while trying to read {path}: {r.stderr.strip()}")
@@ -328,7 +328,7 @@ class Editor:
         """Put `text` in `path`, in place: an existing file keeps its mode; returns what `script` said."""
         # a lone surrogate from JSON cannot be UTF-8; "?" beats refusing the whole edit
         data = text.encode("utf-8", errors="replace")
-        r = self.sandbox.exec(["sh", "-c", script, "sh", path], stdin=data, timeout=60)
+        r = self.sandbox.exec([self.sandbox.shell, "-c", script, "sh", path], stdin=data, timeout=60)
         if r.exit_code != 0:
             error = r.stderr.strip()
             raise ToolError(f"Ran into an error while trying to write to {path}: {error}")

@@ -164,7 +164,7 @@ class _Log:
         try:
             if self._proc is None:
                 script = 'mkdir -p -- "${1%/*}" && exec cat > "$1"'
-                self._proc = self.sandbox.popen(["sh", "-c", script, "sh", self.path], cwd="/",
+                self._proc = self.sandbox.popen([self.sandbox.shell, "-c", script, "sh", self.path], cwd="/",
                                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.DEVNULL)
             self._proc.stdin.write(data)
