@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import subprocess
 import sys
 import tempfile
@@ -41,18 +42,23 @@ SERVER = """
 import sys
 sys.path[:0] = sys.argv[1:]
 from fakes.openai_server import FakeOpenAI, call, reply
+import json
 with FakeOpenAI(default=reply(tool_calls=[call("execute_bash", {"command": "true"})])) as server:
     print(server.base_url, flush=True)
     sys.stdin.read()
+    print(json.dumps(server.handle_times), flush=True)
 """
 
 
 @contextlib.contextmanager
-def scripted_server(in_process: bool):
-    """The base URL of a FakeOpenAI that always asks for `true`."""
+def scripted_server(in_process: bool, handle_times: list[float] | None = None):
+    """The base URL of a FakeOpenAI that always asks for `true`; on exit, `handle_times` gets
+    how long the server itself took over each answer."""
+    handle_times = [] if handle_times is None else handle_times
     if in_process:
         with FakeOpenAI(default=SCRIPTED) as server:
             yield server.base_url
+        handle_times += server.handle_times
         return
     proc = subprocess.Popen([sys.executable, "-c", SERVER, str(ROOT), str(ROOT / "tests")],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -60,6 +66,7 @@ def scripted_server(in_process: bool):
         yield proc.stdout.readline().strip()
     finally:
         proc.stdin.close()
+        handle_times += json.loads(proc.stdout.readline() or "[]")
         proc.wait()
 
 
@@ -142,7 +149,8 @@ def main() -> None:
 
     rows: list[tuple[float, ...]] = []
     conversation: list[dict] = []
-    with scripted_server(args.in_process) as base_url, Sandbox() as sandbox, \
+    served: list[float] = []
+    with scripted_server(args.in_process, served) as base_url, Sandbox() as sandbox, \
             tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs):
             out = Path(tmp) / str(run)
@@ -158,7 +166,8 @@ def main() -> None:
         ("  model call (openai client -> scripted server)", [r[1] for r in rows]),
         ("  tool call (Toolbox.dispatch -> Shell.run)", [r[2] for r in rows]),
         ("  bookkeeping (events, trajectory.json, messages)", [r[0] - r[1] - r[2] for r in rows]),
-        ("harness overhead = step - tool call", [r[0] - r[2] for r in rows]),
+        ("step - tool call", [r[0] - r[2] for r in rows]),
+        ("  of which the scripted server's own handling", served),
         ("Shell.run('true') alone, for reference", shell),
         (f"ModelClient.complete alone ({len(conversation)} messages)", alone),
     ]
@@ -170,9 +179,14 @@ def main() -> None:
     for name, values in table:
         print(f"| {name:<52} | {pct(values, .5):7.2f} | {pct(values, .9):7.2f} | "
               f"{max(values) * 1000:7.2f} |")
-    overhead = pct([r[0] - r[2] for r in rows], .5)
+    # The issue times the harness against a server that answers at once; ours is Python and takes
+    # a millisecond or more to parse each request and answer it, which is not the harness's work.
+    served_ms = pct(served, .5)
+    overhead = pct([r[0] - r[2] for r in rows], .5) - served_ms
     verdict = "meets" if overhead <= TARGET_MS else "MISSES"
-    print(f"\nharness overhead p50 {overhead:.2f} ms: {verdict} the target of <= {TARGET_MS:g} ms")
+    print(f"\nharness overhead p50 = (step - tool call) p50 - scripted server's handling p50 = "
+          f"{overhead + served_ms:.2f} - {served_ms:.2f} = {overhead:.2f} ms: "
+          f"{verdict} the target of <= {TARGET_MS:g} ms")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ import json
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Union
 
@@ -83,6 +85,8 @@ class Request:
     path: str
     headers: dict[str, str]
     body: Any
+    size: int = 0
+    """The body's length in bytes."""
 
     @property
     def messages(self) -> list[dict]:
@@ -191,7 +195,7 @@ def _default_usage(r: Reply, request: Request) -> dict:
     """A deterministic stand-in for token counts: about four characters a token."""
     produced = len(r.text or "") + len(r.reasoning or "") + sum(
         len(c.name) + len(c.arguments) for c in r.tool_calls)
-    return _usage(len(json.dumps(request.messages)) // 4, produced // 4 + 1)
+    return _usage(request.size // 4, produced // 4 + 1)
 
 
 class FakeOpenAI:
@@ -207,6 +211,8 @@ class FakeOpenAI:
         self.api_key = api_key
         self.requests: list[Request] = []
         self.errors: list[BaseException] = []  # raised by script callables; answered with 500
+        self.handle_times: list[float] = []
+        """Seconds each JSON answer took us, from its request line read to its last byte written."""
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._received = threading.Condition(self._lock)
@@ -347,6 +353,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass  # keep test output clean
 
+    def parse_request(self) -> bool:
+        self._started = time.perf_counter()  # the request line is in: our own handling starts
+        return super().parse_request()
+
     # -- routing ---------------------------------------------------------------
     def do_GET(self) -> None:
         self.fake._record(self._request(None))
@@ -364,7 +374,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw or b"null")
         except ValueError:
             body = raw.decode("utf-8", "replace")
-        request = self._request(body)
+        request = self._request(body, len(raw))
         self.fake._record(request)
         if not self.path.rstrip("/").endswith("/chat/completions"):
             return self._json(404, _error_body(f"no route POST {self.path}", 404))
@@ -379,9 +389,9 @@ class _Handler(BaseHTTPRequestHandler):
             entry = Error(500, f"fake server: script callable raised {exc!r}")
         self._answer(request, entry)
 
-    def _request(self, body: Any) -> Request:
+    def _request(self, body: Any, size: int = 0) -> Request:
         headers = {k.lower(): v for k, v in self.headers.items()}
-        return Request(self.command, self.path, headers, body)
+        return Request(self.command, self.path, headers, body, size)
 
     def _answer(self, request: Request, entry: Reply | Error | Hangup) -> None:
         if isinstance(entry, Hangup):
@@ -439,14 +449,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _json(self, status: int, obj: dict, headers: dict | None = None) -> None:
+        # One write for the status line, headers and body: "answering at once" should cost the
+        # client's measurements next to nothing.
         data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
+        lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "Content-Type: application/json",
+                 f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in (headers or {}).items())]
+        self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode() + data)
+        self.fake.handle_times.append(time.perf_counter() - self._started)
 
 
 def _pieces(text: str, size: int) -> list[str]:
