@@ -295,18 +295,17 @@ class Sandbox:
             _raise_file_error(err, path)
 
     def spawn_pty(self, argv: list[str], cwd: str = "/testbed", env_extra: dict[str, str] | None = None,
-                  dimensions: tuple[int, int] = (24, 200), echo: bool = False) -> PtyChild:
-        """Start `argv` inside on a new pty that is its controlling terminal; `.fd` is the master.
+                  dimensions: tuple[int, int] = (24, 200)) -> PtyChild:
+        """Start `argv` inside on a new pty (echo off) that is its controlling terminal; `.fd` is the master.
 
         Started with subprocess (vfork + exec), not pexpect's pty.fork(): forking this whole
         process, threads and heap, cost ~10 ms of CPU per shell with dozens of episodes alive."""
         master, slave = os.openpty()
         try:
             fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", *dimensions, 0, 0))
-            if not echo:
-                attrs = termios.tcgetattr(slave)
-                attrs[3] &= ~termios.ECHO
-                termios.tcsetattr(slave, termios.TCSANOW, attrs)
+            attrs = termios.tcgetattr(slave)
+            attrs[3] &= ~termios.ECHO
+            termios.tcsetattr(slave, termios.TCSANOW, attrs)
             # `setsid --ctty` makes a new session with the pty as its terminal, so that bash has job
             # control and Ctrl-C reaches the foreground group; it must not lead a group already.
             proc = subprocess.Popen([SETSID, "--ctty", *self.join_argv(argv, cwd)], stdin=slave, stdout=slave,
@@ -316,7 +315,6 @@ class Sandbox:
             raise
         finally:
             os.close(slave)
-        os.set_blocking(master, True)
         return PtyChild(proc, master)
 
 
