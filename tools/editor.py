@@ -31,10 +31,10 @@ _IO_ERRORS = (OSError, SandboxError)
 
 # Every sandbox round trip costs milliseconds, so an edit makes two (this probe, one write), a
 # create one, and each starts at most one process: the tests are shell builtins (links followed).
-# Prints what $1 is; for a regular file and $2 >= 0, then its first $2 bytes.
+# Prints what $1 is; for a regular file, then its first $2 bytes.
 _PROBE = """\
 if [ -d "$1" ]; then echo directory
-elif [ -f "$1" ]; then echo file; [ "$2" -lt 0 ] || exec head -c "$2" -- "$1"
+elif [ -f "$1" ]; then echo file; exec head -c "$2" -- "$1"
 elif [ -e "$1" ]; then echo other
 else echo missing
 fi
@@ -109,7 +109,7 @@ class Editor:
 
     def view(self, path: str, view_range: list[int] | None = None) -> ToolResult:
         """Numbered lines of a file (all, or `view_range`), or a directory's tree."""
-        kind, content = self._probe(path, read=True)
+        kind, content = self._probe(path)
         if kind == "missing":
             raise ToolError(f"The path {path} does not exist. Please provide a valid path.")
         if kind == "directory":
@@ -260,10 +260,10 @@ class Editor:
         # normalized, so that /testbed/./a.py and /testbed/a.py share one undo history
         return posixpath.normpath(path)
 
-    def _probe(self, path: str, read: bool) -> tuple[str, str]:
-        """What `path` is ("file", "directory", "other", "missing") and, with `read`, a file's
-        first max_file_bytes + 1 bytes, as `exec` decodes them (leniently: see `_text`)."""
-        limit = self.config.max_file_bytes + 1 if read else -1
+    def _probe(self, path: str) -> tuple[str, str]:
+        """What `path` is ("file", "directory", "other", "missing") and a file's first
+        max_file_bytes + 1 bytes, as `exec` decodes them (leniently: see `_text`)."""
+        limit = self.config.max_file_bytes + 1
         r = self.sandbox.exec([self.sandbox.shell, "-c", _PROBE, "sh", path, str(limit)], timeout=60)
         kind, _, content = r.stdout.partition("\n")
         if r.exit_code != 0 or kind not in ("file", "directory", "other", "missing"):
@@ -272,7 +272,7 @@ class Editor:
 
     def _read_file(self, path: str) -> str:
         """The text of a file to edit; directories and the like refused."""
-        kind, content = self._probe(path, read=True)
+        kind, content = self._probe(path)
         if kind == "missing":
             raise ToolError(f"The path {path} does not exist. Please provide a valid path.")
         if kind == "directory":
