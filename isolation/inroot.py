@@ -1,18 +1,21 @@
-"""Read a file of a running sandbox from the host, resolving its path as the sandbox would.
+"""Read and write files of a running sandbox from the host, resolving paths as the sandbox would.
 
 `openat2(RESOLVE_IN_ROOT)` on the sandbox's `/proc/PID/root` treats that directory as `/` for the
 whole walk: absolute symlinks and `..` stay inside, and the sandbox's own mounts are crossed as
 it sees them. RESOLVE_NO_MAGICLINKS refuses `/proc/N/root` and `/proc/N/fd/M` style links, the
-only ones that could point out. No process starts, where a joined `cat` costs ~6 ms of CPU.
+only ones that could point out. Permissions are checked on the mode bits as for the sandbox's
+root, which holds no capabilities: a host root reading or writing for it lends it nothing. No
+process starts, where a joined `cat` costs ~6 ms of CPU.
 
 The kernel needs openat2 (Linux 5.6); where it is missing or filtered (ENOSYS, EPERM from a
-seccomp profile), `read_in_root` raises `InRootUnavailable` and the caller reads through a process.
+seccomp profile), these raise `InRootUnavailable` and the caller goes through a process.
 """
 from __future__ import annotations
 
 import ctypes
 import errno
 import os
+import posixpath
 import stat
 import struct
 
@@ -29,24 +32,18 @@ class InRootUnavailable(Exception):
     """This kernel (or its seccomp filter) has no openat2."""
 
 
+class NotARegularFile(OSError):
+    """A fifo, socket or device: never read or written for the sandbox (it could block forever)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(errno.EINVAL, "not a regular file", path)
+
+
 def read_in_root(root_fd: int, path: str, limit: int) -> bytes:
-    """The bytes of `path` under `root_fd` (at most `limit`), with the sandbox's view of permissions."""
-    how = struct.pack("QQQ", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, 0,
-                      _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
-    fd = _syscall(_SYS_OPENAT2, root_fd, os.fsencode(path), how, len(how))
-    if fd < 0:
-        err = ctypes.get_errno()
-        if err in (errno.ENOSYS, errno.EPERM) and _unsupported(root_fd):
-            raise InRootUnavailable(os.strerror(err))
-        raise OSError(err, os.strerror(err), path)
+    """The bytes of regular file `path` under `root_fd`, at most `limit`."""
+    fd = _open(root_fd, path, os.O_RDONLY)
     try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-        if not stat.S_ISREG(st.st_mode):  # a fifo or device could block or never end
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        if not _sandbox_may_read(st):
-            raise PermissionError(errno.EACCES, "Permission denied", path)
+        _check_file(fd, path, stat.S_IRUSR)
         chunks, left = [], limit
         while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
             chunks.append(chunk)
@@ -54,6 +51,98 @@ def read_in_root(root_fd: int, path: str, limit: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def write_in_root(root_fd: int, path: str, data: bytes, mode: int, exclusive: bool) -> None:
+    """Write `data` to `path` under `root_fd`, creating missing parent directories. An existing
+    regular file is rewritten in place (its mode, owner and hard links stay); a new one gets `mode`;
+    `exclusive` refuses any existing path (FileExistsError), a symlink too."""
+    fd = None if exclusive else _open_existing(root_fd, path)
+    created = fd is None
+    if created:
+        parent = _make_dirs(root_fd, posixpath.dirname(path) or "/")
+        try:
+            _check_dir(parent, path)
+        finally:
+            os.close(parent)
+        # Without O_EXCL a dangling symlink is followed (inside the root) and its target made. A
+        # file the sandbox slips in meanwhile is its own, so skipping the write check costs nothing.
+        excl = os.O_EXCL if exclusive else 0
+        fd = _open(root_fd, path, os.O_WRONLY | os.O_CREAT | excl, 0o600)
+    try:
+        _check_file(fd, path, 0 if created else stat.S_IWUSR)
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if created:
+            os.fchmod(fd, mode)  # after the write, so a read-only mode can be asked for
+    finally:
+        os.close(fd)
+
+
+def _open_existing(root_fd: int, path: str) -> int | None:
+    try:
+        return _open(root_fd, path, os.O_WRONLY)
+    except FileNotFoundError:
+        return None
+
+
+def _open(root_fd: int, path: str, flags: int, mode: int = 0) -> int:
+    # openat2 refuses any flag an O_PATH open ignores; others must not block on a fifo
+    extra = os.O_CLOEXEC if flags & os.O_PATH else os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    how = struct.pack("QQQ", flags | extra, mode if flags & os.O_CREAT else 0,
+                      _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+    fd = _syscall(_SYS_OPENAT2, root_fd, os.fsencode(path), how, len(how))
+    if fd < 0:
+        err = ctypes.get_errno()
+        if err in (errno.ENOSYS, errno.EPERM) and _unsupported(root_fd):
+            raise InRootUnavailable(os.strerror(err))
+        if err == errno.ENXIO:  # a fifo with no reader, or a socket, opened for writing
+            raise NotARegularFile(path)
+        if err == errno.EROFS:
+            raise PermissionError(err, os.strerror(err), path)
+        raise OSError(err, os.strerror(err), path)  # FileNotFoundError and friends by errno
+    return fd
+
+
+def _make_dirs(root_fd: int, path: str) -> int:
+    """An O_PATH descriptor of directory `path`, made (mode 755) with its missing parents."""
+    try:
+        return _open(root_fd, path, os.O_PATH | os.O_DIRECTORY)
+    except FileNotFoundError:
+        if path in ("/", ""):
+            raise
+    parent = _make_dirs(root_fd, posixpath.dirname(path.rstrip("/")) or "/")
+    try:
+        _check_dir(parent, path)
+        os.mkdir(posixpath.basename(path.rstrip("/")), 0o755, dir_fd=parent)
+    except FileExistsError:
+        pass  # made meanwhile: fine, if it is a directory (the open below tells)
+    except OSError as exc:
+        if exc.errno == errno.EROFS:
+            raise PermissionError(exc.errno, exc.strerror, path) from None
+        raise
+    finally:
+        os.close(parent)
+    return _open(root_fd, path, os.O_PATH | os.O_DIRECTORY)
+
+
+def _check_file(fd: int, path: str, bit: int) -> None:
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotARegularFile(path)
+    if bit and not _sandbox_may(st, bit):
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+
+
+def _check_dir(dir_fd: int, path: str) -> None:
+    """The sandbox may make entries in this directory: write and search permission."""
+    st = os.fstat(dir_fd)
+    if not (_sandbox_may(st, stat.S_IWUSR) and _sandbox_may(st, stat.S_IXUSR)):
+        raise PermissionError(errno.EACCES, "Permission denied", path)
 
 
 def _unsupported(root_fd: int) -> bool:
@@ -66,11 +155,11 @@ def _unsupported(root_fd: int) -> bool:
     return ctypes.get_errno() in (errno.ENOSYS, errno.EPERM)
 
 
-def _sandbox_may_read(st: os.stat_result) -> bool:
-    """The sandbox's root holds no capabilities, so only the mode bits let it read; a host root
-    reading for it must not lend it CAP_DAC_OVERRIDE. Its uid and gid 0 are our euid and egid."""
+def _sandbox_may(st: os.stat_result, user_bit: int) -> bool:
+    """Whether the mode bits grant the sandbox's root `user_bit` (S_IRUSR, S_IWUSR or S_IXUSR, or
+    the group or other bit of the same kind); its uid and gid 0 are our euid and egid."""
     if st.st_uid == os.geteuid():
-        return bool(st.st_mode & stat.S_IRUSR)
+        return bool(st.st_mode & user_bit)
     if st.st_gid == os.getegid():
-        return bool(st.st_mode & stat.S_IRGRP)
-    return bool(st.st_mode & stat.S_IROTH)
+        return bool(st.st_mode & (user_bit >> 3))
+    return bool(st.st_mode & (user_bit >> 6))

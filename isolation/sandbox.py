@@ -1,6 +1,7 @@
 """One sandbox: a bwrap keeper that holds the namespaces, and commands that join them."""
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import json
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import bwrap, records, sessions, workspace
-from .inroot import InRootUnavailable, read_in_root
+from .inroot import InRootUnavailable, NotARegularFile, read_in_root, write_in_root
 from .output import collect, ready
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
 
@@ -273,26 +274,38 @@ class Sandbox:
         return subprocess.Popen(self.join_argv(argv, cwd), env={**self.env, **(env or {})},
                                 start_new_session=new_session, **kwargs)
 
-    def read_file(self, path: str) -> bytes:
-        """A file's bytes as the sandbox sees them: symlinks resolve against the sandbox's root,
-        never the host's (openat2 RESOLVE_IN_ROOT, or a joined `cat` on kernels without it)."""
-        if self._root_fd is None or not self.running:
-            raise SandboxError("the sandbox is not running (closed, or its wall time ran out)")
+    def read_file(self, path: str, limit: int = 1 << 40) -> bytes:
+        """A regular file's bytes (at most `limit`) as the sandbox sees them: symlinks and `..`
+        resolve against the sandbox's root, never the host's (see inroot.py). Raises
+        FileNotFoundError, IsADirectoryError, NotARegularFile (fifos, devices), PermissionError."""
         try:
-            return read_in_root(self._root_fd, path, 1 << 40)
+            return read_in_root(self._root_fd_or_raise(), path, limit)
         except InRootUnavailable:
             pass
-        rc, out, err, _, _ = self._run(["cat", "--", path], 60, None, "/", None, 1 << 40)
+        rc, out, err, _, _ = self._run([self.shell, "-c", _READ, "sh", path, str(limit)], 60, None, "/", None, limit)
         if rc != 0:
             _raise_file_error(err, path)
         return out
 
-    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        """Write a file inside the sandbox, creating missing parent directories."""
-        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" -- "$1"'
-        rc, _, err, _, _ = self._run([self.shell, "-c", script, "sh", path, f"{mode:o}"], 60, data, "/", None, 1 << 20)
+    def write_file(self, path: str, data: bytes, mode: int = 0o644, exclusive: bool = False) -> None:
+        """Write a regular file as the sandbox would, creating missing parent directories. An
+        existing file is rewritten in place (mode, owner and hard links kept); a new one gets
+        `mode`. `exclusive`: FileExistsError if anything is at `path`, even a dangling symlink."""
+        if self.spec.limits.file_size is not None and len(data) > self.spec.limits.file_size:
+            raise OSError(errno.EFBIG, "File too large (the sandbox's file_size limit)", path)
+        try:
+            return write_in_root(self._root_fd_or_raise(), path, data, mode, exclusive)
+        except InRootUnavailable:
+            pass
+        argv = [self.shell, "-c", _WRITE, "sh", path, f"{mode:o}", "x" if exclusive else ""]
+        rc, _, err, _, _ = self._run(argv, 60, data, "/", None, 1 << 20)
         if rc != 0:
             _raise_file_error(err, path)
+
+    def _root_fd_or_raise(self) -> int:
+        if self._root_fd is None or not self.running:
+            raise SandboxError("the sandbox is not running (closed, or its wall time ran out)")
+        return self._root_fd
 
     def spawn_pty(self, argv: list[str], cwd: str = "/testbed", env_extra: dict[str, str] | None = None,
                   dimensions: tuple[int, int] = (24, 200)) -> PtyChild:
@@ -431,8 +444,27 @@ def _child_pid(info_r: int) -> int:
         raise SandboxError(f"bwrap reported no child pid (got {data!r})") from exc
 
 
+# Where the kernel has no openat2, files are read and written by a joined shell with the same rules.
+_READ = """\
+if [ -d "$1" ]; then echo "Is a directory" >&2; exit 1; fi
+if [ -e "$1" ] && [ ! -f "$1" ]; then echo "not a regular file" >&2; exit 1; fi
+exec head -c "$2" -- "$1"
+"""
+_WRITE = """\
+if [ "$3" = x ] && { [ -e "$1" ] || [ -L "$1" ]; }; then echo "File exists" >&2; exit 1; fi
+if [ -d "$1" ]; then echo "Is a directory" >&2; exit 1; fi
+if [ -e "$1" ]; then [ -f "$1" ] || { echo "not a regular file" >&2; exit 1; }; exec cat > "$1"; fi
+[ -d "${1%/*}/" ] || mkdir -p -- "${1%/*}/" || exit 1
+cat > "$1" && chmod "$2" -- "$1"
+"""
+
+
 def _raise_file_error(err: bytes, path: str) -> None:
     text = err.decode(errors="replace").strip()
+    if "File exists" in text:
+        raise FileExistsError(errno.EEXIST, "File exists", path)
+    if "not a regular file" in text:
+        raise NotARegularFile(path)
     if "No such file" in text:
         raise FileNotFoundError(2, "No such file or directory", path)
     if "Is a directory" in text:

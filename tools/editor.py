@@ -7,8 +7,9 @@ files are edited byte for byte (no tab expansion, no added or dropped final newl
 a file's line count is what `cat -n` shows (no phantom line after the final newline); binary,
 non-UTF-8, over-size and special files are refused; undoing a `create` removes the file.
 
-Every file is reached from inside the sandbox (`exec`, and `read_file` for exact bytes), never
-through a host path, so a symlink in the sandbox cannot lead out of it.
+Every file is read and written through the sandbox's `read_file` and `write_file`, which resolve
+paths as the sandbox does (symlinks and `..` stay inside it) and start no process; a directory
+listing and the rare `stat` run inside it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from isolation import SandboxError
+from isolation import NotARegularFile, SandboxError
 
 from . import ToolError, ToolResult
 
@@ -28,22 +29,6 @@ CLIPPED_MARKER = (
     "need with `grep -n` and look at those lines with `view_range`.</NOTE>"
 )
 _IO_ERRORS = (OSError, SandboxError)
-
-# Every sandbox round trip costs milliseconds, so an edit makes two (this probe, one write), a
-# create one, and each starts at most one process: the tests are shell builtins (links followed).
-# Prints what $1 is; for a regular file, then its first $2 bytes.
-_PROBE = """\
-if [ -d "$1" ]; then echo directory
-elif [ -f "$1" ]; then echo file; exec head -c "$2" -- "$1"
-elif [ -e "$1" ]; then echo other
-else echo missing
-fi
-"""
-# Writing in place through the link, if any, keeps the file's mode, owner and hard links.
-_WRITE = 'exec cat > "$1"'
-_WRITE_MAKING_DIRS = '[ -d "${1%/*}/" ] || mkdir -p -- "${1%/*}/" && exec cat > "$1"'
-_CREATE = '[ -e "$1" ] && { echo exists; exit 0; }; ' + _WRITE_MAKING_DIRS
-
 
 @dataclass(frozen=True)
 class EditorConfig:
@@ -130,10 +115,12 @@ class Editor:
 
     def create(self, path: str, file_text: str) -> ToolResult:
         """Write a new file; an existing path is refused."""
-        if self._write(path, file_text, _CREATE) == "exists":
+        try:
+            self._write(path, file_text, exclusive=True)
+        except FileExistsError:
             raise ToolError(
                 f"File already exists at: {path}. Cannot overwrite files using command `create`."
-            )
+            ) from None
         self._remember(path, None)
         return ToolResult(output=f"File created successfully at: {path}")
 
@@ -189,7 +176,7 @@ class Editor:
                 output=f"Last edit to {path} undone successfully. The file did not exist before "
                 "it was created, so it has been removed."
             )
-        self._write(path, text, _WRITE_MAKING_DIRS)  # the shell may have removed it since
+        self._write(path, text)  # made again if the shell removed it since
         shown = self._numbered_output(_display_lines(text), path, 1, note=_crlf_note(text, path))
         return ToolResult(
             output=f"Last edit to {path} undone successfully. {shown.output}",
@@ -260,15 +247,19 @@ class Editor:
         # normalized, so that /testbed/./a.py and /testbed/a.py share one undo history
         return posixpath.normpath(path)
 
-    def _probe(self, path: str) -> tuple[str, str]:
+    def _probe(self, path: str) -> tuple[str, bytes]:
         """What `path` is ("file", "directory", "other", "missing") and a file's first
-        max_file_bytes + 1 bytes, as `exec` decodes them (leniently: see `_text`)."""
-        limit = self.config.max_file_bytes + 1
-        r = self.sandbox.exec([self.sandbox.shell, "-c", _PROBE, "sh", path, str(limit)], timeout=60)
-        kind, _, content = r.stdout.partition("\n")
-        if r.exit_code != 0 or kind not in ("file", "directory", "other", "missing"):
-            raise ToolError(f"Ran into an error while trying to read {path}: {r.stderr.strip()}")
-        return kind, content
+        max_file_bytes + 1 bytes."""
+        try:
+            return "file", self.sandbox.read_file(path, limit=self.config.max_file_bytes + 1)
+        except FileNotFoundError:
+            return "missing", b""
+        except IsADirectoryError:
+            return "directory", b""
+        except NotARegularFile:
+            return "other", b""
+        except _IO_ERRORS as e:
+            raise ToolError(f"Ran into an error while trying to read {path}: {_reason(e)}") from None
 
     def _read_file(self, path: str) -> str:
         """The text of a file to edit; directories and the like refused."""
@@ -282,35 +273,26 @@ class Editor:
             )
         return self._text(path, kind, content)
 
-    def _text(self, path: str, kind: str, content: str) -> str:
+    def _text(self, path: str, kind: str, content: bytes) -> str:
         """`content` checked to be the whole file as text, or a ToolError saying why not."""
         if kind != "file":  # not read: a fifo or a device could block forever
             what = self._stat(path, "%F") or "special file"
             raise ToolError(f"The path {path} is a {what}, not a regular file.")
-        if "\0" in content:
+        if len(content) > self.config.max_file_bytes:
+            raise self._too_big(path)
+        if b"\0" in content:
             raise ToolError(
                 f"The file {path} looks binary (it contains NUL bytes); the editor only handles "
                 f"text. Inspect it with `execute_bash`, e.g. `file {path}` or `xxd {path} | head`."
             )
-        limit = self.config.max_file_bytes
-        if "\ufffd" not in content:  # valid UTF-8 decodes losslessly: this is the file itself
-            if len(content) * 4 <= limit or len(content.encode()) <= limit:
-                return content
-            raise self._too_big(path)
-        # some bytes were replaced (or the file holds U+FFFD): decide on the exact bytes
-        if int(self._stat(path, "%s") or 0) > limit:
-            raise self._too_big(path)
         try:
-            data = self.sandbox.read_file(path)
-            return data.decode("utf-8")
+            return content.decode("utf-8")
         except UnicodeDecodeError as e:
             raise ToolError(
                 f"The file {path} is not UTF-8 text (bad byte at offset {e.start}); the editor "
                 f"only handles UTF-8. Inspect it with `execute_bash`, e.g. `file {path}`, or "
                 "convert it with `iconv`."
             ) from None
-        except _IO_ERRORS as e:
-            raise ToolError(f"Ran into {e} while trying to read {path}") from None
 
     def _too_big(self, path: str) -> ToolError:
         size, limit = int(self._stat(path, "%s") or 0), self.config.max_file_bytes
@@ -324,15 +306,17 @@ class Editor:
         """One `stat` field (links followed), for the rare messages that need one; "" if none."""
         return self.sandbox.exec(["stat", "-L", "-c", fmt, "--", path], timeout=60).stdout.strip()
 
-    def _write(self, path: str, text: str, script: str = _WRITE) -> str:
-        """Put `text` in `path`, in place: an existing file keeps its mode; returns what `script` said."""
+    def _write(self, path: str, text: str, exclusive: bool = False) -> None:
+        """Put `text` in `path`, in place: an existing file keeps its mode. Missing directories
+        are made; `exclusive` raises FileExistsError if anything is at `path`."""
         # a lone surrogate from JSON cannot be UTF-8; "?" beats refusing the whole edit
         data = text.encode("utf-8", errors="replace")
-        r = self.sandbox.exec([self.sandbox.shell, "-c", script, "sh", path], stdin=data, timeout=60)
-        if r.exit_code != 0:
-            error = r.stderr.strip()
-            raise ToolError(f"Ran into an error while trying to write to {path}: {error}")
-        return r.stdout.strip()
+        try:
+            self.sandbox.write_file(path, data, exclusive=exclusive)
+        except FileExistsError:
+            raise
+        except _IO_ERRORS as e:
+            raise ToolError(f"Ran into an error while trying to write to {path}: {_reason(e)}") from None
 
     def _remove(self, path: str) -> None:
         r = self.sandbox.exec(["rm", "-f", "--", path], timeout=60)
@@ -345,6 +329,11 @@ class Editor:
 
 
 # -- text helpers (pure) ------------------------------------------------------------------
+
+
+def _reason(error: Exception) -> str:
+    """"Permission denied" rather than "[Errno 13] Permission denied: '/x'"."""
+    return getattr(error, "strerror", None) or str(error)
 
 
 def _is_crlf(text: str) -> bool:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from isolation import Limits, Sandbox, SandboxError, SandboxSpec
+from isolation import Limits, NotARegularFile, Sandbox, SandboxError, SandboxSpec
 from isolation import records
 from isolation.output import ready
 
@@ -101,18 +101,64 @@ def test_read_file_refuses_what_the_sandbox_could_not_read_and_never_blocks(sand
         sandbox.read_file("/testbed/fifo")
 
 
-def test_read_file_through_a_process_where_the_kernel_has_no_openat2(sandbox, monkeypatch):
-    from isolation import sandbox as sandbox_module
-    from isolation.inroot import InRootUnavailable
+@pytest.fixture(params=["openat2", "process"])
+def file_io(request, sandbox, monkeypatch):
+    """The sandbox, its files read and written through openat2, or through a joined shell as on
+    kernels without openat2."""
+    if request.param == "process":
+        from isolation import sandbox as sandbox_module
+        from isolation.inroot import InRootUnavailable
 
-    def no_openat2(*args):
-        raise InRootUnavailable("Function not implemented")
+        def no_openat2(*args):
+            raise InRootUnavailable("Function not implemented")
 
-    monkeypatch.setattr(sandbox_module, "read_in_root", no_openat2)
-    sandbox.exec("printf 'a\\0b' > /testbed/x")
-    assert sandbox.read_file("/testbed/x") == b"a\0b"
+        monkeypatch.setattr(sandbox_module, "read_in_root", no_openat2)
+        monkeypatch.setattr(sandbox_module, "write_in_root", no_openat2)
+    sandbox.exec("rm -rf /testbed/io; mkdir /testbed/io")
+    return sandbox
+
+
+def test_file_io_rules_are_the_same_with_or_without_openat2(file_io):
+    sb = file_io
+    sb.write_file("/testbed/io/new/deeper/f", b"a\0b", mode=0o600)  # parents made
+    assert sb.read_file("/testbed/io/new/deeper/f") == b"a\0b"
+    assert sb.read_file("/testbed/io/new/deeper/f", limit=1) == b"a"
+    assert sb.exec("stat -c %a /testbed/io/new/deeper/f").stdout.strip() == "600"
+    # an existing file is rewritten in place: its mode and its hard links stay
+    sb.exec("printf old > /testbed/io/e; chmod 751 /testbed/io/e; ln /testbed/io/e /testbed/io/hard")
+    sb.write_file("/testbed/io/e", b"new")
+    assert sb.exec("stat -c %a /testbed/io/e; cat /testbed/io/hard").stdout.split() == ["751", "new"]
+    with pytest.raises(FileExistsError):
+        sb.write_file("/testbed/io/e", b"x", exclusive=True)
+    sb.exec("ln -s /nowhere /testbed/io/dangling")
+    with pytest.raises(FileExistsError):
+        sb.write_file("/testbed/io/dangling", b"x", exclusive=True)
+    sb.write_file("/testbed/io/excl", b"x", exclusive=True)
+    assert sb.read_file("/testbed/io/excl") == b"x"
+    with pytest.raises(IsADirectoryError):
+        sb.write_file("/testbed/io", b"x")
     with pytest.raises(FileNotFoundError):
-        sandbox.read_file("/testbed/missing")
+        sb.read_file("/testbed/io/missing")
+
+
+def test_file_io_refuses_fifos_at_once_and_what_the_capless_root_may_not_touch(file_io):
+    sb = file_io
+    sb.exec("mkfifo /testbed/io/fifo; echo ro > /testbed/io/ro; chmod 444 /testbed/io/ro; "
+            "mkdir /testbed/io/locked; chmod 555 /testbed/io/locked")
+    started = time.monotonic()
+    with pytest.raises(NotARegularFile):
+        sb.read_file("/testbed/io/fifo")
+    with pytest.raises(NotARegularFile):
+        sb.write_file("/testbed/io/fifo", b"x")
+    assert time.monotonic() - started < 10
+    assert sb.exec("echo x > /testbed/io/ro").exit_code != 0  # no capabilities inside, even as uid 0
+    with pytest.raises(PermissionError):
+        sb.write_file("/testbed/io/ro", b"x")
+    assert sb.read_file("/testbed/io/ro") == b"ro\n"
+    with pytest.raises(PermissionError):
+        sb.write_file("/testbed/io/locked/f", b"x")
+    with pytest.raises(PermissionError):
+        sb.write_file("/testbed/io/locked/sub/f", b"x")
 
 
 def test_layout_has_testbed_input_output_tmp_and_home(sandbox):
