@@ -232,8 +232,7 @@ class Sandbox:
 
     def join_argv(self, argv: list[str], cwd: str = "/testbed") -> list[str]:
         """The host argv that runs `argv` inside this sandbox, limits applied (pass `self.env`)."""
-        if not self.running or self.pid is None:
-            raise SandboxError("the sandbox is not running (closed, or its wall time ran out)")
+        self._require_running()
         prefix = _ulimit_script(self.spec.limits, self._root.shell)
         if _nsenter_has_wdns():
             where = [f"-W{cwd}"]
@@ -261,12 +260,7 @@ class Sandbox:
         proc = self.popen(argv, cwd, env, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err, timed_out, dropped = collect(proc, stdin, timeout, max_output)
-        rc = proc.returncode
-        if timed_out:
-            rc = 124
-        elif rc < 0:
-            rc = 128 - rc
-        return rc, out, err, timed_out, dropped
+        return 124 if timed_out else _exit_status(proc.returncode), out, err, timed_out, dropped
 
     def popen(self, argv: list[str], cwd: str = "/testbed", env: dict[str, str] | None = None,
               new_session: bool = True, **kwargs) -> subprocess.Popen:
@@ -279,7 +273,7 @@ class Sandbox:
         resolve against the sandbox's root, never the host's (see inroot.py). Raises
         FileNotFoundError, IsADirectoryError, NotARegularFile (fifos, devices), PermissionError."""
         try:
-            return read_in_root(self._root_fd_or_raise(), path, limit)
+            return read_in_root(self._require_running(), path, limit)
         except InRootUnavailable:
             pass
         rc, out, err, _, _ = self._run([self.shell, "-c", _READ, "sh", path, str(limit)], 60, None, "/", None, limit)
@@ -294,7 +288,7 @@ class Sandbox:
         if self.spec.limits.file_size is not None and len(data) > self.spec.limits.file_size:
             raise OSError(errno.EFBIG, "File too large (the sandbox's file_size limit)", path)
         try:
-            return write_in_root(self._root_fd_or_raise(), path, data, mode, exclusive)
+            return write_in_root(self._require_running(), path, data, mode, exclusive)
         except InRootUnavailable:
             pass
         argv = [self.shell, "-c", _WRITE, "sh", path, f"{mode:o}", "x" if exclusive else ""]
@@ -302,7 +296,8 @@ class Sandbox:
         if rc != 0:
             _raise_file_error(err, path)
 
-    def _root_fd_or_raise(self) -> int:
+    def _require_running(self) -> int:
+        """The descriptor of the sandbox's root; SandboxError once it is closed or timed out."""
         if self._root_fd is None or not self.running:
             raise SandboxError("the sandbox is not running (closed, or its wall time ran out)")
         return self._root_fd
@@ -397,7 +392,7 @@ class PtyChild:
     def exit_code(self) -> int | None:
         """The exit status, 128 + N for a death by signal N; None while it runs."""
         rc = self.proc.poll()
-        return None if rc is None else (128 - rc if rc < 0 else rc)
+        return None if rc is None else _exit_status(rc)
 
     def close(self) -> None:
         """Close the pty (a hangup for whatever still reads it), kill the process and reap it."""
@@ -407,6 +402,11 @@ class PtyChild:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+
+
+def _exit_status(returncode: int) -> int:
+    """A shell's view of a Popen returncode: 128 + N for a death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 @functools.lru_cache(maxsize=1)
