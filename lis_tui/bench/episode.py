@@ -74,9 +74,9 @@ class EpisodeContext:
         client = getattr(self._local, "client", None)
         if client is None:
             with self.lock:
-                first = self._clients[0] if self._clients else ModelClient(self.config.model)
-                client = self._local.client = first.sibling() if self._clients else first
+                client = self._clients[0].sibling() if self._clients else ModelClient(self.config.model)
                 self._clients.append(client)
+            self._local.client = client
         client.on_retry = None  # the next agent hooks its own retry reporting in
         return client
 
