@@ -52,12 +52,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from isolation import SandboxError  # noqa: PLC0415
 
+    from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
+
     from .config import ConfigError  # noqa: PLC0415
 
     try:
         return args.func(args) or 0
-    except SandboxError as exc:
-        print(f"lis-tui: {exc}", file=sys.stderr)
+    except SandboxError as exc:  # may name what a sandbox made: a path, a file name
+        print(safe_terminal_text(f"lis-tui: {exc}"), file=sys.stderr)
         return 1
     except ConfigError as exc:
         print(f"lis-tui: {exc}", file=sys.stderr)

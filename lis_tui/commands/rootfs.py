@@ -9,6 +9,7 @@ import textwrap
 from typing import Callable
 
 from isolation.rootfs import DEFAULT_BASE_URL, HOST, PRESETS, RootfsError, RootfsStore
+from tools.terminal_text import safe_terminal_text
 
 _DESCRIPTION = """\
 Root filesystems for sandboxes. 'host' (the host's own /usr, /etc, ... read-only) is built in and
@@ -116,7 +117,8 @@ def _guard(handler: Callable[[argparse.Namespace, RootfsStore], int]) -> Callabl
         try:
             return handler(args, RootfsStore(args.store))
         except RootfsError as exc:
-            print(f"lis-tui rootfs: error: {exc}", file=sys.stderr)
+            # may name a member of an imported tarball, or a line of a build's output
+            print(safe_terminal_text(f"lis-tui rootfs: error: {exc}"), file=sys.stderr)
             return 1
         except KeyboardInterrupt:
             print("lis-tui rootfs: interrupted; nothing half-made was kept", file=sys.stderr)
@@ -125,7 +127,7 @@ def _guard(handler: Callable[[argparse.Namespace, RootfsStore], int]) -> Callabl
 
 
 def _progress(line: str) -> None:
-    print(f"  {line}", file=sys.stderr, flush=True)
+    print(safe_terminal_text(f"  {line}"), file=sys.stderr, flush=True)
 
 
 def _build(args, store: RootfsStore) -> int:
@@ -160,8 +162,9 @@ def _list(args, store: RootfsStore) -> int:
                            "default": r.name == default, **r.meta} for r in items], indent=1))
         return 0
     rows = [("", "NAME", "SIZE", "CREATED", "SOURCE")]
-    rows += [("*" if r.name == default else "", r.name, _size(r.size), r.created[:16].replace("T", " "), r.source)
-             for r in items]
+    # Names and sources are read back from the store (a directory name, meta.json): shown safely.
+    rows += [tuple(safe_terminal_text(cell) for cell in ("*" if r.name == default else "", r.name,
+                   _size(r.size), r.created[:16].replace("T", " "), r.source)) for r in items]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4])

@@ -8,6 +8,7 @@ import threading
 from typing import Any, TextIO
 
 from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, spec_from_args
+from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
 exit codes: 0 submitted; 3 stopped by a limit (max steps, context, wall time, replies without a
@@ -63,15 +64,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = run_task(task, config=config, spec=spec, output_dir=args.output_dir,
                           listener=None if args.quiet else StepLog(sys.stderr))
     except (ConfigError, ValueError) as exc:
-        print(f"lis-tui run: {exc}", file=sys.stderr)
+        print(safe_terminal_text(f"lis-tui run: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before or after the agent ran (starting the sandbox, exporting)
         print("lis-tui run: interrupted", file=sys.stderr)
         return 130
     _summary(result, sys.stderr)
     if result.answer:
-        print(result.answer)
+        print_answer(result.answer, sys.stdout)
     return result.exit_code
+
+
+def print_answer(answer: str, out: TextIO) -> None:
+    """On a terminal, the answer made safe to show; into a pipe or a file, exactly the bytes of
+    answer.txt (`lis-tui run ... > answer.txt` must not change a byte)."""
+    if out.isatty():
+        print(safe_terminal_text(answer), file=out, flush=True)
+        return
+    buffer = getattr(out, "buffer", None)  # None: a text stream standing in for stdout
+    if buffer is None:
+        out.write(answer + "\n")
+        return
+    out.flush()
+    buffer.write((answer + "\n").encode("utf-8"))  # as run_task writes answer.txt
+    buffer.flush()
 
 
 def _read_task(args: argparse.Namespace) -> str | None:
@@ -100,7 +116,7 @@ def _summary(result: Any, out: TextIO) -> None:
 
     u = result.usage
     if result.finish_reason == "error":
-        print(f"lis-tui run: {result.message}", file=out)
+        print(safe_terminal_text(f"lis-tui run: {result.message}"), file=out)
     steps = f"{result.steps} step{'' if result.steps == 1 else 's'}"
     line = (f"{result.finish_reason} after {steps}; tokens: {u.prompt_tokens:,} prompt, "
             f"{u.completion_tokens:,} completion, ~{u.environment_tokens:,} from tools; "
@@ -109,7 +125,7 @@ def _summary(result: Any, out: TextIO) -> None:
         line = f"{result.message}. {line}"
     if result.answer_note:
         line += f" ({result.answer_note})"
-    print(line, file=out)
+    print(safe_terminal_text(line), file=out)
 
 
 class StepLog:
@@ -128,7 +144,8 @@ class StepLog:
                        f"{event.delay:.1f}s")
 
     def _line(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        # Commands, paths and the server's reasons are the model's (or its server's) words.
+        print(safe_terminal_text(text), file=self.out, flush=True)
 
 
 def step_line(step: Any) -> str:

@@ -41,6 +41,7 @@ def _size(n: int) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from isolation import sessions  # noqa: PLC0415
+    from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
 
     found = sessions.list_sessions()
     if not found:
@@ -50,7 +51,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     for s in found:
         used = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.last_used))
         mark = " (in use)" if s.in_use else ""
-        print(f"{s.id:<28} {s.rootfs:<12} {_size(s.size):>9}  {used:<17} {s.workspace or '-'}{mark}")
+        # Names read back from the disk (a directory, spec.json), not necessarily ones we wrote.
+        name, rootfs, workspace = map(safe_terminal_text, (s.id, s.rootfs, s.workspace or "-"))
+        print(f"{name:<28} {rootfs:<12} {_size(s.size):>9}  {used:<17} {workspace}{mark}")
     return 0
 
 
@@ -70,9 +73,10 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     from isolation import sessions  # noqa: PLC0415
+    from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
 
     removed, swept = sessions.gc(parse_age(args.older_than))
-    for session in removed:
-        print(f"removed {session}")
+    for session in removed:  # directory names, whatever made them
+        print(safe_terminal_text(f"removed {session}"))
     print(f"{len(removed)} old session(s) removed, {swept} crashed sandbox(es) swept")
     return 0

@@ -2,6 +2,7 @@
 
 import json
 import os
+import pty
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes.hostile import HOSTILE, SHOWN, TITLE, raw_in
 from fakes.openai_server import FakeOpenAI, call, error, reply, submit
 
 pytestmark = pytest.mark.sandbox
@@ -181,6 +183,56 @@ def test_config_command_shows_sources(tmp_path):
     assert any(line.startswith("agent.max_steps") and "7" in line and "lis-tui.toml" in line
                for line in done.stdout.splitlines())
     assert "sk-secret-0123456789abcd" not in done.stdout and "sk-...abcd" in done.stdout
+
+
+# -- hostile text ---------------------------------------------------------------------------------
+
+def hostile_script():
+    """A command, an editor path and an answer full of terminal escapes."""
+    return [reply(tool_calls=[bash(f"true '{HOSTILE}'")]),
+            reply(tool_calls=[write(f"/testbed/output/n{TITLE}\u202e.txt", "x"),
+                              write("/testbed/output/answer.txt", f"42 {HOSTILE}\n")]),
+            submit()]
+
+
+def test_hostile_text_is_made_safe_on_stderr_and_stdout_stays_byte_exact_in_a_pipe(tmp_path):
+    (tmp_path / "lis-tui.toml").write_text(QUICK_RETRIES)
+    with FakeOpenAI(hostile_script()) as server:
+        done = subprocess.run(argv(server.base_url, "--output-dir", "out", "task"), cwd=tmp_path,
+                              env=env_for(tmp_path), capture_output=True, timeout=120)
+    err = done.stderr.decode()
+    assert done.returncode == 0, err
+    assert done.stdout == (tmp_path / "out" / "answer.txt").read_bytes()
+    assert f"42 {HOSTILE}\n".encode() == done.stdout  # the file's bytes, escapes and all
+    assert raw_in(err) == [], err
+    assert f"execute_bash true '{SHOWN[0]}" in err  # the command, its escapes visible
+    assert "create /testbed/output/n\\x1b]0;pwned-title\\x07\\u202e.txt" in err
+
+
+def test_hostile_answer_on_a_terminal_is_shown_safely(tmp_path):
+    (tmp_path / "lis-tui.toml").write_text(QUICK_RETRIES)
+    master, slave = pty.openpty()  # stdout is a real terminal, as when a person runs it
+    with FakeOpenAI(hostile_script()) as server:
+        proc = subprocess.Popen(argv(server.base_url, "--output-dir", "out", "task"),
+                                cwd=tmp_path, env=env_for(tmp_path), stdin=subprocess.DEVNULL,
+                                stdout=slave, stderr=subprocess.PIPE)
+        os.close(slave)
+        shown = b""
+        while True:
+            try:
+                data = os.read(master, 1 << 16)
+            except OSError:  # EIO: every writer of the terminal is gone
+                break
+            if not data:
+                break
+            shown += data
+        os.close(master)
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 0, err
+    text = shown.decode()
+    assert raw_in(text) == [] and raw_in(err) == []
+    assert text.strip() == "42 " + "".join(SHOWN[:5]) + " " + SHOWN[5]
+    assert (tmp_path / "out" / "answer.txt").read_text() == f"42 {HOSTILE}\n"  # kept as made
 
 
 # -- Ctrl-C -------------------------------------------------------------------------------------
