@@ -1,4 +1,8 @@
-"""Before a command runs: Run it, Edit it first, or Skip it (with a reason the model reads)."""
+"""Before a command runs: Run it, Edit it first, or Skip it (with a reason the model reads).
+
+The command is shown with its control characters as visible escapes: Run unchanged runs the
+model's command as it came; an edit runs exactly the text the person sees and leaves.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from textual.widgets import Button, Input, Label, TextArea
 
 from lis_tui.events import Edit, Run, Skip
 from lis_tui.screens.question import QuestionScreen
+from tools.terminal_text import safe_terminal_text
 
 
 class CommandApprovalScreen(QuestionScreen):
@@ -23,11 +28,12 @@ class CommandApprovalScreen(QuestionScreen):
     def __init__(self, command: str, future: Future | None = None) -> None:
         super().__init__(future)
         self.command = command
+        self.shown = safe_terminal_text(command)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label("The model wants to run this command:", classes="title")
-            yield TextArea(self.command, id="command", soft_wrap=True, show_line_numbers=False)
+            yield TextArea(self.shown, id="command", soft_wrap=True, show_line_numbers=False)
             yield Input(placeholder="Reason to skip (optional; the model is told)", id="reason")
             with Horizontal(classes="buttons"):
                 yield Button("Run (r)", id="run", variant="success")
@@ -53,7 +59,7 @@ class CommandApprovalScreen(QuestionScreen):
 
     def action_run(self) -> None:
         text = self.query_one("#command", TextArea).text
-        self.dismiss(Run() if text == self.command else Edit(text))
+        self.dismiss(Run() if text == self.shown else Edit(text))
 
     def action_edit(self) -> None:
         self.query_one("#command", TextArea).focus()

@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Label, Static
 
 from lis_tui.screens.question import QuestionScreen
+from lis_tui.widgets.plain import plain
 
 CHOICES = (("allow_once", "Allow once (o)", "o"), ("allow_session", "This session (s)", "s"),
            ("allow_always", "Always (a)", "a"), ("deny", "Deny (d)", "d"))
@@ -33,9 +34,12 @@ class NetworkApprovalScreen(QuestionScreen):
         r = self.request
         with Vertical(id="dialog"):
             yield Label("The sandbox wants the network", classes="title")
-            yield Static(Text.assemble(("host  ", "bold"), f"{r.host}:{r.port}  ({r.method})"))
+            # The sandbox chose the host (and the method); the model wrote the command.
+            yield Static(Text.assemble(("host  ", "bold"),
+                                       plain(f"{r.host}:{r.port}  ({r.method})")))
             if self.command:
-                yield Static(Text.assemble(("while running  ", "bold"), _one_line(self.command)))
+                yield Static(Text.assemble(("while running  ", "bold"),
+                                           plain(_one_line(self.command))))
             with Horizontal(classes="buttons"):
                 for answer, label, _key in CHOICES:
                     yield Button(label, id=answer,

@@ -1,4 +1,5 @@
-"""The files panel: what is in /testbed (the output first), and a preview of the one selected."""
+"""The files panel: what is in /testbed (the output first), and a preview of the one selected.
+Names and contents are the sandbox's: shown through `plain`, never as markup."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
+
+from lis_tui.widgets.plain import plain
 
 log = logging.getLogger(__name__)
 OUTPUT = "/testbed/output/"
@@ -57,7 +60,7 @@ class FilesScreen(ModalScreen[None]):
             [f for f in files if not f.startswith(OUTPUT)]
         listing = self.query_one(OptionList)
         listing.clear_options()
-        listing.add_options([Option(path, id=path) for path in ordered])
+        listing.add_options([Option(plain(path), id=path) for path in ordered])
         if ordered:
             listing.highlighted = 0
         else:
@@ -76,5 +79,5 @@ class FilesScreen(ModalScreen[None]):
         self.app.call_from_thread(self._show_preview, text, path)
 
     def _show_preview(self, text: str, path: str = "") -> None:
-        title = Text(f"{path}\n", style="bold") if path else Text()
-        self.query_one("#preview", Static).update(title + Text(text))
+        title = plain(f"{path}\n", style="bold") if path else Text()
+        self.query_one("#preview", Static).update(title + plain(text))

@@ -18,6 +18,7 @@ from lis_tui.screens.files import FilesScreen
 from lis_tui.screens.review import ReviewScreen
 from lis_tui.screens.setup import SetupScreen
 from lis_tui.widgets.messages import AgentEvent, RunCrashed
+from lis_tui.widgets.plain import notify_plain
 from lis_tui.widgets.prompt import PromptInput
 from lis_tui.widgets.status import Status, StatusBar
 from lis_tui.widgets.transcript import Transcript
@@ -146,15 +147,14 @@ class MainScreen(Screen):
     def _on_RunFinished(self, e: ev.RunFinished) -> None:
         self._idle()
         if e.reason == "error":
-            self.notify(e.message, title="The run failed", severity="error", timeout=10)
+            notify_plain(self, e.message, title="The run failed", severity="error", timeout=10)
         elif e.reason == "submitted":
             self.notify("The model submitted its answer.", title="Done")
 
     def on_run_crashed(self, message: RunCrashed) -> None:
         self._idle()
-        self.notify(f"{message.text}\nDetails are in {self.app.log_path or 'the log'}.",
-                    title="lis-tui failed",
-                    severity="error", timeout=15)
+        notify_plain(self, f"{message.text}\nDetails are in {self.app.log_path or 'the log'}.",
+                     title="lis-tui failed", severity="error", timeout=15)
 
     def _idle(self) -> None:
         self.busy = False

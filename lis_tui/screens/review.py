@@ -19,6 +19,8 @@ from textual.widgets.option_list import Option
 
 from isolation import SandboxError
 from isolation.workspace import WorkspaceConflict
+from lis_tui.widgets.plain import notify_plain, plain
+from tools.terminal_text import safe_terminal_text
 
 log = logging.getLogger(__name__)
 OUTPUT = "/testbed/output"
@@ -41,7 +43,7 @@ class ReviewScreen(Screen[None]):
         self.diffs: dict[str, str] = {}
 
     def compose(self) -> ComposeResult:
-        yield Label(self._title(), classes="title")
+        yield Label(plain(self._title()), classes="title")
         with Horizontal(id="panes"):
             yield OptionList(id="change-list")
             with VerticalScroll(id="diff-box"):
@@ -87,8 +89,9 @@ class ReviewScreen(Screen[None]):
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         path = str(event.option.id)
         text = self.diffs.get(path) or "(no text difference to show)"
-        self.query_one("#diff", Static).update(
-            Syntax(text, "diff", theme="ansi_dark", background_color="default", word_wrap=True))
+        self.query_one("#diff", Static).update(Syntax(
+            safe_terminal_text(text), "diff", theme="ansi_dark", background_color="default",
+            word_wrap=True))
         self.query_one("#diff-box").scroll_home(animate=False)
 
     # -- applying ---------------------------------------------------------------------------
@@ -161,10 +164,10 @@ class ReviewScreen(Screen[None]):
 
     def _say(self, text: str, severity: str = "information") -> None:
         notice = self.query_one("#notice", Static)
-        notice.update(text)
+        notice.update(plain(text))  # errors name the sandbox's files
         notice.set_class(severity == "error", "error")
         if severity == "error":  # the notice line may clip a long list of files; a toast won't
-            self.notify(text, severity="error", timeout=10)
+            notify_plain(self, text, severity="error", timeout=10)
 
     def _title(self) -> str:
         where = getattr(getattr(self.sandbox, "spec", None), "workspace", None)
@@ -180,7 +183,7 @@ class ReviewScreen(Screen[None]):
 def change_label(change: Any) -> Text:
     """`+ path` with a kind marker that reads without colour too."""
     mark, colour = MARKS.get(change.kind, ("?", ""))
-    return Text.assemble((f"{mark} ", f"bold {colour}"), change.path)
+    return Text.assemble((f"{mark} ", f"bold {colour}"), plain(change.path))
 
 
 def split_diff(diff: str, changes: list[Any]) -> dict[str, str]:

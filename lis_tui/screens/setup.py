@@ -18,6 +18,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from lis_tui.config import ModelConfig, save_model_setup
+from lis_tui.widgets.plain import notify_plain, plain
 
 log = logging.getLogger(__name__)
 FIELDS = (("base_url", "Base URL (OpenAI-compatible, e.g. http://localhost:8000/v1)"),
@@ -71,13 +72,13 @@ class SetupScreen(ModalScreen[ModelConfig]):
         try:
             with ModelClient(replace(model, max_retries=0, timeout=15.0)) as client:
                 text = Text.assemble(("✔ connected; models: ", "bold green"),
-                                     ", ".join(client.list_models()) or "(none listed)")
+                                     plain(", ".join(client.list_models()) or "(none listed)"))
         except Exception as exc:  # any failure is the answer to show
             log.info("connection test failed", exc_info=True)
             where = model.api_key_env or "?"
             state = "set" if os.environ.get(where) else "not set"
-            text = Text.assemble(("✘ ", "bold red"), f"{exc} (the key is read from ${where}, "
-                                 f"which is {state})")
+            text = Text.assemble(("✘ ", "bold red"), plain(f"{exc} (the key is read from "
+                                                           f"${where}, which is {state})"))
         self.app.call_from_thread(self.query_one("#result", Static).update, text)
 
     def action_save(self) -> None:
@@ -86,9 +87,9 @@ class SetupScreen(ModalScreen[ModelConfig]):
             path = save_model_setup(base_url=model.base_url, model=model.model,
                                     api_key_env=model.api_key_env)
         except Exception as exc:  # an unwritable config file: say so and stay
-            self.query_one("#result", Static).update(Text(f"✘ could not save: {exc}"))
+            self.query_one("#result", Static).update(plain(f"✘ could not save: {exc}"))
             return
-        self.notify(f"Saved to {path}")
+        notify_plain(self, f"Saved to {path}")
         self.dismiss(model)
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
@@ -109,8 +110,8 @@ class SetupScreen(ModalScreen[ModelConfig]):
                                 "that sandbox is gone.")
                 except (Exception, KeyboardInterrupt) as exc:  # no sandbox: say so on the setup
                     log.warning("the sandbox shell failed", exc_info=True)
-                    text = Text(f"✘ the sandbox shell failed: {exc} (`lis-tui doctor` says "
-                                "what to fix)")
+                    text = plain(f"✘ the sandbox shell failed: {exc} (`lis-tui doctor` says "
+                                 "what to fix)")
         except SuspendNotSupported:
             text = Text("✘ this terminal cannot hand over to a shell; run `lis-tui shell` "
                         "in another one.")

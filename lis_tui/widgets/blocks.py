@@ -1,4 +1,7 @@
-"""Transcript blocks other than tool calls: the task, the model's words, the answer, notices."""
+"""Transcript blocks other than tool calls: the task, the model's words, the answer, notices.
+
+Everything here may be the model's words (a replayed task too): shown through `plain`.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +9,16 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Collapsible, Markdown, Static
 
+from lis_tui.widgets.plain import plain
+from tools.terminal_text import safe_terminal_text
+
 
 class TaskBlock(Static):
     """What the person asked (a task or a follow-up)."""
 
     def __init__(self, task: str, follow_up: bool = False) -> None:
         title = "Follow-up" if follow_up else "Task"
-        super().__init__(Text.assemble((f"▶ {title}\n", "bold"), task))
+        super().__init__(Text.assemble((f"▶ {title}\n", "bold"), plain(task)))
 
 
 class StepLabel(Static):
@@ -57,14 +63,16 @@ class ModelText(Vertical):
             return  # on_mount draws what came meanwhile
         text, reasoning = self.final or (self.streamed["text"], self.streamed["reasoning"])
         self.query_one(".reasoning", Collapsible).set_class(not reasoning.strip(), "hidden")
-        self.query_one(".reasoning-text", Static).update(Text(reasoning))
+        self.query_one(".reasoning-text", Static).update(plain(reasoning))
         live = self.query_one(".live", Static)
         if self.final is None:
-            live.update(Text(text))
+            live.update(plain(text))
             return
         live.display = False
         if text.strip() and not self.query(".model-markdown"):
-            self.mount(Markdown(text, classes="model-markdown"))
+            # Markdown makes no markup of it; a click on the model's link opens nothing.
+            self.mount(Markdown(safe_terminal_text(text), classes="model-markdown",
+                                open_links=False))
 
 
 class AnswerBlock(Static):
@@ -72,11 +80,11 @@ class AnswerBlock(Static):
 
     def __init__(self, answer: str, note: str = "") -> None:
         body = answer or f"(no answer{': ' + note if note else ''})"
-        super().__init__(Text.assemble(("✔ Answer\n", "bold"), body))
+        super().__init__(Text.assemble(("✔ Answer\n", "bold"), plain(body)))
 
 
 class NoticeBlock(Static):
     """A line about the run itself: stopped, failed, a retry of the model server."""
 
     def __init__(self, text: str, severity: str = "information") -> None:
-        super().__init__(Text(text), classes=f"notice {severity}")
+        super().__init__(plain(text), classes=f"notice {severity}")

@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 from rich.text import Text
 from textual.widgets import Static
 
+from tools.terminal_text import safe_terminal_text
+
 NETWORK_BADGES = {"off": ("NET OFF", "bold"), "ask": ("NET ASK", "bold black on yellow"),
                   "on": ("NET ON", "bold white on red")}
 
@@ -71,11 +73,13 @@ def status_text(s: Status, elapsed: float) -> Text:
         badge, style = "NET ASK ?", "bold black on yellow"
     minutes, seconds = divmod(int(elapsed), 60)
     step = f"step {s.step}/{s.max_steps}" if s.max_steps else f"step {s.step}"
+    # The model's name comes from its server's list, the rest of a replay from a saved file.
+    model, rootfs = safe_terminal_text(s.model or "?"), safe_terminal_text(s.rootfs)
     parts: list[tuple[str, str] | str] = [
-        (s.model or "?", "bold"), f" · {s.rootfs} · sandbox {s.sandbox} ", (f" {badge} ", style),
+        (model, "bold"), f" · {rootfs} · sandbox {s.sandbox} ", (f" {badge} ", style),
         " ", (" APPROVE ON " if s.approvals else " approve off ",
               "bold reverse" if s.approvals else ""),
         f" · {step} · tok {s.tokens_in:,}↑ {s.tokens_out:,}↓ · {minutes:02d}:{seconds:02d}"
-        f" · {s.session}",
+        f" · {safe_terminal_text(s.session)}",
     ]
     return Text.assemble(*parts)

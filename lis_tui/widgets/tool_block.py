@@ -1,5 +1,6 @@
 """One tool call in the transcript: what was asked, a spinner while it runs, then the output,
-the exit code and the duration."""
+the exit code and the duration. The call and its output are the model's and the sandbox's:
+shown through `plain` / `safe_terminal_text`, never as markup."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Static
+
+from lis_tui.widgets.plain import plain
+from tools.terminal_text import safe_terminal_text
 
 CLIP_LINES = 12
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -38,11 +42,11 @@ class OutputView(Static, can_focus=True):
     def _draw(self) -> None:
         lines = self.output.splitlines()
         if self.expanded or len(lines) <= CLIP_LINES:
-            self.update(Text(self.output))
+            self.update(plain(self.output))
             return
         hidden = len(lines) - CLIP_LINES
         self.update(Text.assemble((f"… {hidden} more lines (Enter to expand)\n", "italic"),
-                                  "\n".join(lines[-CLIP_LINES:])))
+                                  plain("\n".join(lines[-CLIP_LINES:]))))
 
 
 class ToolBlock(Vertical):
@@ -101,7 +105,7 @@ class ToolBlock(Vertical):
         status.update(result_line(record))
         self.set_class(bool(record.error or record.exit_code not in (None, 0)), "failed")
         if record.approval == "edited":
-            self.mount(Static(Text(f"edited by you: {record.arguments}"), classes="tool-note"),
+            self.mount(Static(plain(f"edited by you: {record.arguments}"), classes="tool-note"),
                        before=status)
         if record.output and (record.name != "submit" or record.error):
             self.mount(OutputView(record.output), before=status)
@@ -111,22 +115,24 @@ def call_header(name: str, args: dict, raw: str) -> Any:
     """The command highlighted as bash, an edit as a diff or a file, or the raw arguments."""
     if name == "execute_bash" and isinstance(args.get("command"), str):
         return Group(Text("$ execute_bash", style="bold"),
-                     Syntax(args["command"], "bash", theme="ansi_dark", word_wrap=True))
+                     Syntax(safe_terminal_text(args["command"]), "bash", theme="ansi_dark",
+                            word_wrap=True))
     if name == "str_replace_editor":
         return editor_header(args)
     if name == "submit":
         return Text("✔ submit", style="bold")
-    return Text.assemble((f"{name} ", "bold"), raw)
+    return Text.assemble(plain(f"{name} ", "bold"), plain(raw))
 
 
 def editor_header(args: dict) -> Any:
-    title = Text(f"✎ {args.get('command', '?')} {args.get('path', '?')}", style="bold")
+    title = plain(f"✎ {args.get('command', '?')} {args.get('path', '?')}", style="bold")
     if args.get("command") == "create" and isinstance(args.get("file_text"), str):
-        return Group(title, Text(_clip(args["file_text"])))
+        return Group(title, plain(_clip(args["file_text"])))
     if args.get("command") in ("str_replace", "insert"):
         old = [f"-{line}" for line in str(args.get("old_str") or "").splitlines()]
         new = [f"+{line}" for line in str(args.get("new_str") or "").splitlines()]
-        return Group(title, Syntax(_clip("\n".join(old + new)), "diff", theme="ansi_dark"))
+        return Group(title, Syntax(safe_terminal_text(_clip("\n".join(old + new))), "diff",
+                                   theme="ansi_dark"))
     return title
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes.hostile import HOSTILE, MARKUP, OSC52, TITLE
 from fakes.openai_server import FakeOpenAI, call, reply, submit
 
 pytestmark = [pytest.mark.sandbox,
@@ -32,7 +33,19 @@ class Tmux:
         return done.stdout
 
     def start(self, command: str, width: int = 120, height: int = 40) -> None:
-        self.tmux("new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height), command)
+        # set-clipboard on: a program in the pane may set tmux's buffer with OSC 52, as a
+        # terminal that honours it would set the clipboard (what the hostile test attempts)
+        self.tmux("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", str(width),
+                  "-y", str(height), command, ";", "set-option", "-g", "set-clipboard", "on")
+
+    def title(self) -> str:
+        return self.tmux("display-message", "-p", "-t", "t", "#{pane_title}").strip()
+
+    def buffer(self) -> str | None:
+        """tmux's paste buffer, or None when nothing set one."""
+        done = subprocess.run(["tmux", "-L", self.name, "show-buffer"], capture_output=True,
+                              text=True, timeout=10)
+        return done.stdout if done.returncode == 0 else None
 
     def keys(self, *keys: str) -> None:
         self.tmux("send-keys", "-t", "t", *keys)
@@ -138,3 +151,45 @@ def test_a_sandbox_shell_that_cannot_start_is_named_on_the_setup_screen(tmp_path
         wait_gone(term)
     finally:
         term.kill()
+
+
+def test_hostile_text_sets_neither_the_title_nor_the_clipboard(tmp_path):
+    # First the attack itself, raw, in a terminal like the app's: it works there.
+    bare = Tmux(f"lis-bare-{os.getpid()}")
+    try:
+        bare.start(f"printf %s {shlex.quote(OSC52 + TITLE)}; sleep 30")
+        deadline = time.monotonic() + 10
+        while bare.buffer() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (bare.title(), bare.buffer()) == ("pwned-title", "Hacked")
+    finally:
+        bare.kill()
+
+    command = call("execute_bash", {"command": f"true '{HOSTILE}'"})
+    script = [reply(f"Working. {HOSTILE}", [command]),
+              reply(tool_calls=[call("str_replace_editor", {
+                  "command": "create", "path": "/testbed/output/answer.txt",
+                  "file_text": f"42 {HOSTILE}\n"})]),
+              submit()]
+    term = Tmux(f"lis-hostile-{os.getpid()}")
+    with FakeOpenAI(script) as server:
+        try:
+            term.start(lis_tui_command(tmp_path, "tui", "--base-url", server.base_url,
+                                       "--model", "m"))
+            term.wait_for("Type a task")
+            before = term.title()
+            term.keys("Do it.", "Enter")
+            answer = tmp_path / "out" / "answer.txt"  # written once the run is over
+            deadline = time.monotonic() + 30
+            while not answer.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(1)  # the last events are drawn (the model's words as Markdown last)
+            assert (term.title(), term.buffer()) == (before, None)
+            assert before != "pwned-title"
+            shown = term.wait_for("Answer", "submit", "Working.")
+            assert "\\x1b]52;c;SGFja2Vk\\x07" in shown and MARKUP in shown
+            assert "42 \\x1b]52" in shown.split("Answer", 1)[1]
+            term.keys("C-q")
+            wait_gone(term)
+        finally:
+            term.kill()
