@@ -4,6 +4,8 @@ from __future__ import annotations
 import html as _html
 import re
 
+from tools.terminal_text import safe_terminal_text
+
 COLOURS = ("#3b6fb6", "#e0823d", "#4a9a5b", "#a44a9a")
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:960px;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.3em .6em;
@@ -52,7 +54,8 @@ def page(title: str, markdown_text: str, charts: str) -> str:
 
 
 def markdown_to_html(text: str) -> str:
-    """The small Markdown our summary uses: headings, tables, paragraphs, **bold**."""
+    """The small Markdown our summary uses: headings, tables, paragraphs, **bold**, and the
+    backslash escapes of `report.md_text`."""
     out, rows = [], []
     for line in text.splitlines() + [""]:
         if line.startswith("|"):
@@ -70,7 +73,7 @@ def markdown_to_html(text: str) -> str:
 
 
 def _table_html(rows: list[str]) -> str:
-    cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows
+    cells = [[c.strip() for c in _CELL.findall(r.strip()[1:])] for r in rows
              if not re.fullmatch(r"\|(-+\|)+", r.strip())]
     head = "".join(f"<th>{_inline(c)}</th>" for c in cells[0])
     body = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>"
@@ -78,9 +81,22 @@ def _table_html(rows: list[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+_CELL = re.compile(r"((?:\\.|[^\\|])*)\|")  # a cell ends at a `|` that is not escaped
+_INLINE = re.compile(r"\\(.)|(\*\*)|([^\\*]+|.)", re.S)
+
+
 def _inline(text: str) -> str:
-    return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", _e(text))
+    """`\\X` is X as written; `**` opens or closes bold; the rest is text."""
+    out, bold = [], False
+    for escaped, star, rest in _INLINE.findall(text):
+        if star:
+            out.append("</b>" if bold else "<b>")
+            bold = not bold
+        else:
+            out.append(_e(escaped or rest))
+    return "".join(out) + ("</b>" if bold else "")
 
 
 def _e(text: str) -> str:
-    return _html.escape(str(text), quote=True)
+    """Text for HTML: escaped, and its control characters visible as in a terminal."""
+    return _html.escape(safe_terminal_text(str(text)), quote=True)

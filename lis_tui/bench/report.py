@@ -1,13 +1,21 @@
-"""The reports of a bench run: `summary.md`, a table for the terminal, and `report.html`."""
+"""The reports of a bench run: `summary.md`, a table for the terminal, and `report.html`.
+
+Names that come from the task file or results.jsonl (domains, modes, the title) are written with
+`md_text`: a Markdown renderer, the terminal and `charts.markdown_to_html` all show them as written.
+"""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from lis_tui.bench.capability import KINDS
 from lis_tui.bench.charts import bar_chart, page
 from lis_tui.bench.summary import TOKEN_KINDS, model_tokens, summarize
+from tools.terminal_text import safe_terminal_text
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&#!])")
 
 
 def write_reports(records: list[dict[str, Any]], output: Path, title: str = "") -> dict[str, Any]:
@@ -24,10 +32,16 @@ def markdown(summary: dict[str, Any]) -> str:
     """The summary as Markdown tables (also what the terminal shows)."""
     if not summary["episodes"]:
         return "# lis-tui bench\n\nNo episodes finished yet.\n"
-    title = summary.get("title") or "lis-tui bench"
+    title = md_text(summary.get("title") or "lis-tui bench")
     parts = [f"# {title}\n\n{summary['episodes']} episodes.\n", _accuracy_table(summary),
              _mode_table(summary), _capability_table(summary), _error_table(summary)]
     return "\n".join(p for p in parts if p)
+
+
+def md_text(text: object) -> str:
+    """`text` for one line or table cell of Markdown: controls visible, one line, and every
+    character Markdown or HTML would act on (`<`, `|`, `*`, `[`, ...) backslash-escaped."""
+    return _MD_SPECIAL.sub(r"\\\1", safe_terminal_text(str(text)).replace("\n", " "))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -42,7 +56,7 @@ def _pct(x: float | None) -> str:
 def _accuracy_table(s: dict[str, Any]) -> str:
     modes, per = s["modes"], s["per_mode"]
     both = "comparison" in s
-    header = ["domain"] + modes + (["sandbox − llm"] if both else [])
+    header = ["domain"] + [md_text(m) for m in modes] + (["sandbox − llm"] if both else [])
     rows = []
     for domain in s["domains"] + ["overall"]:
         cells = [_domain_cell(per[m], domain) for m in modes]
@@ -50,7 +64,7 @@ def _accuracy_table(s: dict[str, Any]) -> str:
             delta = s["comparison"]["accuracy_delta"] if domain == "overall" else \
                 s["comparison"]["domain_delta"].get(domain)
             cells.append("-" if delta is None else f"{100 * delta:+.1f} pts")
-        rows.append([f"**{domain}**" if domain == "overall" else domain] + cells)
+        rows.append([f"**{domain}**" if domain == "overall" else md_text(domain)] + cells)
     return "## Accuracy\n\n" + _table(header, rows)
 
 
@@ -62,7 +76,7 @@ def _domain_cell(mode: dict, domain: str) -> str:
 
 
 def _mode_table(s: dict[str, Any]) -> str:
-    rows = [[m, str(p["episodes"]), f"{p['mean_steps']:.1f}",
+    rows = [[md_text(m), str(p["episodes"]), f"{p['mean_steps']:.1f}",
              *(f"{p['tokens'][k]:,.0f}" for k in TOKEN_KINDS), f"{p['wall_time']:.2f}"]
             for m, p in s["per_mode"].items()]
     text = "## Steps, tokens and time (per episode)\n\n" + _table(
@@ -77,8 +91,8 @@ def _mode_table(s: dict[str, Any]) -> str:
 
 
 def _capability_table(s: dict[str, Any]) -> str:
-    rows = [[m] + [f"{_pct(p['capability'][k])} of steps, {_pct(p['capability_episodes'][k])} "
-                   "of episodes" for k in KINDS]
+    rows = [[md_text(m)] + [f"{_pct(p['capability'][k])} of steps, "
+                            f"{_pct(p['capability_episodes'][k])} of episodes" for k in KINDS]
             for m, p in s["per_mode"].items() if m != "llm"]
     if not rows:
         return ""
@@ -86,7 +100,7 @@ def _capability_table(s: dict[str, Any]) -> str:
 
 
 def _error_table(s: dict[str, Any]) -> str:
-    rows = [[m, kind, str(n)] for m, p in s["per_mode"].items()
+    rows = [[md_text(m), md_text(kind), str(n)] for m, p in s["per_mode"].items()
             for kind, n in sorted(p["errors"].items())]
     if not rows:
         return "## Errors\n\nNone: every episode submitted.\n"

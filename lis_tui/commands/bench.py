@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, spec_from_args
+from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
 TASKS is a built-in set (demo: four small tasks; smoke: ~30 tasks that need the sandbox), a JSON
@@ -56,12 +57,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     try:
         runner, judge = _build(args)
-    except (ConfigError, TaskError, ValueError) as exc:
-        print(f"lis-tui bench: {exc}", file=sys.stderr)
+    except (ConfigError, TaskError, ValueError) as exc:  # may quote a task file: its ids, ...
+        print(safe_terminal_text(f"lis-tui bench: {exc}"), file=sys.stderr)
         return 2
     unreachable = _unreachable(runner.ctx.config)
     if unreachable:
-        print(f"lis-tui bench: {unreachable}", file=sys.stderr)
+        print(safe_terminal_text(f"lis-tui bench: {unreachable}"), file=sys.stderr)
         return 1
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)

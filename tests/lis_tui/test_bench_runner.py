@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes.hostile import HOSTILE, SHOWN, raw_in
 from fakes.openai_server import FakeOpenAI, call, delay, error, reply, submit
 from lis_tui.bench import load_tasks
 from lis_tui.bench.runner import BenchOptions, BenchRunner
@@ -204,6 +205,48 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_rest(tmp_path):
     assert all(r["correct"] for r in final)
     assert "| **overall** |" in table and "(n=12)" in table and "[12/12]" in err
     assert list((tmp_path / "scratch").iterdir()) == []  # every sandbox was removed
+
+
+def test_hostile_ids_domains_and_answers_never_reach_a_report_or_the_terminal_raw(tmp_path):
+    (tmp_path / "out").mkdir()
+    evil = f"<script>alert(1)</script>{HOSTILE}"
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({
+        "id": f"id{evil}", "domain": f"dom{evil}", "problem_statement": "Say it.",
+        "ground_truth": "it", "reward": "exact"}) + "\n")
+
+    def model(request):  # writes the hostile answer, then submits
+        if request.tool_outputs:
+            return submit()
+        return reply(tool_calls=[call("str_replace_editor", {
+            "command": "create", "path": "/testbed/output/answer.txt", "file_text": f"ans{evil}"})])
+
+    with FakeOpenAI(default=model) as server:
+        proc = bench_cli(tmp_path / "tasks.jsonl", server, tmp_path / "out")
+        table, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    out = tmp_path / "out"
+    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert record["answer"] == f"ans{evil}" and record["id"] == f"id{evil}"  # the data, as it was
+    md, page = (out / "summary.md").read_text(), (out / "report.html").read_text()
+    for shown in (err, table, md, page):
+        assert raw_in(shown) == [] and "<script>" not in shown
+    assert "<script" not in page  # no tag at all, escaped or not: only text
+    visible = "<script>alert(1)</script>" + "".join(SHOWN[:5]) + " " + SHOWN[5]
+    assert f"| dom\\<script\\>alert(1)\\</script\\>" in md  # Markdown shows it as written
+    assert f"dom{visible}" in "".join(_Text.of(page))
+    assert not [p for p in (out / "episodes").rglob("*") if raw_in(p.name)]
+
+
+class _Text(HTMLParser):
+    @classmethod
+    def of(cls, page):
+        parser = cls()
+        parser.text = []
+        parser.feed(page)
+        return parser.text
+
+    def handle_data(self, data):
+        self.text.append(data)
 
 
 def test_every_smoke_task_is_solvable_in_both_modes(tmp_path):
