@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import bwrap
@@ -10,9 +10,6 @@ from .bwrap import Bind, Mount, Overlay, Special
 from .spec import SandboxError, SandboxSpec
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# Drops every capability the joined process got from entering the user namespace, so it cannot
-# remount what we mounted read-only, and sets no_new_privs as bwrap does for its own child.
-DROP_PRIVILEGES = ["setpriv", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
 
 
 @dataclass
@@ -21,10 +18,6 @@ class RootPlan:
 
     mounts: list[Mount]
     shell: str
-    drop_privileges: list[str] = field(default_factory=list)
-
-    def shell_argv(self, script: str, argv: list[str]) -> list[str]:
-        return [self.shell, "-c", script, "lis", *argv]
 
     def environment(self, spec: SandboxSpec) -> dict[str, str]:
         env = {"PATH": PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",
@@ -57,8 +50,7 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo) -> RootPlan:
                Special("tmpfs", "/run")]
     mounts += _testbed(spec, scratch, info)
     shell = "bash" if _has(check, "usr/bin/bash", "bin/bash") else "sh"
-    drop = DROP_PRIVILEGES if _has(check, "usr/bin/setpriv", "bin/setpriv") else []
-    return RootPlan(mounts, shell, drop)
+    return RootPlan(mounts, shell)
 
 
 def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo) -> list[Mount]:

@@ -54,6 +54,9 @@ class SandboxSpec:
     """Hostname inside the sandbox."""
     session: str | None = None
     """Keep the writable layers under this session id (resumed if it exists); None: throw them away."""
+    nested_userns: bool = False
+    """Let commands make user namespaces of their own (some tools need them: a nested bwrap,
+    rootless podman, Chromium's sandbox); off, clone and unshare of CLONE_NEWUSER fail with EPERM."""
 
     def __post_init__(self) -> None:
         if self.network not in NETWORK_MODES:

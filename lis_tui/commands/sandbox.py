@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 
 def add_sandbox_flags(parser: argparse.ArgumentParser) -> None:
@@ -111,30 +113,50 @@ def cmd_exec(args: argparse.Namespace) -> int:
         return 2
     with Sandbox(spec_from_args(args)) as sb:
         argv = [sb.shell, "-c", command[0]] if len(command) == 1 else command
+        if any(os.isatty(fd) for fd in (0, 1, 2)):  # never hand the sandbox our terminal: a pty of ours
+            return _on_pty(sb, argv, args)
         proc = sb.popen(argv, cwd=args.cwd)
         try:
-            return _wait(proc, args.timeout)
+            code = proc.wait(args.timeout)
+        except subprocess.TimeoutExpired:
+            return _timed_out(proc, args.timeout)
         except KeyboardInterrupt:
-            _kill(proc)
+            proc.killpg(signal.SIGKILL)
             return 130
+        return 128 - code if code < 0 else code
 
 
-def _wait(proc: subprocess.Popen, timeout: float | None) -> int:
+def _on_pty(sb, argv: list[str], args: argparse.Namespace) -> int:
+    from lis_tui.ptyrelay import relay  # noqa: PLC0415
+
+    size = shutil.get_terminal_size()
+    child = sb.spawn_pty(argv, cwd=args.cwd, env_extra={"TERM": os.environ.get("TERM", "xterm-256color")},
+                         dimensions=(size.lines, size.columns), echo=True)
+    fired = threading.Event()
+
+    def kill() -> None:
+        fired.set()
+        child.proc.killpg(signal.SIGKILL)
+
+    timer = threading.Timer(args.timeout, kill) if args.timeout else None
+    if timer:
+        timer.start()
     try:
-        code = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        print(f"lis-tui exec: timed out after {timeout:g} s; killed", file=sys.stderr)
-        _kill(proc)
+        code = relay(child)
+    finally:
+        if timer:
+            timer.cancel()
+    if fired.is_set():
+        print(f"lis-tui exec: timed out after {args.timeout:g} s; killed", file=sys.stderr)
         return 124
-    return 128 - code if code < 0 else code
+    return code
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def _timed_out(proc, timeout: float) -> int:
+    print(f"lis-tui exec: timed out after {timeout:g} s; killed", file=sys.stderr)
+    proc.killpg(signal.SIGKILL)
     proc.wait()
+    return 124
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
@@ -142,43 +164,17 @@ def cmd_shell(args: argparse.Namespace) -> int:
 
 
 def interactive_shell(spec) -> int:
-    """An interactive bash (or sh) in a fresh sandbox on this terminal; its exit code. The sandbox
-    is removed when the shell exits. The setup screen of the app calls this too."""
+    """An interactive bash (or sh) in a fresh sandbox, relayed to this terminal; its exit code.
+    The sandbox is removed when the shell exits. The setup screen of the app calls this too."""
     from isolation import Sandbox  # noqa: PLC0415
+    from lis_tui.ptyrelay import relay  # noqa: PLC0415
 
     with Sandbox(spec) as sb:
-        term = {"TERM": os.environ.get("TERM", "xterm-256color")}
-        # PS1 rides in through env(1): the non-interactive shell that applies the limits would unset it.
-        argv = ["env", r"PS1=(lis-sandbox) \w# ", *(["bash", "--norc", "-i"] if sb.shell == "bash"
-                                                     else ["sh", "-i"])]
-        # Same session as our terminal, so the shell gets job control and Ctrl-C goes to it.
-        proc = sb.popen(argv, env=term, new_session=False)
-        try:
-            while True:
-                try:
-                    code = proc.wait()
-                    return 128 - code if code < 0 else code
-                except KeyboardInterrupt:
-                    continue
-        finally:
-            _take_terminal_back()
-
-
-def _take_terminal_back() -> None:
-    """Make our process group the terminal's foreground again. The shell took it for job control
-    and, in its own PID namespace, cannot name ours to give it back; without this, a caller that
-    goes on using the terminal (the app after its setup-screen shell) is stopped by SIGTTOU."""
-    try:
-        fd = sys.stdin.fileno()
-        if not os.isatty(fd) or os.tcgetpgrp(fd) == os.getpgrp():
-            return
-        old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # we are in the background just now
-        try:
-            os.tcsetpgrp(fd, os.getpgrp())
-        finally:
-            signal.signal(signal.SIGTTOU, old)
-    except (OSError, ValueError):  # no terminal (a pipe, a closed stdin): nothing to take back
-        pass
+        env = {"TERM": os.environ.get("TERM", "xterm-256color"), "PS1": r"(lis-sandbox) \w# "}
+        argv = ["bash", "--norc", "-i"] if sb.shell == "bash" else ["sh", "-i"]
+        size = shutil.get_terminal_size()
+        child = sb.spawn_pty(argv, env_extra=env, dimensions=(size.lines, size.columns), echo=True)
+        return relay(child)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
