@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 # our process holds, until EOF: when we die, it exits, and the sandbox with it. bash, where the
 # rootfs has it, also reaps the orphans pid 1 inherits (its SIGCHLD handler waits for any child);
 # cat does not, so there orphans stay zombies until the sandbox closes.
+# Its $0 is the record's marker, which the sweep looks for (records.py).
 KEEPER = {"bash": ["bash", "-c", "printf x; exec >/dev/null 2>&1; while read -r _; do :; done"],
           "sh": ["sh", "-c", "printf x; exec >/dev/null 2>&1; exec cat"]}
 START_TIMEOUT = 30.0
@@ -98,7 +99,7 @@ class Sandbox:
         self._record = records.Record()
         try:
             self._open_session()
-            self._root = plan(self.spec, self.layers, info)
+            self._root = plan(self.spec, self.layers, info, self._before)
             self._launch(info)
         except BaseException:
             self.close()
@@ -150,7 +151,8 @@ class Sandbox:
         os.write(filter_fd, seccomp.program(nested_userns=self.spec.nested_userns))
         os.lseek(filter_fd, 0, os.SEEK_SET)
         argv = bwrap.sandbox_argv(info.path, self._root.mounts, hostname=self.spec.hostname,
-                                  info_fd=info_w, seccomp_fd=filter_fd, command=KEEPER[self._root.shell])
+                                  info_fd=info_w, seccomp_fd=filter_fd,
+                                  command=[*KEEPER[self._root.shell], self._record.marker])
         try:
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
             self._proc = subprocess.Popen(argv, stdin=hold_r, stdout=ready_w, stderr=err_w, env={},
@@ -267,7 +269,7 @@ class Sandbox:
     def popen(self, argv: list[str], cwd: str = "/testbed", env: dict[str, str] | None = None, *,
               stdin=None, stdout=None, stderr=None, ctty: bool = False) -> spawn.Joined:
         """Start `argv` inside, in a session of its own; the caller owns the process. Stdio as for
-        subprocess.Popen; `ctty`: stdin is a pty that becomes its controlling terminal."""
+        subprocess.Popen; `ctty`: the first of them that is a pty becomes its controlling terminal."""
         self._require_running()
         try:
             return self._zygote.spawn(argv, env={**self.env, **(env or {})}, cwd=cwd, stdin=stdin,
@@ -321,8 +323,10 @@ class Sandbox:
         return self._root_fd
 
     def spawn_pty(self, argv: list[str], cwd: str = "/testbed", env_extra: dict[str, str] | None = None,
-                  dimensions: tuple[int, int] = (24, 200), echo: bool = False) -> PtyChild:
+                  dimensions: tuple[int, int] = (24, 200), echo: bool = False,
+                  keep: dict[int, int] | None = None) -> PtyChild:
         """Start `argv` inside on a new pty that is its controlling terminal; `.fd` is the master.
+        `keep`: {0: fd, ...}, standard streams that get those descriptors instead of the pty.
 
         Started by the spawn helper, not pexpect's pty.fork(): forking this whole process,
         threads and heap, cost ~10 ms of CPU per shell with dozens of episodes alive."""
@@ -335,7 +339,8 @@ class Sandbox:
                 termios.tcsetattr(slave, termios.TCSANOW, attrs)
             # The pty is its controlling terminal, so that bash has job control and Ctrl-C reaches
             # the foreground group.
-            proc = self.popen(argv, cwd, env_extra, stdin=slave, stdout=slave, stderr=slave, ctty=True)
+            stdio = [(keep or {}).get(n, slave) for n in range(3)]
+            proc = self.popen(argv, cwd, env_extra, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], ctty=True)
         except BaseException:
             os.close(master)
             raise

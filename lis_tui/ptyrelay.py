@@ -19,32 +19,34 @@ import tty
 CHUNK = 1 << 16
 
 
-def relay(child, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
-    """Copy between our terminal (or pipes) and `child`'s pty until it exits; its exit status."""
-    interactive = os.isatty(stdin_fd)
+def relay(child, stdin_fd: int = 0, output_fd: int = 1, forward_input: bool = True) -> int:
+    """Copy between our terminal (or pipes) and `child`'s pty until it exits; its exit status.
+    `forward_input` False: the child reads our stdin itself, the relay leaves it alone."""
+    interactive = forward_input and os.isatty(stdin_fd)
+    size_fd = stdin_fd if os.isatty(stdin_fd) else output_fd  # the terminal whose size the pty takes
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    previous = None
     with contextlib.ExitStack() as undo:
+        undo.callback(os.close, wake_r)
+        undo.callback(os.close, wake_w)
         if interactive:
             saved = termios.tcgetattr(stdin_fd)
             undo.callback(termios.tcsetattr, stdin_fd, termios.TCSAFLUSH, saved)
             tty.setraw(stdin_fd)
-            _copy_size(stdin_fd, child.fd)
+        if os.isatty(size_fd):
+            _copy_size(size_fd, child.fd)
             previous = signal.signal(signal.SIGWINCH, lambda *_: os.write(wake_w, b"w"))
             undo.callback(signal.signal, signal.SIGWINCH, previous)
-        undo.callback(os.close, wake_r)
-        undo.callback(os.close, wake_w)
-        _pump(child, stdin_fd, stdout_fd, wake_r, interactive)
+        _pump(child, stdin_fd if forward_input else -1, output_fd, size_fd, wake_r, interactive)
     child.close()
     return child.exit_code or 0
 
 
-def _pump(child, stdin_fd: int, stdout_fd: int, wake_r: int, interactive: bool) -> None:
+def _pump(child, stdin_fd: int, output_fd: int, size_fd: int, wake_r: int, interactive: bool) -> None:
     """Until the program exits: our input to the pty (held back while it is full, so its output
     still flows), its output to us."""
     os.set_blocking(child.fd, False)
     pending = b""
-    reading = True
+    reading = stdin_fd >= 0
     exit_fd = child.proc.exit_fd
     while True:
         poller = select.poll()
@@ -56,10 +58,10 @@ def _pump(child, stdin_fd: int, stdout_fd: int, wake_r: int, interactive: bool) 
         for fd, events in poller.poll():
             if fd == wake_r:
                 _drain(wake_r)
-                _copy_size(stdin_fd, child.fd)
+                _copy_size(size_fd, child.fd)
             elif fd == exit_fd:  # the program is gone: what it printed last, then stop
                 while data := _read(child.fd):
-                    _write_all(stdout_fd, data)
+                    _write_all(output_fd, data)
                 return
             elif fd == stdin_fd:
                 pending = _read(stdin_fd)
@@ -71,7 +73,7 @@ def _pump(child, stdin_fd: int, stdout_fd: int, wake_r: int, interactive: bool) 
             if fd == child.fd and events & (select.POLLIN | select.POLLHUP | select.POLLERR):
                 data = _read(child.fd)
                 if data:
-                    _write_all(stdout_fd, data)
+                    _write_all(output_fd, data)
 
 
 def _copy_size(from_fd: int, to_fd: int) -> None:

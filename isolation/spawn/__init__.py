@@ -123,8 +123,8 @@ class Zygote:
     def spawn(self, argv: list[str], *, env: dict[str, str], cwd: str, stdin: Any = None, stdout: Any = None,
               stderr: Any = None, ctty: bool = False) -> Joined:
         """Run `argv` in a new session; stdio as for subprocess.Popen (PIPE, DEVNULL, None: ours,
-        a descriptor or a file). `ctty`: stdin is a pty that becomes its controlling terminal."""
-        ends = [_stdio(stdin, write=False), _stdio(stdout, write=True), _stdio(stderr, write=True)]
+        a descriptor or a file). `ctty`: the first of them that is a pty becomes its controlling terminal."""
+        ends = [_stdio(spec, n) for n, spec in enumerate((stdin, stdout, stderr))]
         request = {"op": "exec", "argv": list(argv), "env": env, "cwd": cwd, "ctty": ctty}
         try:
             reply, message, got = _ask(self._send, request, [child for child, _ in ends])
@@ -155,15 +155,15 @@ class Zygote:
         self._channel.close()
 
 
-def _stdio(spec: Any, write: bool) -> tuple[int, IO | None]:
-    """(descriptor for the child, our file object or None)."""
+def _stdio(spec: Any, stream: int) -> tuple[int, IO | None]:
+    """(descriptor for the child's `stream` (0, 1 or 2), our file object or None)."""
     if spec == PIPE:
         r, w = os.pipe()
-        return (w, os.fdopen(r, "rb")) if write else (r, os.fdopen(w, "wb"))
+        return (r, os.fdopen(w, "wb")) if stream == 0 else (w, os.fdopen(r, "rb"))
     if spec == DEVNULL:
         return os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC), None
     if spec is None:
-        return (1 if write else 0), None
+        return stream, None
     return (spec if isinstance(spec, int) else spec.fileno()), None
 
 

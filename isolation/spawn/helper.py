@@ -221,7 +221,7 @@ def _zygote_request(request: dict, fds: list[int], reply: socket.socket, watched
 
 
 def _fork_on_pty(request: dict, stdin: int, stdout: int, stderr: int) -> int:
-    """A child whose controlling terminal is the pty on `stdin` (subprocess cannot do that)."""
+    """A child whose controlling terminal is the pty among its stdio (subprocess cannot do that)."""
     err_r, err_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -230,7 +230,7 @@ def _fork_on_pty(request: dict, stdin: int, stdout: int, stderr: int) -> int:
             for target, fd in enumerate((stdin, stdout, stderr)):
                 os.dup2(fd, target)
             os.setsid()
-            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            fcntl.ioctl(next(fd for fd in range(3) if os.isatty(fd)), termios.TIOCSCTTY, 0)
             for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
             signal.set_wakeup_fd(-1)

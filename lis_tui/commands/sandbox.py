@@ -130,8 +130,10 @@ def _on_pty(sb, argv: list[str], args: argparse.Namespace) -> int:
     from lis_tui.ptyrelay import relay  # noqa: PLC0415
 
     size = shutil.get_terminal_size()
+    # Only the streams that are our terminal go to the pty: `exec ... 2>log` keeps its stderr apart.
+    keep = {fd: fd for fd in (0, 1, 2) if not os.isatty(fd)}
     child = sb.spawn_pty(argv, cwd=args.cwd, env_extra={"TERM": os.environ.get("TERM", "xterm-256color")},
-                         dimensions=(size.lines, size.columns), echo=True)
+                         dimensions=(size.lines, size.columns), echo=True, keep=keep)
     fired = threading.Event()
 
     def kill() -> None:
@@ -142,7 +144,7 @@ def _on_pty(sb, argv: list[str], args: argparse.Namespace) -> int:
     if timer:
         timer.start()
     try:
-        code = relay(child)
+        code = relay(child, forward_input=0 not in keep, output_fd=1 if 1 not in keep else 2)
     finally:
         if timer:
             timer.cancel()
