@@ -125,13 +125,14 @@ class Symlink:
 
 @dataclass(frozen=True)
 class Special:
-    """--proc, --dev, --tmpfs or --dir at `dest`."""
+    """--proc, --dev, --tmpfs (of at most `size` bytes) or --dir at `dest`."""
 
     kind: str
     dest: str
+    size: int | None = None
 
     def to_args(self) -> list[str]:
-        return [f"--{self.kind}", self.dest]
+        return (["--size", str(self.size)] if self.size else []) + [f"--{self.kind}", self.dest]
 
 
 Mount = Bind | Overlay | Symlink | Special

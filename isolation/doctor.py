@@ -131,6 +131,17 @@ def check_containment() -> list[Check]:
     return checks
 
 
+def check_limits() -> Check:
+    """What each sandbox may use unless [sandbox] in the config or flags say otherwise."""
+    from .spec import Limits  # noqa: PLC0415
+
+    limits, gib = Limits(), 1 << 30
+    size = lambda n: "no cap" if not n else f"{n / gib:.1f} GiB" if n >= gib else f"{n >> 20} MiB"  # noqa: E731
+    return Check("limits", "ok", f"memory {size(limits.memory)} per process, /tmp {size(limits.tmp_size)}, "
+                 f"files up to {size(limits.file_size)}, {limits.processes} processes, {limits.open_files} open "
+                 "files", "change them in [sandbox] of the config (memory, tmp_size) or with --memory")
+
+
 def check_cgroups() -> Check:
     if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
         return Check("cgroups", "warn", "no unified cgroup v2 hierarchy: memory is capped with rlimits only",
@@ -182,8 +193,8 @@ def run_checks() -> list[Check]:
     if checks[0].status == "fail":
         return checks
     bwrap_checks, path = check_bwrap()
-    checks += bwrap_checks + check_userns(path) + check_containment() + check_tools() + [check_cgroups(),
-                                                                                        check_rootfs()]
+    checks += (bwrap_checks + check_userns(path) + check_containment() + check_tools()
+               + [check_limits(), check_cgroups(), check_rootfs()])
     if path and all(c.status != "fail" for c in checks):
         checks.append(check_sandbox())
     return checks

@@ -50,8 +50,9 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dic
         check = root_dir
     # /proc/keys lists every key of the user's that the same uid may view, in any keyring: the
     # descriptions of the user's login keys. keyctl itself is filtered.
+    tmp = spec.limits.tmp_size if info.version >= (0, 10) else None  # bwrap's --size came in 0.10
     mounts += [Special("proc", "/proc"), Bind("/dev/null", "/proc/keys"), Bind("/dev/null", "/proc/key-users"),
-               Special("dev", "/dev"), Special("tmpfs", "/tmp"), Special("tmpfs", "/run")]
+               Special("dev", "/dev"), Special("tmpfs", "/tmp", tmp), Special("tmpfs", "/run", tmp and min(tmp, 64 << 20))]
     mounts += _testbed(spec, scratch, info)
     mounts += _masked_sockets(spec, workspace or {})
     shell = "bash" if _has(check, "usr/bin/bash", "bin/bash") else "sh"

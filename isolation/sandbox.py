@@ -434,7 +434,7 @@ def _exit_status(returncode: int) -> int:
 
 def _rlimits(limits: Limits) -> list[tuple[int, int]]:
     """(resource, value) pairs for every limit set; soft and hard alike, so nothing inside raises them."""
-    pairs = [(resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_AS, limits.memory),
+    pairs = [(resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_DATA, limits.memory),
              (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NPROC, limits.processes)]
     return [(res, value) for res, value in pairs if value]
 

@@ -29,6 +29,12 @@ def add_sandbox_flags(parser: argparse.ArgumentParser) -> None:
                        help="show DIR read-only at /testbed/documents (the paper's long-context layout)")
     group.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                        help="set an environment variable inside (repeatable)")
+    group.add_argument("--memory", metavar="SIZE",
+                       help="memory one process inside may use, e.g. 2G or none (default: [sandbox] memory, "
+                            "else 4 GiB or half the RAM)")
+    group.add_argument("--nested-userns", action="store_true", default=None,
+                       help="let commands make user namespaces of their own (a nested bwrap, rootless podman); "
+                            "off by default")
     group.add_argument("--session", metavar="ID",
                        help="keep this sandbox's files under session ID, or resume that session if it exists "
                             "(see `lis-tui sessions list`)")
@@ -50,10 +56,14 @@ def spec_from_args(args: argparse.Namespace, config=None):
     """The SandboxSpec the flags ask for; [network] allow/deny come from `config` (loaded if None)."""
     from isolation import SandboxSpec  # noqa: PLC0415 (keep `lis-tui --help` fast)
 
-    from lis_tui.config import configured_rootfs, load_config  # noqa: PLC0415
+    from lis_tui.config import configured_rootfs, load_config, sandbox_limits  # noqa: PLC0415
 
     if config is None:
         config = load_config()
+    if getattr(args, "memory", None) is not None:
+        config.set("sandbox.memory", args.memory, "--memory")
+    if getattr(args, "nested_userns", None):
+        config.set("sandbox.nested_userns", True, "--nested-userns")
     hosts = {"allow_hosts": tuple(config.network.allow) + tuple(getattr(args, "allow_host", None) or ()),
              "deny_hosts": tuple(config.network.deny)}
 
@@ -68,10 +78,12 @@ def spec_from_args(args: argparse.Namespace, config=None):
         return SandboxSpec(rootfs=args.rootfs or saved.rootfs, network=args.network or saved.network,
                            workspace=args.workspace or saved.workspace, input_dir=args.input_dir or saved.input_dir,
                            documents_dir=args.documents_dir or saved.documents_dir,
-                           env={**(saved.env or {}), **env}, limits=saved.limits, session=args.session, **hosts)
+                           env={**(saved.env or {}), **env}, limits=saved.limits, session=args.session,
+                           nested_userns=saved.nested_userns, **hosts)
     return SandboxSpec(rootfs=args.rootfs or configured_rootfs(config), network=args.network or config.network.mode,
                        workspace=args.workspace, input_dir=args.input_dir, documents_dir=args.documents_dir,
-                       env=env, session=getattr(args, "session", None), **hosts)
+                       env=env, session=getattr(args, "session", None), limits=sandbox_limits(config),
+                       nested_userns=config.sandbox.nested_userns, **hosts)
 
 
 def _saved_session_spec(session: str):

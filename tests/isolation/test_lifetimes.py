@@ -129,3 +129,23 @@ def _state(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_a_memory_hog_and_a_tmp_filler_stop_at_their_limits():
+    from isolation import Limits, SandboxSpec
+
+    limits = Limits(memory=256 << 20, tmp_size=64 << 20)
+    with Sandbox(SandboxSpec(limits=limits)) as sb:
+        hog = sb.exec(["python3", "-c", "x = bytearray(512 << 20); print('allocated')"])
+        fill = sb.exec("dd if=/dev/zero of=/tmp/fill bs=1M count=200; ls -l /tmp/fill")
+        assert sb.exec("echo alive").stdout == "alive\n"
+    assert hog.exit_code != 0 and "MemoryError" in hog.stderr and "allocated" not in hog.stdout
+    assert "No space left on device" in fill.stderr and f" {64 << 20} " in fill.stdout
+
+
+def test_default_limits_are_set_for_every_command(sandbox):
+    from isolation.spec import Limits
+
+    limits = Limits()
+    got = sandbox.exec("ulimit -d; ulimit -n; ulimit -u; df -B1 --output=size /tmp | tail -1").stdout.split()
+    assert got == [str(limits.memory // 1024), str(limits.open_files), str(limits.processes), str(limits.tmp_size)]
