@@ -172,7 +172,7 @@ class Sandbox:
             self._pidfd = os.pidfd_open(self.pid)
             self._root_fd = os.open(f"/proc/{self.pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             self._zygote = spawn.Zygote(self._pidfd, self._root_fd, _rlimits(self.spec.limits),
-                                        self.spec.nested_userns)
+                                        self.spec.nested_userns).start()
         except spawn.SpawnError as exc:
             raise SandboxError(f"the sandbox started but could not be joined: {exc.strerror}. "
                                "Run `lis-tui doctor`.") from None

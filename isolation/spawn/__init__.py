@@ -31,6 +31,10 @@ class SpawnError(OSError):
     """The sandbox could not be joined (it is gone, or this kernel refuses): the message says why."""
 
 
+class _Gone(SpawnError):
+    """The zygote had exited (idle) before it read the request: nothing was started."""
+
+
 class _Helper:
     """The helper process and our end of its socket."""
 
@@ -85,6 +89,8 @@ def _ask(send, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, lis
     try:
         try:
             send(request, [theirs.fileno(), *fds])
+        except (BrokenPipeError, ConnectionResetError, ConnectionRefusedError):
+            raise _Gone(0, "the sandbox's spawner is gone") from None
         finally:
             theirs.close()
         ours.settimeout(REPLY_TIMEOUT)
@@ -100,25 +106,51 @@ def _ask(send, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, lis
         ours.close()
         for fd in got:
             os.close(fd)
-        raise SpawnError(0, message[2:].decode(errors="replace") or "the sandbox's spawner is gone")
+        if not message:  # the request was dropped unread
+            raise _Gone(0, "the sandbox's spawner is gone")
+        raise SpawnError(0, message[2:].decode(errors="replace"))
     return ours, message, got
 
 
 class Zygote:
-    """The process that starts commands in one sandbox: joined to it and confined as its commands
-    are before it runs anything (helper.py). Close it when the sandbox closes."""
+    """Starts commands in one sandbox through a process joined to it and confined as its
+    commands are before it runs anything (helper.py). That process exits when idle; the next
+    request forks a new one. Close this when the sandbox closes."""
 
     def __init__(self, ns_pidfd: int, root_fd: int, rlimits: list[tuple[int, int]] = (),
                  nested_userns: bool = False) -> None:
-        """`ns_pidfd`: a pidfd of a process in the sandbox (its pid 1); `root_fd`: the sandbox's /."""
-        request = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns}
-        self._channel, _, _ = _ask(_helper_send, request, [ns_pidfd, root_fd])
+        """`ns_pidfd`: a pidfd of a process in the sandbox (its pid 1); `root_fd`: the sandbox's /.
+        Both stay the caller's, open for as long as this is used."""
+        self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns}
+        self._fds = [ns_pidfd, root_fd]
+        self._channel: socket.socket | None = None
+        self._lock = threading.Lock()
+        self.pid: int | None = None
+        """The live zygote's pid, if there is one (it is not in the sandbox's pid namespace)."""
 
-    def _send(self, request: dict, fds: list[int]) -> None:
-        try:
-            _send(self._channel, request, fds)
-        except OSError:
-            raise SpawnError(0, "the sandbox's spawner is gone") from None
+    def start(self) -> Zygote:
+        """Fork the zygote now (the first request would anyway); SpawnError if it cannot join."""
+        self._channel_now()
+        return self
+
+    def _channel_now(self) -> socket.socket:
+        with self._lock:
+            if self._channel is None:
+                self._channel, message, _ = _ask(_helper_send, self._fork, self._fds)
+                self.pid = int(message.split()[1])
+            return self._channel
+
+    def _call(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]]:
+        for _ in range(3):
+            channel = self._channel_now()
+            try:
+                return _ask(lambda req, f: _send(channel, req, f), request, fds)
+            except _Gone:
+                with self._lock:
+                    if self._channel is channel:  # exited idle: the next try forks another
+                        channel.close()
+                        self._channel, self.pid = None, None
+        raise SpawnError(0, "the sandbox's spawner keeps exiting; run `lis-tui doctor`")
 
     def spawn(self, argv: list[str], *, env: dict[str, str], cwd: str, stdin: Any = None, stdout: Any = None,
               stderr: Any = None, ctty: bool = False) -> Joined:
@@ -127,7 +159,7 @@ class Zygote:
         ends = [_stdio(spec, n) for n, spec in enumerate((stdin, stdout, stderr))]
         request = {"op": "exec", "argv": list(argv), "env": env, "cwd": cwd, "ctty": ctty}
         try:
-            reply, message, got = _ask(self._send, request, [child for child, _ in ends])
+            reply, message, got = self._call(request, [child for child, _ in ends])
         except BaseException:
             for _, ours in ends:
                 if ours is not None:
@@ -146,13 +178,16 @@ class Zygote:
     def listen(self, port: int, backlog: int) -> socket.socket:
         """A TCP socket listening on 127.0.0.1:`port` (any free port if taken) in the sandbox's
         network namespace: made in there, used from here."""
-        reply, _, got = _ask(self._send, {"op": "listen", "port": port, "backlog": backlog}, [])
+        reply, _, got = self._call({"op": "listen", "port": port, "backlog": backlog}, [])
         reply.close()
         return socket.socket(fileno=got[0])
 
     def close(self) -> None:
         """The zygote exits; commands it started live on until the sandbox closes."""
-        self._channel.close()
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()
+                self._channel, self.pid = None, None
 
 
 def _stdio(spec: Any, stream: int) -> tuple[int, IO | None]:

@@ -1,7 +1,7 @@
 """The spawn helper, and the per-sandbox zygotes it forks.
 
 The helper is started once per lis-tui process (`python -I -S helper.py FD`, an empty
-environment, no terminal) and is single-threaded, as joining a user namespace requires. For each
+environment, no terminal) and is single-threaded, as joining a user namespace requires. For a
 sandbox it forks a zygote, which:
 1. joins the sandbox's namespaces (user, mount, network, ipc, uts, cgroup; the pid namespace for
    its children) and chroots to the sandbox's root;
@@ -9,16 +9,18 @@ sandbox it forks a zygote, which:
    sandbox's files (modules already loaded keep working);
 3. confines itself as the sandbox's processes must be: a new session keyring, the sandbox's
    resource limits, every capability dropped (bounding set too), no_new_privs, the syscall filter.
-Only then does it serve requests, starting each command with subprocess (vfork and exec: no
+Only then does it serve requests, starting each command with posix_spawn (vfork and exec: no
 Python runs in the child), and the command inherits all of the above. So nothing from the
-sandbox's filesystem is ever executed or loaded while a capability is held, and a command costs
-one exec, not a chain of nsenter, setpriv and a shell.
+sandbox's filesystem is executed or loaded while a capability is held, and a command costs one
+exec, not a chain of nsenter, setpriv and a shell.
 
 The helper and the zygotes are not dumpable and were exec'd outside the sandbox: nothing inside
 can ptrace them or open their /proc files (they are not in its pid namespace at all). A zygote
-is the parent of the sandbox's commands: it reports each one's pid (with a pidfd) and, later,
-its wait status, on a socket the caller handed in with the request. It exits when the caller
-closes its channel.
+reports each command's pid (with a pidfd) and, later, its wait status on a socket the caller
+handed in with the request. A forked Python costs most of a MiB, so a zygote idle for IDLE
+seconds exits: it hands its running commands to the helper (a child subreaper, which inherits
+them as children and reports their end) and closes its channel; the caller forks a new one when
+it needs one again.
 
 Standard library only, imported by path, everything imported up front.
 """
@@ -33,65 +35,86 @@ import resource
 import select
 import signal
 import socket
-import subprocess
 import sys
 import termios
-import warnings  # noqa: F401 (os.get_exec_path imports it: it must be loaded before imports are sealed)
+import warnings  # noqa: F401 (os.execvpe imports it: it must be loaded before imports are sealed)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import linux  # noqa: E402
 import seccomp  # noqa: E402
 
+IDLE = 2.0  # seconds a zygote waits for work before it exits
 _FILTERS = {nested: seccomp.program(nested_userns=nested) for nested in (False, True)}
 _LAST_CAP = linux.last_cap()
+_RECV = socket.MSG_CMSG_CLOEXEC  # a descriptor we are handed must never leak into a command
+
+
+class _State:
+    """What a serving process (the helper, or a zygote) tracks."""
+
+    def __init__(self) -> None:
+        self.watched: dict[int, socket.socket] = {}  # pid -> where its status goes
+        self.unclaimed: dict[int, int] = {}  # pid -> status, reaped before its handoff came
+        self.zygotes: set[int] = set()
+        self.handoffs: dict[int, socket.socket] = {}  # fd -> a zygote's handoff socket
 
 
 def main(channel_fd: int) -> None:
     linux.prctl(linux.PR_SET_DUMPABLE, 0)
+    linux.prctl(linux.PR_SET_CHILD_SUBREAPER, 1)  # a zygote's commands become ours when it exits
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    channel = socket.socket(fileno=channel_fd)
     gc.freeze()  # what the collector would touch stays shared with the forks
-    _serve(channel, _fork_zygote)
+    _serve(socket.socket(fileno=channel_fd), _fork_zygote, _State(), idle=None)
 
 
-def _serve(channel: socket.socket, handle) -> None:
-    """Answer requests on `channel` until it closes; reap children as they end."""
+def _serve(channel: socket.socket, handle, state: _State, idle: float | None) -> None:
+    """Answer requests on `channel` until it closes (or, with `idle`, until that long without
+    one); reap children as they end."""
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # the wakeup fd does the work
     poller = select.poll()
     poller.register(channel, select.POLLIN)
     poller.register(wake_r, select.POLLIN)
-    watched: dict[int, tuple] = {}
     while True:
-        for fd, _ in poller.poll():
+        events = poller.poll(None if idle is None else idle * 1000)
+        if not events:
+            return  # idle: the caller hands off what runs
+        for fd, _ in events:
             if fd == wake_r:
                 _drain(wake_r)
-                _reap(watched)
-                continue
-            try:
-                payload, fds, _, _ = socket.recv_fds(channel, 1 << 16, 16)
-            except InterruptedError:
-                continue
-            if not payload:
+                _reap(state)
+            elif fd in state.handoffs:
+                _take_handoff(state, fd, poller)
+            elif not _request(channel, handle, state, poller):
                 return  # our owner is gone
-            if payload == b"@":  # a big request travels in a memfd, the last descriptor
-                payload = _read_all(fds.pop())
-            reply = socket.socket(fileno=fds.pop(0))
-            kept = False
-            try:
-                kept = handle(json.loads(payload), fds, reply, watched)
-            except Exception as exc:  # noqa: BLE001 (told to the caller; a traceback could read files)
-                _send(reply, f"E {_why(exc)}".encode())
-            finally:
-                for fd in fds:
-                    os.close(fd)
-                if not kept:
-                    reply.close()
 
 
-def _reap(watched: dict[int, tuple]) -> None:
+def _request(channel: socket.socket, handle, state: _State, poller) -> bool:
+    try:
+        payload, fds, _, _ = socket.recv_fds(channel, 1 << 16, 16, _RECV)
+    except InterruptedError:
+        return True
+    if not payload:
+        return False
+    if payload == b"@":  # a big request travels in a memfd, the last descriptor
+        payload = _read_all(fds.pop())
+    reply = socket.socket(fileno=fds.pop(0))
+    kept = False
+    try:
+        kept = handle(json.loads(payload), fds, reply, state, poller)
+    except Exception as exc:  # noqa: BLE001 (told to the caller; a traceback could read files)
+        _send(reply, f"E {_why(exc)}".encode())
+    finally:
+        for fd in fds:
+            os.close(fd)
+        if not kept:
+            reply.close()
+    return True
+
+
+def _reap(state: _State) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -99,12 +122,14 @@ def _reap(watched: dict[int, tuple]) -> None:
             return
         if pid == 0:
             return
-        reply, proc = watched.pop(pid, (None, None))
-        if proc is not None:
-            proc.returncode = os.waitstatus_to_exitcode(status)  # so subprocess never waits for it
+        reply = state.watched.pop(pid, None)
         if reply is not None:
             _send(reply, f"S {status}".encode())
             reply.close()
+        elif pid in state.zygotes:
+            state.zygotes.discard(pid)
+        else:
+            state.unclaimed[pid] = status  # handed off, its handoff not read yet
 
 
 def _send(reply: socket.socket, message: bytes, fds: list[int] = ()) -> None:
@@ -114,15 +139,46 @@ def _send(reply: socket.socket, message: bytes, fds: list[int] = ()) -> None:
         pass
 
 
-# ---- the helper: one zygote per sandbox ---------------------------------------------------------
+# ---- the helper: a zygote per sandbox -----------------------------------------------------------
 
-def _fork_zygote(request: dict, fds: list[int], reply: socket.socket, watched: dict) -> bool:
+def _fork_zygote(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
     """fds: the pidfd of the sandbox's pid 1 and its root directory; `reply` becomes the channel."""
-    if os.fork() != 0:
-        return False  # the zygote has `reply` now; ours is closed
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        _zygote(request, fds, reply, theirs)  # never returns
+    theirs.close()
+    state.zygotes.add(pid)
+    state.handoffs[ours.fileno()] = ours
+    poller.register(ours, select.POLLIN)
+    return False  # the zygote has `reply` now; ours is closed
+
+
+def _take_handoff(state: _State, fd: int, poller) -> None:
+    """A zygote that is about to exit gives us the commands it still runs, and their sockets."""
+    sock = state.handoffs[fd]
+    try:
+        payload, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1024, _RECV)
+    except InterruptedError:
+        return
+    if not payload:  # the zygote is gone
+        poller.unregister(fd)
+        del state.handoffs[fd]
+        sock.close()
+        return
+    for pid, reply_fd in zip(json.loads(payload), fds):
+        reply = socket.socket(fileno=reply_fd)
+        if pid in state.unclaimed:
+            _send(reply, f"S {state.unclaimed.pop(pid)}".encode())
+            reply.close()
+        else:
+            state.watched[pid] = reply
+
+
+def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: socket.socket) -> None:
     try:
         signal.set_wakeup_fd(-1)
-        keep = [reply.fileno(), *fds]
+        keep = [channel.fileno(), handoff.fileno(), *fds]
         for fd in range(3, max(keep) + 1):
             if fd not in keep:
                 _close(fd)  # other zygotes' channels, the helper's own socket
@@ -135,11 +191,17 @@ def _fork_zygote(request: dict, fds: list[int], reply: socket.socket, watched: d
         _seal_imports()
         _confine(request)
     except BaseException as exc:  # noqa: BLE001
-        _send(reply, f"E could not join the sandbox: {_why(exc)}".encode())
+        _send(channel, f"E could not join the sandbox: {_why(exc)}".encode())
         os._exit(0)
-    _send(reply, b"Z")
+    _send(channel, f"Z {os.getpid()}".encode())
+    state = _State()
     try:
-        _serve(reply, _zygote_request)
+        _serve(channel, _zygote_request, state, idle=IDLE)
+        channel.close()  # a request that came meanwhile is dropped unread: the caller sends it again
+        _reap(state)
+        if state.watched:
+            socket.send_fds(handoff, [json.dumps(list(state.watched)).encode()],
+                            [reply.fileno() for reply in state.watched.values()])
     finally:
         os._exit(0)
 
@@ -187,28 +249,22 @@ def _confine(request: dict) -> None:
 
 # ---- a zygote: the sandbox's commands ---------------------------------------------------------
 
-def _zygote_request(request: dict, fds: list[int], reply: socket.socket, watched: dict) -> bool:
+def _zygote_request(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
     """Start a command (True: `reply` is kept, for its status) or bind the proxy's socket."""
     if request["op"] == "listen":
         _listen(request, reply)
         return False
-    stdin, stdout, stderr = fds
     try:
-        if request["ctty"]:
-            pid, proc = _fork_on_pty(request, stdin, stdout, stderr), None
-        else:
-            proc = subprocess.Popen(request["argv"], stdin=stdin, stdout=stdout, stderr=stderr, cwd=request["cwd"],
-                                    env=request["env"], start_new_session=True, close_fds=True)
-            pid = proc.pid
+        pid = (_fork_on_pty if request["ctty"] else _spawn)(request, *fds)
     except OSError as exc:  # cannot change directory, not found, not executable: as a shell says it
-        if exc.filename == request["cwd"] and request["cwd"] != request["argv"][0]:
+        name = request["argv"][0]
+        if exc.filename == request["cwd"]:
             message, code = f"cannot change directory to {request['cwd']}: {exc.strerror}", 1
         elif exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            name = request["argv"][0]
             message, code = f"{name}: {'No such file or directory' if '/' in name else 'command not found'}", 127
         else:
-            message, code = f"{request['argv'][0]}: {exc.strerror}", 126
-        _write(stderr, f"lis-tui: {message}\n")
+            message, code = f"{name}: {exc.strerror}", 126
+        _write(fds[2], f"lis-tui: {message}\n")
         _send(reply, f"X {code}".encode())
         return False
     pidfd = os.pidfd_open(pid)  # our child, not reaped yet: it is this process
@@ -216,12 +272,31 @@ def _zygote_request(request: dict, fds: list[int], reply: socket.socket, watched
         _send(reply, f"P {pid}".encode(), [pidfd])
     finally:
         os.close(pidfd)
-    watched[pid] = (reply, proc)
+    state.watched[pid] = reply
     return True
 
 
+def _spawn(request: dict, stdin: int, stdout: int, stderr: int) -> int:
+    os.chdir(request["cwd"])  # ours, which the command inherits: this process does one thing at a time
+    env = request["env"]
+    return os.posix_spawn(_find(request["argv"][0], env.get("PATH", "/usr/bin:/bin")), request["argv"], env,
+                          file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate((stdin, stdout, stderr))],
+                          setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+
+
+def _find(name: str, path: str) -> str:
+    """The file execvp would run for `name`; FileNotFoundError if there is none."""
+    if "/" in name:
+        return name
+    for directory in path.split(":"):
+        candidate = os.path.join(directory or ".", name)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    raise FileNotFoundError(errno.ENOENT, "command not found", name)
+
+
 def _fork_on_pty(request: dict, stdin: int, stdout: int, stderr: int) -> int:
-    """A child whose controlling terminal is the pty among its stdio (subprocess cannot do that)."""
+    """A child whose controlling terminal is the pty among its stdio (posix_spawn cannot do that)."""
     err_r, err_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -234,11 +309,9 @@ def _fork_on_pty(request: dict, stdin: int, stdout: int, stderr: int) -> int:
             for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
             signal.set_wakeup_fd(-1)
-            keep = err_w
             os.chdir(request["cwd"])
-            os.closerange(3, keep)
-            linux.close_from(keep + 1)
-            os.set_inheritable(keep, False)
+            os.closerange(3, err_w)
+            linux.close_from(err_w + 1)
             os.execvpe(request["argv"][0], request["argv"], request["env"])
         except OSError as exc:
             os.write(err_w, json.dumps([exc.errno, exc.strerror, exc.filename]).encode())

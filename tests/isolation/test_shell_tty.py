@@ -57,7 +57,7 @@ def test_tiocsti_from_the_sandbox_shell_reaches_no_outer_shell(tmp_path):
     session = f"lis-sti-{os.getpid()}"
     env = {**os.environ, "TMUX": ""}
     subprocess.run(["tmux", "-L", session, "-f", "/dev/null", "new-session", "-d", "-s", session, "-x", "120",
-                    "-y", "30", "bash --norc --noprofile"], check=True, env=env)
+                    "-y", "30", "env PS1='outer$ ' bash --norc --noprofile"], check=True, env=env)
     tmux = ["tmux", "-L", session]
     attack = ("python3 -c \"import fcntl, termios, os\n"
               "for fd in (0, 1, 2):\n"
@@ -90,6 +90,9 @@ def test_tiocsti_from_the_sandbox_shell_reaches_no_outer_shell(tmp_path):
         # the attack ran, and met EPERM on every descriptor
         assert "refused 0 1\nrefused 1 1\nrefused 2 1" in results and "pushed" not in results
         keys("exit", "Enter")
+        deadline = time.monotonic() + 20  # the outer prompt again, after the sandbox's
+        while not screen().rstrip().endswith("outer$") and time.monotonic() < deadline:
+            time.sleep(0.1)
         keys("echo outer-$((6*7))", "Enter")
         shows("outer-42")
         time.sleep(0.5)
