@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from isolation import Sandbox, SandboxSpec, netns
+from isolation import Sandbox, SandboxSpec
+from isolation.proxy import PROXY_PORT
 from isolation.network import EgressProxy, NetworkPolicy
 
 HOST = "127.0.0.2"
@@ -106,7 +107,7 @@ def latency(sb, env, port, requests: int, rounds: int) -> list[tuple[str, str, s
     """p50 per round of `requests` fresh-connection GETs, host and proxied rounds alternating;
     the added latency is the median of the per-round differences."""
     host_argv = ["/usr/bin/python3", "-c", CLIENT, HOST, str(port), "/small.txt", str(requests), "-"]
-    proxied = ["python3", "-c", CLIENT, "127.0.0.1", str(netns.PROXY_PORT), "/small.txt", str(requests),
+    proxied = ["python3", "-c", CLIENT, "127.0.0.1", str(PROXY_PORT), "/small.txt", str(requests),
                f"{HOST}:{port}"]
     host, through, cpu = [], [], 0.0
     for _ in range(rounds):
@@ -124,20 +125,14 @@ def latency(sb, env, port, requests: int, rounds: int) -> list[tuple[str, str, s
 
 def setup_cost(proxy, sandboxes: int) -> list[tuple[str, str, str]]:
     """Opening the proxy port in a fresh sandbox, each way this machine can take."""
-    rows = []
-    ways = [("thread", None), ("helper", False)] if os.geteuid() == 0 else [("helper", False)]
-    for way, flag in ways:
-        times = []
-        for _ in range(sandboxes):
-            with Sandbox() as sb:
-                netns._thread_way_works = flag
-                start = time.perf_counter()
-                handle = proxy.attach(sb.pid, NetworkPolicy("on"))
-                times.append((time.perf_counter() - start) * 1000)
-                handle.detach()
-        netns._thread_way_works = None
-        rows.append((f"proxy set-up per sandbox, {way} way (p50 / p90)", _p50_p90(times), "target <= 5 ms"))
-    return rows
+    times = []
+    for _ in range(sandboxes):
+        with Sandbox() as sb:
+            start = time.perf_counter()
+            handle = proxy.attach(sb, NetworkPolicy("on"))
+            times.append((time.perf_counter() - start) * 1000)
+            handle.detach()
+    return [("proxy set-up per sandbox (p50 / p90)", _p50_p90(times), "target <= 5 ms")]
 
 
 def start_cost(sandboxes: int) -> list[tuple[str, str, str]]:
@@ -177,7 +172,7 @@ def main() -> None:
         try:
             rows = setup_cost(proxy, args.sandboxes) + start_cost(args.sandboxes)
             with Sandbox() as sb:
-                handle = proxy.attach(sb.pid, NetworkPolicy("on", allow=[f"{HOST}:{port}"]))
+                handle = proxy.attach(sb, NetworkPolicy("on", allow=[f"{HOST}:{port}"]))
                 env = handle.environment(sb.env)
                 rows += throughput(sb, env, f"http://{HOST}:{port}/blob.bin", args.rounds, args.mb)
                 rows += latency(sb, env, port, args.requests, args.rounds)

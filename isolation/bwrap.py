@@ -125,13 +125,14 @@ class Symlink:
 
 @dataclass(frozen=True)
 class Special:
-    """--proc, --dev, --tmpfs or --dir at `dest`."""
+    """--proc, --dev, --tmpfs (of at most `size` bytes) or --dir at `dest`."""
 
     kind: str
     dest: str
+    size: int | None = None
 
     def to_args(self) -> list[str]:
-        return [f"--{self.kind}", self.dest]
+        return (["--size", str(self.size)] if self.size else []) + [f"--{self.kind}", self.dest]
 
 
 Mount = Bind | Overlay | Symlink | Special
@@ -160,12 +161,16 @@ def host_root_mounts(host: Path = Path("/")) -> list[Mount]:
     return mounts
 
 
-def sandbox_argv(bwrap: str, mounts: list[Mount], *, hostname: str, info_fd: int,
+def sandbox_argv(bwrap: str, mounts: list[Mount], *, hostname: str, info_fd: int, seccomp_fd: int,
                  command: list[str]) -> list[str]:
-    """The full bwrap command line for a sandbox whose first process is `command`."""
-    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-            "--hostname", hostname, "--uid", "0", "--gid", "0",
-            "--info-fd", str(info_fd)]
+    """The full bwrap command line for a sandbox whose first process, pid 1, is `command`.
+
+    `--as-pid-1`: no bwrap process of ours stays inside (it would be a host binary, holding our
+    environment, that the sandbox could reach through /proc/1). `--cap-drop ALL`: bwrap run by
+    root keeps every capability for the command otherwise."""
+    argv = [bwrap, "--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session", "--clearenv",
+            "--cap-drop", "ALL", "--hostname", hostname, "--uid", "0", "--gid", "0",
+            "--info-fd", str(info_fd), "--seccomp", str(seccomp_fd)]
     for mount in mounts:
         argv += mount.to_args()
     return argv + ["--", *command]

@@ -92,17 +92,54 @@ def check_bwrap() -> tuple[list[Check], str | None]:
 def check_tools() -> list[Check]:
     checks = []
     for tool, why, fix in (
-        ("nsenter", "joins running sandboxes", "install util-linux (it ships nsenter and setpriv)"),
-        ("setpriv", "drops privileges in the host rootfs", "install util-linux"),
         ("mmdebstrap", "builds rootfs (`lis-tui rootfs build`)", "sudo apt-get install mmdebstrap"),
         ("newuidmap", "lets mmdebstrap map subordinate ids", "sudo apt-get install uidmap"),
     ):
         found = shutil.which(tool)
-        required = tool == "nsenter"
-        status = "ok" if found else ("fail" if required else "warn")
-        checks.append(Check(tool, status, f"{found} ({why})" if found else f"not found ({why})",
+        checks.append(Check(tool, "ok" if found else "warn", f"{found} ({why})" if found else f"not found ({why})",
                             "" if found else fix))
     return checks
+
+
+def check_containment() -> list[Check]:
+    """The syscall filter, and the kernel settings that decide what a process could do without it."""
+    from .spawn import seccomp  # noqa: PLC0415
+
+    try:
+        count = len(seccomp.program()) // 8
+        checks = [Check("syscall filter", "ok", f"{len(seccomp.DENIED)} calls denied with EPERM "
+                        f"({count} BPF instructions, {platform.machine()})")]
+    except OSError as exc:
+        checks = [Check("syscall filter", "fail", str(exc), "run lis-tui on x86_64 or aarch64")]
+    tiocsti = _read("/proc/sys/dev/tty/legacy_tiocsti")
+    if tiocsti == "1":
+        checks.append(Check("tiocsti", "warn", "dev.tty.legacy_tiocsti = 1: any program may push input into "
+                            "its terminal; sandboxes are filtered and never get your terminal",
+                            "sudo sysctl -w dev.tty.legacy_tiocsti=0 (and persist it in /etc/sysctl.d/)"))
+    else:
+        checks.append(Check("tiocsti", "ok", "dev.tty.legacy_tiocsti = 0" if tiocsti else
+                            "this kernel has no legacy_tiocsti switch (before 6.2); sandboxes filter TIOCSTI"))
+    yama = _read("/proc/sys/kernel/yama/ptrace_scope")
+    if yama is None:
+        checks.append(Check("yama", "ok", "Yama is not enabled; sandboxes deny ptrace in their filter"))
+    elif yama == "0":
+        checks.append(Check("yama", "warn", "kernel.yama.ptrace_scope = 0: your processes may trace each "
+                            "other; sandboxes deny ptrace in their filter",
+                            "sudo sysctl -w kernel.yama.ptrace_scope=1"))
+    else:
+        checks.append(Check("yama", "ok", f"kernel.yama.ptrace_scope = {yama}"))
+    return checks
+
+
+def check_limits() -> Check:
+    """What each sandbox may use unless [sandbox] in the config or flags say otherwise."""
+    from .spec import Limits  # noqa: PLC0415
+
+    limits, gib = Limits(), 1 << 30
+    size = lambda n: "no cap" if not n else f"{n / gib:.1f} GiB" if n >= gib else f"{n >> 20} MiB"  # noqa: E731
+    return Check("limits", "ok", f"memory {size(limits.memory)} per process, /tmp {size(limits.tmp_size)}, "
+                 f"files up to {size(limits.file_size)}, {limits.processes} processes, {limits.open_files} open "
+                 "files", "change them in [sandbox] of the config (memory, tmp_size) or with --memory")
 
 
 def check_cgroups() -> Check:
@@ -121,12 +158,12 @@ def check_sandbox() -> Check:
 
     try:
         with Sandbox() as sb:
-            result = sb.exec("echo ok", timeout=30)
+            result = sb.exec("grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status", timeout=30)
     except SandboxError as exc:
         return Check("sandbox", "fail", f"a test sandbox failed: {exc}", "fix the problems above, then run again")
-    if result.stdout.strip() != "ok":
-        return Check("sandbox", "fail", f"a test sandbox ran but answered {result!r}", "report this as a bug")
-    return Check("sandbox", "ok", "a test sandbox started and ran a command")
+    if result.stdout.split() != ["CapEff:", "0000000000000000", "NoNewPrivs:", "1", "Seccomp:", "2"]:
+        return Check("sandbox", "fail", f"a test sandbox ran but is not confined: {result!r}", "report this as a bug")
+    return Check("sandbox", "ok", "a test sandbox started and ran a command: no capabilities, no_new_privs, filtered")
 
 
 def check_rootfs() -> Check:
@@ -156,7 +193,8 @@ def run_checks() -> list[Check]:
     if checks[0].status == "fail":
         return checks
     bwrap_checks, path = check_bwrap()
-    checks += bwrap_checks + check_userns(path) + check_tools() + [check_cgroups(), check_rootfs()]
+    checks += (bwrap_checks + check_userns(path) + check_containment() + check_tools()
+               + [check_limits(), check_cgroups(), check_rootfs()])
     if path and all(c.status != "fail" for c in checks):
         checks.append(check_sandbox())
     return checks

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import bwrap
@@ -10,9 +11,6 @@ from .bwrap import Bind, Mount, Overlay, Special
 from .spec import SandboxError, SandboxSpec
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# Drops every capability the joined process got from entering the user namespace, so it cannot
-# remount what we mounted read-only, and sets no_new_privs as bwrap does for its own child.
-DROP_PRIVILEGES = ["setpriv", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
 
 
 @dataclass
@@ -21,10 +19,6 @@ class RootPlan:
 
     mounts: list[Mount]
     shell: str
-    drop_privileges: list[str] = field(default_factory=list)
-
-    def shell_argv(self, script: str, argv: list[str]) -> list[str]:
-        return [self.shell, "-c", script, "lis", *argv]
 
     def environment(self, spec: SandboxSpec) -> dict[str, str]:
         env = {"PATH": PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",
@@ -37,8 +31,9 @@ def _has(root: Path, *names: str) -> bool:
     return any(os.path.lexists(root / name) for name in names)
 
 
-def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo) -> RootPlan:
-    """Mounts for `spec`; writable layers go under `scratch`."""
+def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dict | None = None) -> RootPlan:
+    """Mounts for `spec`; writable layers go under `scratch`. `workspace`: the workspace's
+    snapshot (workspace.snapshot), where its sockets are found."""
     root_dir = _resolve_rootfs(spec.rootfs)
     if root_dir is None:
         (scratch / "root").mkdir(mode=0o700, exist_ok=True)
@@ -53,12 +48,15 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo) -> RootPlan:
         (scratch / "work").mkdir(exist_ok=True)
         mounts = [Overlay((str(root_dir),), "/", str(scratch / "upper"), str(scratch / "work"))]
         check = root_dir
-    mounts += [Special("proc", "/proc"), Special("dev", "/dev"), Special("tmpfs", "/tmp"),
-               Special("tmpfs", "/run")]
+    # /proc/keys lists every key of the user's that the same uid may view, in any keyring: the
+    # descriptions of the user's login keys. keyctl itself is filtered.
+    tmp = spec.limits.tmp_size if info.version >= (0, 10) else None  # bwrap's --size came in 0.10
+    mounts += [Special("proc", "/proc"), Bind("/dev/null", "/proc/keys"), Bind("/dev/null", "/proc/key-users"),
+               Special("dev", "/dev"), Special("tmpfs", "/tmp", tmp), Special("tmpfs", "/run", tmp and min(tmp, 64 << 20))]
     mounts += _testbed(spec, scratch, info)
+    mounts += _masked_sockets(spec, workspace or {})
     shell = "bash" if _has(check, "usr/bin/bash", "bin/bash") else "sh"
-    drop = DROP_PRIVILEGES if _has(check, "usr/bin/setpriv", "bin/setpriv") else []
-    return RootPlan(mounts, shell, drop)
+    return RootPlan(mounts, shell)
 
 
 def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo) -> list[Mount]:
@@ -83,6 +81,29 @@ def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo) -> list[Mo
             (scratch / "testbed" / "documents").mkdir(exist_ok=True)
         mounts.append(Bind(str(_existing_dir(spec.documents_dir, "documents directory")), "/testbed/documents"))
     return mounts
+
+
+def _masked_sockets(spec: SandboxSpec, workspace: dict) -> list[Mount]:
+    """/dev/null over every unix socket the host shares with the sandbox. A socket file is a way to
+    a host service, whatever the network mode: connecting needs no network namespace."""
+    found = [f"/testbed/{rel}" for rel, meta in workspace.items() if meta[0] == stat.S_IFSOCK]
+    for given, dest in ((spec.input_dir, "/testbed/input"), (spec.documents_dir, "/testbed/documents")):
+        if given is not None:
+            found += [f"{dest}/{rel}" for rel in _sockets(_existing_dir(given, dest))]
+    return [Bind("/dev/null", path) for path in found]
+
+
+def _sockets(root: Path) -> list[str]:
+    found, stack = [], [("", str(root))]
+    while stack:
+        rel, path = stack.pop()
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((f"{rel}{entry.name}/", entry.path))
+                elif stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+                    found.append(rel + entry.name)
+    return found
 
 
 def testbed_layers(spec: SandboxSpec, layers: Path) -> tuple[Path | None, Path]:

@@ -2,23 +2,21 @@
 
     policy = NetworkPolicy("ask", allow=["pypi.org", "*.pythonhosted.org"], decide=ask_the_user,
                            on_allow_always=save_network_allow)
-    handle = default_proxy().attach(sandbox.pid, policy)   # port 3128 inside, served from here
+    handle = default_proxy().attach(sandbox, policy)       # port 3128 inside, served from here
     env = handle.environment(sandbox.env)                  # HTTP(S)_PROXY, NO_PROXY, git, npm
     handle.set_mode("off")                                 # live; closes open tunnels
     handle.records()                                       # the request log, for the trajectory
     handle.detach()                                        # before the sandbox goes
 
-The parts: netpolicy (rules, modes, approval), netaddr (what counts as this machine), netns (the
-listening socket inside the sandbox), proxyhttp (heads), proxyconn (one connection), proxy (the loop).
+The parts: netpolicy (rules, modes, approval), netaddr (what counts as this machine), proxyhttp (heads), proxyconn (one connection), proxy (the loop).
 """
 from __future__ import annotations
 
 from .netaddr import is_internal
-from .netns import PROXY_PORT, listen_in_netns
 from .netpolicy import ANSWERS, Decision, HostRule, NetworkError, NetworkPolicy, NetworkRequest, refusal_text
-from .proxy import NO_PROXY, EgressProxy, ProxyHandle, default_proxy, proxy_env
+from .proxy import NO_PROXY, PROXY_PORT, EgressProxy, ProxyHandle, default_proxy, proxy_env
 from .proxyconn import RequestRecord
 
 __all__ = ["ANSWERS", "Decision", "EgressProxy", "HostRule", "NO_PROXY", "NetworkError", "NetworkPolicy",
            "NetworkRequest", "PROXY_PORT", "ProxyHandle", "RequestRecord", "default_proxy", "is_internal",
-           "listen_in_netns", "proxy_env", "refusal_text"]
+           "proxy_env", "refusal_text"]

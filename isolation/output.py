@@ -5,15 +5,15 @@ import os
 import select
 import selectors
 import signal
-import subprocess
 import time
 
 CHUNK = 1 << 16
 
 
-def collect(proc: subprocess.Popen, stdin: bytes | None, timeout: float | None,
+def collect(proc, stdin: bytes | None, timeout: float | None,
             cap: int) -> tuple[bytes, bytes, bool, int]:
-    """(stdout, stderr, timed_out, dropped bytes); at the timeout the whole process group is killed."""
+    """(stdout, stderr, timed_out, dropped bytes) of a `spawn.Joined`; at the timeout the whole
+    process group is killed."""
     deadline = None if timeout is None else time.monotonic() + timeout
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     bufs = {out_fd: bytearray(), err_fd: bytearray()}
@@ -31,7 +31,7 @@ def collect(proc: subprocess.Popen, stdin: bytes | None, timeout: float | None,
             proc.stdin.close()
     # A background child may hold the pipes open long after the command itself is done:
     # stop when the command exits, after draining what is already there.
-    exit_fd = os.pidfd_open(proc.pid)
+    exit_fd = proc.exit_fd
     sel.register(exit_fd, selectors.EVENT_READ)
     timed_out = False
     while len(sel.get_map()) > 1:
@@ -64,7 +64,6 @@ def collect(proc: subprocess.Popen, stdin: bytes | None, timeout: float | None,
                 continue
             dropped += _keep(bufs[fd], data, cap)
     sel.close()
-    os.close(exit_fd)
     if timed_out:
         _kill_group(proc)
     proc.wait()
@@ -94,7 +93,7 @@ def _drain(fd: int, buf: bytearray, cap: int) -> int:
         dropped += _keep(buf, data, cap)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:

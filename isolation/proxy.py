@@ -11,7 +11,6 @@ import time
 from typing import Callable, Iterable, Mapping
 
 from .netaddr import is_internal
-from .netns import listen_in_netns
 from .netpolicy import NetworkPolicy
 from .proxyconn import Connection, Refused, RequestRecord
 from .proxyhttp import response
@@ -21,6 +20,8 @@ CONNECT_TIMEOUT = 30.0
 MAX_CONNECTIONS = 256
 LOG_SIZE = 10_000
 NO_PROXY = "localhost,127.0.0.1,::1"
+PROXY_PORT = 3128
+BACKLOG = 1024
 
 Resolver = Callable[[str, int], Iterable[str]]
 
@@ -46,13 +47,14 @@ class EgressProxy:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def attach(self, pid: int, policy: NetworkPolicy, label: str = "") -> ProxyHandle:
-        """Open the proxy port inside the namespaces of process `pid` (a sandbox's) and serve it."""
+    def attach(self, sandbox, policy: NetworkPolicy, label: str = "") -> ProxyHandle:
+        """Open the proxy port inside `sandbox`'s network namespace (`sandbox.listen`: a socket
+        made in there, used from here, so no process relays) and serve it."""
         loop = self._ensure_loop()
-        sock = listen_in_netns(pid)
+        sock = sandbox.listen(PROXY_PORT, BACKLOG)
         try:
             sock.setblocking(False)
-            handle = ProxyHandle(self, policy, sock.getsockname()[1], label or f"pid {pid}")
+            handle = ProxyHandle(self, policy, sock.getsockname()[1], label or f"pid {sandbox.pid}")
             asyncio.run_coroutine_threadsafe(handle._serve(sock), loop).result(30)
         except BaseException:
             sock.close()

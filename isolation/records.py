@@ -2,7 +2,9 @@
 
 Each sandbox owns `<scratch>/<id>.lock`, flocked by the owning process for as long as it lives and
 holding the bwrap process group. A lock that can be taken belongs to a dead owner: its process group
-is killed and its scratch removed.
+is killed, and so is every process that carries the record's marker (`lis-sandbox-<id>`) in its
+argv, as bwrap and pid 1 do from their start: an owner killed before it wrote the group down left
+them unrecorded. Then the scratch goes.
 """
 from __future__ import annotations
 
@@ -10,13 +12,10 @@ import fcntl
 import os
 import secrets
 import signal
-import time
 from pathlib import Path
 
 from .rootfs_safe import remove_tree
 
-# A record this young with no pgid yet may be a sandbox in the middle of starting.
-_GRACE_SECONDS = 10.0
 
 
 def state_dir() -> Path:
@@ -40,10 +39,18 @@ class Record:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.id = secrets.token_hex(6)
         self.lock_path = self.root / f"{self.id}.lock"
-        self._fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        # Locked before it has its name, so a sweep never finds it unlocked while we live.
+        making = self.root / f".{self.id}.new"
+        self._fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
+        os.rename(making, self.lock_path)
         self.dir = self.root / self.id
         self.dir.mkdir(mode=0o700)
+
+    @property
+    def marker(self) -> str:
+        """A word for the argv of this sandbox's processes, by which a sweep finds them."""
+        return f"lis-sandbox-{self.id}"
 
     def set_pgid(self, pgid: int) -> None:
         os.pwrite(self._fd, f"{pgid}\n".encode(), 0)
@@ -59,7 +66,8 @@ def sweep(root: Path | None = None) -> int:
     """Kill and remove what crashed owners left behind; returns how many records were swept."""
     root = root or scratch_root()
     swept = 0
-    for lock_path in root.glob("*.lock"):
+    # ".ID.new": an owner that died between making its record and naming it; nothing ran yet.
+    for lock_path in [*root.glob("*.lock"), *root.glob(".*.new")]:
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CLOEXEC)
         except OSError:
@@ -71,16 +79,32 @@ def sweep(root: Path | None = None) -> int:
             continue  # its owner is alive
         try:
             text = os.pread(fd, 64, 0).decode().strip()
-            if not text and time.time() - os.fstat(fd).st_mtime < _GRACE_SECONDS:
-                continue
             if text.isdigit():
                 _kill_group(int(text))
-            remove_tree(root / lock_path.stem)
+            record_id = lock_path.name.strip(".").split(".")[0]
+            _kill_marked(f"lis-sandbox-{record_id}".encode())
+            remove_tree(root / record_id)
             lock_path.unlink(missing_ok=True)
             swept += 1
         finally:
             os.close(fd)
     return swept
+
+
+def _kill_marked(marker: bytes) -> None:
+    """SIGKILL every process of ours with `marker` as a whole word of its argv."""
+    uid = os.getuid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass  # gone meanwhile
 
 
 def _kill_group(pgid: int) -> None:

@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import functools
 import json
 import os
 import resource
-import shlex
-import shutil
 import signal
+import socket
 import struct
 import subprocess
 import termios
@@ -17,7 +15,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import bwrap, records, sessions, workspace
+from . import bwrap, records, sessions, spawn, workspace
+from .spawn import seccomp
 from .inroot import InRootUnavailable, NotARegularFile, read_in_root, write_in_root
 from .output import collect, ready
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
@@ -26,11 +25,14 @@ if TYPE_CHECKING:
     from .netpolicy import NetworkPolicy
     from .proxy import ProxyHandle
 
-NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
-SETSID = shutil.which("setsid") or "/usr/bin/setsid"
-# Says it runs on stdout (the readiness pipe), then blocks reading stdin, a pipe whose write end
-# only our process holds: when we die, it reads EOF and exits, and the sandbox with it.
-KEEPER = ["sh", "-c", "printf x; exec >/dev/null; read _"]
+# pid 1 of the sandbox (bwrap --as-pid-1, so that no process of bwrap's, a host binary, is inside).
+# It says it runs on stdout (the readiness pipe), then reads stdin, a pipe whose write end only
+# our process holds, until EOF: when we die, it exits, and the sandbox with it. bash, where the
+# rootfs has it, also reaps the orphans pid 1 inherits (its SIGCHLD handler waits for any child);
+# cat does not, so there orphans stay zombies until the sandbox closes.
+# Its $0 is the record's marker, which the sweep looks for (records.py).
+KEEPER = {"bash": ["bash", "-c", "printf x; exec >/dev/null 2>&1; while read -r _; do :; done"],
+          "sh": ["sh", "-c", "printf x; exec >/dev/null 2>&1; exec cat"]}
 START_TIMEOUT = 30.0
 OUTPUT_CAP = 64 << 20
 _swept = False
@@ -68,7 +70,9 @@ class Sandbox:
         self._root = None
         self._close_lock = threading.Lock()
         self._pidfd: int | None = None
-        self._root_fd: int | None = None  # the sandbox's / (for read_file)
+        self._root_fd: int | None = None  # the sandbox's / (for read_file, and to join it)
+        self._err_fd: int | None = None  # bwrap's stderr
+        self._zygote: spawn.Zygote | None = None  # starts every command inside
         self._session: sessions.Session | None = None
         self._before: dict | None = None
 
@@ -95,7 +99,7 @@ class Sandbox:
         self._record = records.Record()
         try:
             self._open_session()
-            self._root = plan(self.spec, self.layers, info)
+            self._root = plan(self.spec, self.layers, info, self._before)
             self._launch(info)
         except BaseException:
             self.close()
@@ -142,25 +146,36 @@ class Sandbox:
         ready_r, ready_w = os.pipe()
         hold_r, self._hold_fd = os.pipe()
         info_r, info_w = os.pipe()
-        log_path = self._record.dir / "bwrap.log"
+        self._err_fd, err_w = os.pipe()  # bwrap's stderr: a pipe, so no host file is open inside
+        filter_fd = os.memfd_create("lis-seccomp", os.MFD_CLOEXEC)
+        os.write(filter_fd, seccomp.program(nested_userns=self.spec.nested_userns))
+        os.lseek(filter_fd, 0, os.SEEK_SET)
         argv = bwrap.sandbox_argv(info.path, self._root.mounts, hostname=self.spec.hostname,
-                                  info_fd=info_w, command=KEEPER)
-        with open(log_path, "wb") as log:
-            self._proc = subprocess.Popen(argv, stdin=hold_r, stdout=ready_w, stderr=log,
-                                          pass_fds=(info_w,), start_new_session=True)
-        for fd in (ready_w, hold_r, info_w):
-            os.close(fd)
+                                  info_fd=info_w, seccomp_fd=filter_fd,
+                                  command=[*KEEPER[self._root.shell], self._record.marker])
+        try:
+            # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
+            self._proc = subprocess.Popen(argv, stdin=hold_r, stdout=ready_w, stderr=err_w, env={},
+                                          pass_fds=(info_w, filter_fd), start_new_session=True)
+        finally:
+            for fd in (ready_w, hold_r, info_w, err_w, filter_fd):
+                os.close(fd)
         self._record.set_pgid(self._proc.pid)
         try:
             ok = ready([ready_r], START_TIMEOUT) and os.read(ready_r, 1) == b"x"
             if not ok:
                 self._proc.kill()
                 self._proc.wait()
-                raise SandboxError(_explain_start_failure(log_path.read_text(errors="replace"), info))
+                raise SandboxError(_explain_start_failure(_read_some(self._err_fd), info))
             self.pid = _child_pid(info_r)
             # A pidfd names this process and no later one that reuses its pid, and tells when it is gone.
             self._pidfd = os.pidfd_open(self.pid)
             self._root_fd = os.open(f"/proc/{self.pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            self._zygote = spawn.Zygote(self._pidfd, self._root_fd, _rlimits(self.spec.limits),
+                                        self.spec.nested_userns).start()
+        except spawn.SpawnError as exc:
+            raise SandboxError(f"the sandbox started but could not be joined: {exc.strerror}. "
+                               "Run `lis-tui doctor`.") from None
         finally:
             os.close(ready_r)
             os.close(info_r)
@@ -183,7 +198,7 @@ class Sandbox:
     def _open_network(self) -> None:
         from .proxy import default_proxy  # noqa: PLC0415
 
-        self.network = default_proxy().attach(self.pid, self.policy, label=f"sandbox {self._record.id}")
+        self.network = default_proxy().attach(self, self.policy, label=f"sandbox {self._record.id}")
         self.env = self.network.environment(self.env)
 
     def close(self) -> None:
@@ -217,9 +232,13 @@ class Sandbox:
                 ready([self._pidfd], 10)  # init exits only after every process in it is gone
                 os.close(self._pidfd)
                 self._pidfd = None
-        if self._root_fd is not None:
-            os.close(self._root_fd)
-            self._root_fd = None
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
+        for name in ("_root_fd", "_err_fd"):
+            if getattr(self, name) is not None:
+                os.close(getattr(self, name))
+                setattr(self, name, None)
         if self._record is not None:
             self._record.release()
             self._record = None
@@ -229,21 +248,6 @@ class Sandbox:
         self.pid = None
 
     # ---- running things inside ------------------------------------------------------------
-
-    def join_argv(self, argv: list[str], cwd: str = "/testbed") -> list[str]:
-        """The host argv that runs `argv` inside this sandbox, limits applied (pass `self.env`)."""
-        self._require_running()
-        prefix = _ulimit_script(self.spec.limits, self._root.shell)
-        if _nsenter_has_wdns():
-            where = [f"-W{cwd}"]
-        else:  # util-linux < 2.38 (Ubuntu 22.04) cannot set the working directory itself
-            where, prefix = ["-w"], f"cd -- {shlex.quote(cwd)} || exit 1; {prefix}"
-        if argv[:2] == [self._root.shell, "-c"] and len(argv) >= 3:
-            limited = [argv[0], "-c", prefix + argv[2], *argv[3:]]  # one shell, not two
-        else:
-            limited = self._root.shell_argv(prefix + 'exec "$@"', argv)
-        return [NSENTER, "-t", str(self.pid), "-U", "-m", "-p", "-n", "-i", "-u", "-C",
-                "--preserve-credentials", "-r", *where, *self._root.drop_privileges, *limited]
 
     def exec(self, command: str | list[str], timeout: float | None = None, stdin: bytes | str | None = None,
              cwd: str = "/testbed", env: dict[str, str] | None = None,
@@ -262,11 +266,27 @@ class Sandbox:
         out, err, timed_out, dropped = collect(proc, stdin, timeout, max_output)
         return 124 if timed_out else _exit_status(proc.returncode), out, err, timed_out, dropped
 
-    def popen(self, argv: list[str], cwd: str = "/testbed", env: dict[str, str] | None = None,
-              new_session: bool = True, **kwargs) -> subprocess.Popen:
-        """Start `argv` inside; the caller owns the process (stdio as in subprocess.Popen)."""
-        return subprocess.Popen(self.join_argv(argv, cwd), env={**self.env, **(env or {})},
-                                start_new_session=new_session, **kwargs)
+    def popen(self, argv: list[str], cwd: str = "/testbed", env: dict[str, str] | None = None, *,
+              stdin=None, stdout=None, stderr=None, ctty: bool = False) -> spawn.Joined:
+        """Start `argv` inside, in a session of its own; the caller owns the process. Stdio as for
+        subprocess.Popen; `ctty`: the first of them that is a pty becomes its controlling terminal."""
+        self._require_running()
+        try:
+            return self._zygote.spawn(argv, env={**self.env, **(env or {})}, cwd=cwd, stdin=stdin,
+                                      stdout=stdout, stderr=stderr, ctty=ctty)
+        except spawn.SpawnError as exc:
+            if not self.running:
+                raise SandboxError("the sandbox is not running (closed, or its wall time ran out)") from None
+            raise SandboxError(f"could not start {argv[0]!r} in the sandbox: {exc.strerror}") from None
+
+    def listen(self, port: int, backlog: int = 128) -> socket.socket:
+        """A TCP socket listening on 127.0.0.1:`port` inside (any free port if that one is taken),
+        to be served from here: how the network proxy gets its port in the sandbox."""
+        self._require_running()
+        try:
+            return self._zygote.listen(port, backlog)
+        except spawn.SpawnError as exc:
+            raise SandboxError(f"could not open port {port} in the sandbox: {exc.strerror}") from None
 
     def read_file(self, path: str, limit: int = 1 << 40) -> bytes:
         """A regular file's bytes (at most `limit`) as the sandbox sees them: symlinks and `..`
@@ -303,21 +323,24 @@ class Sandbox:
         return self._root_fd
 
     def spawn_pty(self, argv: list[str], cwd: str = "/testbed", env_extra: dict[str, str] | None = None,
-                  dimensions: tuple[int, int] = (24, 200)) -> PtyChild:
-        """Start `argv` inside on a new pty (echo off) that is its controlling terminal; `.fd` is the master.
+                  dimensions: tuple[int, int] = (24, 200), echo: bool = False,
+                  keep: dict[int, int] | None = None) -> PtyChild:
+        """Start `argv` inside on a new pty that is its controlling terminal; `.fd` is the master.
+        `keep`: {0: fd, ...}, standard streams that get those descriptors instead of the pty.
 
-        Started with subprocess (vfork + exec), not pexpect's pty.fork(): forking this whole
-        process, threads and heap, cost ~10 ms of CPU per shell with dozens of episodes alive."""
+        Started by the spawn helper, not pexpect's pty.fork(): forking this whole process,
+        threads and heap, cost ~10 ms of CPU per shell with dozens of episodes alive."""
         master, slave = os.openpty()
         try:
             fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", *dimensions, 0, 0))
-            attrs = termios.tcgetattr(slave)
-            attrs[3] &= ~termios.ECHO
-            termios.tcsetattr(slave, termios.TCSANOW, attrs)
-            # `setsid --ctty` makes a new session with the pty as its terminal, so that bash has job
-            # control and Ctrl-C reaches the foreground group; it must not lead a group already.
-            proc = subprocess.Popen([SETSID, "--ctty", *self.join_argv(argv, cwd)], stdin=slave, stdout=slave,
-                                    stderr=slave, env={**self.env, **(env_extra or {})})
+            if not echo:
+                attrs = termios.tcgetattr(slave)
+                attrs[3] &= ~termios.ECHO
+                termios.tcsetattr(slave, termios.TCSANOW, attrs)
+            # The pty is its controlling terminal, so that bash has job control and Ctrl-C reaches
+            # the foreground group.
+            stdio = [(keep or {}).get(n, slave) for n in range(3)]
+            proc = self.popen(argv, cwd, env_extra, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], ctty=True)
         except BaseException:
             os.close(master)
             raise
@@ -382,7 +405,7 @@ class Sandbox:
 class PtyChild:
     """A process on the master side `fd` of its pty (what `spawn_pty` returns)."""
 
-    def __init__(self, proc: subprocess.Popen, fd: int) -> None:
+    def __init__(self, proc: spawn.Joined, fd: int) -> None:
         self.proc, self.fd, self.pid = proc, fd, proc.pid
 
     def isalive(self) -> bool:
@@ -409,27 +432,20 @@ def _exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-@functools.lru_cache(maxsize=1)
-def _nsenter_has_wdns() -> bool:
-    if os.environ.get("LIS_NSENTER_NO_WDNS"):  # lets tests take the old-util-linux path
-        return False
-    out = subprocess.run([NSENTER, "--help"], capture_output=True, text=True).stdout
-    return "--wdns" in out
+def _rlimits(limits: Limits) -> list[tuple[int, int]]:
+    """(resource, value) pairs for every limit set; soft and hard alike, so nothing inside raises them."""
+    pairs = [(resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_DATA, limits.memory),
+             (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NPROC, limits.processes)]
+    return [(res, value) for res, value in pairs if value]
 
 
-def _ulimit_script(limits: Limits, shell: str) -> str:
-    kib = lambda n: max(1, n // 1024)  # noqa: E731
-    parts = []
-    if limits.open_files:
-        parts.append(f"-n {limits.open_files}")
-    if limits.memory:
-        parts.append(f"-v {kib(limits.memory)}")
-    if limits.file_size:
-        # bash counts file size in KiB, POSIX sh in 512-byte blocks
-        parts.append(f"-f {kib(limits.file_size) if shell == 'bash' else limits.file_size // 512}")
-    if limits.processes and shell == "bash":
-        parts.append(f"-u {limits.processes}")
-    return "".join(f"ulimit {p} 2>/dev/null; " for p in parts)
+def _read_some(fd: int, limit: int = 1 << 16) -> str:
+    """What bwrap said on stderr so far (it has exited, or is about to be killed)."""
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, limit).decode(errors="replace")
+    except BlockingIOError:
+        return ""
 
 
 def _child_pid(info_r: int) -> int:

@@ -1,10 +1,21 @@
 """What a sandbox is asked to be, and what running something in it returns."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 NETWORK_MODES = ("off", "ask", "on")
+GiB = 1 << 30
+
+
+def default_memory() -> int:
+    """4 GiB, or half of this machine's memory if that is less."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 4 * GiB
+    return min(4 * GiB, total // 2)
 
 
 class SandboxError(Exception):
@@ -19,12 +30,17 @@ class Limits:
     """Most processes the sandbox may hold at once (RLIMIT_NPROC, counted per user namespace)."""
     file_size: int | None = 8 << 30
     """Largest file, in bytes, a process may write (RLIMIT_FSIZE)."""
-    memory: int | None = None
-    """Address-space cap per process in bytes (RLIMIT_AS); None leaves it to the host."""
+    memory: int | None = field(default_factory=lambda: default_memory())
+    """Memory cap per process in bytes: its heap and private writable mappings (RLIMIT_DATA, which,
+    unlike RLIMIT_AS, leaves the big reservations of V8 or Go alone); None: no cap. Default: 4 GiB
+    or half the machine's memory, whichever is less."""
     open_files: int | None = 4096
     """Most open descriptors per process (RLIMIT_NOFILE)."""
     wall_time: float | None = None
     """Seconds after which the whole sandbox is closed; None for no limit."""
+    tmp_size: int | None = 1 << 30
+    """Bytes /tmp may hold (a tmpfs, so in memory); /run gets 64 MiB at most. None: the kernel's
+    default, half the machine's memory."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +70,9 @@ class SandboxSpec:
     """Hostname inside the sandbox."""
     session: str | None = None
     """Keep the writable layers under this session id (resumed if it exists); None: throw them away."""
+    nested_userns: bool = False
+    """Let commands make user namespaces of their own (some tools need them: a nested bwrap,
+    rootless podman, Chromium's sandbox); off, clone and unshare of CLONE_NEWUSER fail with EPERM."""
 
     def __post_init__(self) -> None:
         if self.network not in NETWORK_MODES:

@@ -23,7 +23,7 @@ from typing import Any
 from isolation import Sandbox, SandboxError, SandboxSpec
 from lis_tui import __version__
 from lis_tui.agent import INPUT_DIR, Agent, CommandApproval
-from lis_tui.config import Config, configured_rootfs, load_config  # noqa: F401 (configured_rootfs: callers import it from here)
+from lis_tui.config import Config, configured_rootfs, load_config, sandbox_limits  # noqa: F401 (configured_rootfs: callers import it from here)
 from lis_tui.events import LIMIT_REASONS, Listeners, RunFinished, RunUsage
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
@@ -95,7 +95,8 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
     elif spec is None:
         spec = SandboxSpec(rootfs=rootfs or configured_rootfs(config),
                            network=network or config.network.mode,
-                           workspace=workspace, input_dir=input_dir)
+                           workspace=workspace, input_dir=input_dir, limits=sandbox_limits(config),
+                           nested_userns=config.sandbox.nested_userns)
     out = prepare_output_dir(output_dir)
     writer = TrajectoryWriter(out / "trajectory.json", trajectory_header(config, spec, out))
     listeners = Listeners(writer, listener)

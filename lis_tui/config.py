@@ -77,6 +77,12 @@ class SandboxConfig:
     """Root filesystem: "host", a name in the rootfs store, or an absolute directory."""
     timeout: float = 120.0
     """Seconds one command may run before it is interrupted."""
+    memory: str = "auto"
+    """Memory one process may use: "4G", "512M", "none"; "auto" is 4 GiB or half the RAM."""
+    tmp_size: str = "1G"
+    """What /tmp may hold (it lives in memory): "1G", "256M", "none" (the kernel's default)."""
+    nested_userns: bool = False
+    """Let commands make user namespaces of their own (a nested bwrap, rootless podman)."""
 
 
 @dataclass
@@ -368,6 +374,29 @@ def configured_rootfs(config: Config) -> str:
         return RootfsStore().get_default()
     except Exception:  # no store yet, or an unreadable one: the host rootfs always works
         return "host"
+
+
+def parse_size(text: str, what: str) -> int | None:
+    """"4G", "512M", "64K", "1048576" -> bytes; "none" -> None. ConfigError says what it wants."""
+    text = str(text).strip().upper().removesuffix("IB").removesuffix("B")
+    if text in ("NONE", "0", ""):
+        return None
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(text[-1:], 1)
+    try:
+        value = float(text[:-1] if scale > 1 else text) * scale
+    except ValueError:
+        raise ConfigError(f"{what} wants a size like 4G, 512M or none, not {text!r}") from None
+    return int(value)
+
+
+def sandbox_limits(config: Config):
+    """The Limits that [sandbox] asks for."""
+    from isolation.spec import Limits, default_memory  # noqa: PLC0415
+
+    memory = config.sandbox.memory
+    return Limits(memory=default_memory() if str(memory).strip().lower() == "auto"
+                  else parse_size(memory, "sandbox.memory"),
+                  tmp_size=parse_size(config.sandbox.tmp_size, "sandbox.tmp_size"))
 
 
 def save_network_allow(host: str, path: Path | None = None) -> Path:

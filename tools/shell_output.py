@@ -5,8 +5,11 @@ Kept apart from `shell.py`, which drives bash; this half only turns bytes into w
 from __future__ import annotations
 
 import codecs
+import os
 import re
+import select
 import subprocess
+import time
 
 WORK_DIR = "/tmp/lis"
 
@@ -148,6 +151,15 @@ class Output:
         return f"{head.rstrip(chr(10))}\n{note}\n{tail}".rstrip("\n"), True
 
 
+WRITE_WAIT = 2.0  # seconds the log writer may keep us waiting, in all
+
+
+def _writable(fd: int, timeout: float) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return bool(poller.poll(max(timeout, 0) * 1000))
+
+
 class _Log:
     """Streams text into a file inside the sandbox (a joined `cat`), up to `cap` bytes."""
 
@@ -167,10 +179,23 @@ class _Log:
                 self._proc = self.sandbox.popen([self.sandbox.shell, "-c", script, "sh", self.path], cwd="/",
                                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.DEVNULL)
-            self._proc.stdin.write(data)
+                os.set_blocking(self._proc.stdin.fileno(), False)
+            self._send(data)
             self._written += len(data)
         except (OSError, ValueError, RuntimeError) as exc:  # cat died (disk full, file size limit)
             self._error = str(exc) or type(exc).__name__
+
+    def _send(self, data: bytes) -> None:
+        """Into the writer's pipe, never blocking past WRITE_WAIT: the sandbox can stop the writer
+        (SIGSTOP), and a command's timeout must still hold."""
+        fd, view = self._proc.stdin.fileno(), memoryview(data)
+        deadline = time.monotonic() + WRITE_WAIT
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                if time.monotonic() > deadline or not _writable(fd, deadline - time.monotonic()):
+                    raise OSError("the log writer stopped reading") from None
 
     def close(self) -> str:
         """Finish the file; what the model should be told about it."""
@@ -180,11 +205,11 @@ class _Log:
             except OSError as exc:
                 self._error = self._error or str(exc)
             try:
-                if self._proc.wait(60) != 0 and not self._error:
+                if self._proc.wait(WRITE_WAIT) != 0 and not self._error:
                     self._error = f"the writer exited with {self._proc.returncode}"
             except subprocess.TimeoutExpired:
                 self._proc.kill()
-                self._error = "the writer hung"
+                self._error = self._error or "the writer hung"
         if self._error:
             return f"the full output could not be saved ({self._error})"
         if self._written >= self.cap:

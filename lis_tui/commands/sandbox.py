@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 
 def add_sandbox_flags(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +29,12 @@ def add_sandbox_flags(parser: argparse.ArgumentParser) -> None:
                        help="show DIR read-only at /testbed/documents (the paper's long-context layout)")
     group.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                        help="set an environment variable inside (repeatable)")
+    group.add_argument("--memory", metavar="SIZE",
+                       help="memory one process inside may use, e.g. 2G or none (default: [sandbox] memory, "
+                            "else 4 GiB or half the RAM)")
+    group.add_argument("--nested-userns", action="store_true", default=None,
+                       help="let commands make user namespaces of their own (a nested bwrap, rootless podman); "
+                            "off by default")
     group.add_argument("--session", metavar="ID",
                        help="keep this sandbox's files under session ID, or resume that session if it exists "
                             "(see `lis-tui sessions list`)")
@@ -48,10 +56,14 @@ def spec_from_args(args: argparse.Namespace, config=None):
     """The SandboxSpec the flags ask for; [network] allow/deny come from `config` (loaded if None)."""
     from isolation import SandboxSpec  # noqa: PLC0415 (keep `lis-tui --help` fast)
 
-    from lis_tui.config import configured_rootfs, load_config  # noqa: PLC0415
+    from lis_tui.config import configured_rootfs, load_config, sandbox_limits  # noqa: PLC0415
 
     if config is None:
         config = load_config()
+    if getattr(args, "memory", None) is not None:
+        config.set("sandbox.memory", args.memory, "--memory")
+    if getattr(args, "nested_userns", None):
+        config.set("sandbox.nested_userns", True, "--nested-userns")
     hosts = {"allow_hosts": tuple(config.network.allow) + tuple(getattr(args, "allow_host", None) or ()),
              "deny_hosts": tuple(config.network.deny)}
 
@@ -66,10 +78,12 @@ def spec_from_args(args: argparse.Namespace, config=None):
         return SandboxSpec(rootfs=args.rootfs or saved.rootfs, network=args.network or saved.network,
                            workspace=args.workspace or saved.workspace, input_dir=args.input_dir or saved.input_dir,
                            documents_dir=args.documents_dir or saved.documents_dir,
-                           env={**(saved.env or {}), **env}, limits=saved.limits, session=args.session, **hosts)
+                           env={**(saved.env or {}), **env}, limits=saved.limits, session=args.session,
+                           nested_userns=saved.nested_userns, **hosts)
     return SandboxSpec(rootfs=args.rootfs or configured_rootfs(config), network=args.network or config.network.mode,
                        workspace=args.workspace, input_dir=args.input_dir, documents_dir=args.documents_dir,
-                       env=env, session=getattr(args, "session", None), **hosts)
+                       env=env, session=getattr(args, "session", None), limits=sandbox_limits(config),
+                       nested_userns=config.sandbox.nested_userns, **hosts)
 
 
 def _saved_session_spec(session: str):
@@ -111,30 +125,52 @@ def cmd_exec(args: argparse.Namespace) -> int:
         return 2
     with Sandbox(spec_from_args(args)) as sb:
         argv = [sb.shell, "-c", command[0]] if len(command) == 1 else command
+        if any(os.isatty(fd) for fd in (0, 1, 2)):  # never hand the sandbox our terminal: a pty of ours
+            return _on_pty(sb, argv, args)
         proc = sb.popen(argv, cwd=args.cwd)
         try:
-            return _wait(proc, args.timeout)
+            code = proc.wait(args.timeout)
+        except subprocess.TimeoutExpired:
+            return _timed_out(proc, args.timeout)
         except KeyboardInterrupt:
-            _kill(proc)
+            proc.killpg(signal.SIGKILL)
             return 130
+        return 128 - code if code < 0 else code
 
 
-def _wait(proc: subprocess.Popen, timeout: float | None) -> int:
+def _on_pty(sb, argv: list[str], args: argparse.Namespace) -> int:
+    from lis_tui.ptyrelay import relay  # noqa: PLC0415
+
+    size = shutil.get_terminal_size()
+    # Only the streams that are our terminal go to the pty: `exec ... 2>log` keeps its stderr apart.
+    keep = {fd: fd for fd in (0, 1, 2) if not os.isatty(fd)}
+    child = sb.spawn_pty(argv, cwd=args.cwd, env_extra={"TERM": os.environ.get("TERM", "xterm-256color")},
+                         dimensions=(size.lines, size.columns), echo=True, keep=keep)
+    fired = threading.Event()
+
+    def kill() -> None:
+        fired.set()
+        child.proc.killpg(signal.SIGKILL)
+
+    timer = threading.Timer(args.timeout, kill) if args.timeout else None
+    if timer:
+        timer.start()
     try:
-        code = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        print(f"lis-tui exec: timed out after {timeout:g} s; killed", file=sys.stderr)
-        _kill(proc)
+        code = relay(child, forward_input=0 not in keep, output_fd=1 if 1 not in keep else 2)
+    finally:
+        if timer:
+            timer.cancel()
+    if fired.is_set():
+        print(f"lis-tui exec: timed out after {args.timeout:g} s; killed", file=sys.stderr)
         return 124
-    return 128 - code if code < 0 else code
+    return code
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def _timed_out(proc, timeout: float) -> int:
+    print(f"lis-tui exec: timed out after {timeout:g} s; killed", file=sys.stderr)
+    proc.killpg(signal.SIGKILL)
     proc.wait()
+    return 124
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
@@ -142,43 +178,17 @@ def cmd_shell(args: argparse.Namespace) -> int:
 
 
 def interactive_shell(spec) -> int:
-    """An interactive bash (or sh) in a fresh sandbox on this terminal; its exit code. The sandbox
-    is removed when the shell exits. The setup screen of the app calls this too."""
+    """An interactive bash (or sh) in a fresh sandbox, relayed to this terminal; its exit code.
+    The sandbox is removed when the shell exits. The setup screen of the app calls this too."""
     from isolation import Sandbox  # noqa: PLC0415
+    from lis_tui.ptyrelay import relay  # noqa: PLC0415
 
     with Sandbox(spec) as sb:
-        term = {"TERM": os.environ.get("TERM", "xterm-256color")}
-        # PS1 rides in through env(1): the non-interactive shell that applies the limits would unset it.
-        argv = ["env", r"PS1=(lis-sandbox) \w# ", *(["bash", "--norc", "-i"] if sb.shell == "bash"
-                                                     else ["sh", "-i"])]
-        # Same session as our terminal, so the shell gets job control and Ctrl-C goes to it.
-        proc = sb.popen(argv, env=term, new_session=False)
-        try:
-            while True:
-                try:
-                    code = proc.wait()
-                    return 128 - code if code < 0 else code
-                except KeyboardInterrupt:
-                    continue
-        finally:
-            _take_terminal_back()
-
-
-def _take_terminal_back() -> None:
-    """Make our process group the terminal's foreground again. The shell took it for job control
-    and, in its own PID namespace, cannot name ours to give it back; without this, a caller that
-    goes on using the terminal (the app after its setup-screen shell) is stopped by SIGTTOU."""
-    try:
-        fd = sys.stdin.fileno()
-        if not os.isatty(fd) or os.tcgetpgrp(fd) == os.getpgrp():
-            return
-        old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # we are in the background just now
-        try:
-            os.tcsetpgrp(fd, os.getpgrp())
-        finally:
-            signal.signal(signal.SIGTTOU, old)
-    except (OSError, ValueError):  # no terminal (a pipe, a closed stdin): nothing to take back
-        pass
+        env = {"TERM": os.environ.get("TERM", "xterm-256color"), "PS1": r"(lis-sandbox) \w# "}
+        argv = ["bash", "--norc", "-i"] if sb.shell == "bash" else ["sh", "-i"]
+        size = shutil.get_terminal_size()
+        child = sb.spawn_pty(argv, env_extra=env, dimensions=(size.lines, size.columns), echo=True)
+        return relay(child)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -21,13 +21,14 @@ def test_mounts_render_to_bwrap_options():
 
 
 def test_sandbox_argv_unshares_everything_and_dies_with_parent():
-    argv = bwrap.sandbox_argv("/bin/bwrap", [Special("proc", "/proc")], hostname="h", info_fd=5,
+    argv = bwrap.sandbox_argv("/bin/bwrap", [Special("proc", "/proc")], hostname="h", info_fd=5, seccomp_fd=6,
                               command=["sh", "-c", "x"])
     assert argv[0] == "/bin/bwrap"
-    for flag in ("--unshare-all", "--die-with-parent", "--new-session", "--clearenv"):
+    for flag in ("--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session", "--clearenv"):
         assert flag in argv
     assert "--share-net" not in argv
-    assert argv[argv.index("--info-fd") + 1] == "5"
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    assert argv[argv.index("--info-fd") + 1] == "5" and argv[argv.index("--seccomp") + 1] == "6"
     assert argv[-4:] == ["--", "sh", "-c", "x"]
     assert argv.index("--proc") < argv.index("--")
 

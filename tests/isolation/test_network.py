@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from isolation import Sandbox, SandboxSpec
-from isolation import netns
+from isolation import Sandbox, SandboxError, SandboxSpec
+from isolation.proxy import PROXY_PORT
 from isolation.network import EgressProxy, HostRule, NetworkError, NetworkPolicy, ProxyHandle, is_internal
 
 from netfixtures import HOST, StaticServer, make_apt_repo, make_git_repo, make_pip_index, make_test_ca
@@ -84,7 +84,7 @@ def connect(proxy, sandbox):
     handles = []
 
     def attach(mode: str = "on", egress: EgressProxy | None = None, **policy) -> Net:
-        handle = (egress or proxy).attach(sandbox.pid, NetworkPolicy(mode, **policy))
+        handle = (egress or proxy).attach(sandbox, NetworkPolicy(mode, **policy))
         handles.append(handle)
         return Net(sandbox, handle, handle.environment(sandbox.env))
 
@@ -193,7 +193,7 @@ def test_git_clone_refused_says_so(connect, web):
 def test_apt_get_update_from_a_loopback_mirror(debian_rootfs, proxy, web):
     spec = SandboxSpec(rootfs=str(debian_rootfs.rootfs.path))
     with Sandbox(spec) as sb:
-        handle = proxy.attach(sb.pid, NetworkPolicy("on", allow=[web.hostport]))
+        handle = proxy.attach(sb, NetworkPolicy("on", allow=[web.hostport]))
         try:
             sb.write_file("/etc/apt/sources.list.d/lis.list", f"deb [trusted=yes] {web.url}/apt/ ./\n".encode())
             sb.exec("rm -f /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list")
@@ -326,7 +326,7 @@ def test_names_are_resolved_once_and_checked_on_the_address_used(sandbox, web):
     egress = EgressProxy(resolve=lambda host, port: names[host])
     try:
         policy = NetworkPolicy("on", allow=["*.lis.test"])
-        handle = egress.attach(sandbox.pid, policy)
+        handle = egress.attach(sandbox, policy)
         env = handle.environment(sandbox.env)
         r = sandbox.exec(f"curl -sS --max-time 10 http://rebind.lis.test:{web.port}/hello.txt", env=env)
         assert f"resolves to {HOST}" in r.stdout
@@ -448,7 +448,7 @@ def test_abuse_is_answered_cleanly_and_the_proxy_stays_up(connect, web):
 
 
 def test_env_points_every_tool_at_the_proxy(proxy, sandbox):
-    handle = proxy.attach(sandbox.pid, NetworkPolicy("on"))
+    handle = proxy.attach(sandbox, NetworkPolicy("on"))
     try:
         env = handle.environment({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "a.b", "GIT_CONFIG_VALUE_0": "c"})
         url = f"http://127.0.0.1:{handle.port}"
@@ -456,7 +456,7 @@ def test_env_points_every_tool_at_the_proxy(proxy, sandbox):
                      "npm_config_proxy", "npm_config_https_proxy", "GIT_CONFIG_VALUE_1"):
             assert env[name] == url, name
         assert env["NO_PROXY"] == "localhost,127.0.0.1,::1" and env["GIT_CONFIG_COUNT"] == "2"
-        assert handle.port == netns.PROXY_PORT
+        assert handle.port == PROXY_PORT
         views = "git config --get http.proxy; git config --get a.b; " \
                 "python3 -c 'import urllib.request as u; print(u.getproxies()[\"https\"])'"
         if sandbox.exec("command -v npm").exit_code == 0:
@@ -467,23 +467,11 @@ def test_env_points_every_tool_at_the_proxy(proxy, sandbox):
         handle.detach()
 
 
-def test_the_helper_way_works_too(monkeypatch, proxy, sandbox, web):
-    # Root takes the thread way; make it use the helper process as an unprivileged user does.
-    monkeypatch.setattr(netns, "_thread_way_works", False)
-    handle = proxy.attach(sandbox.pid, NetworkPolicy("on", allow=[web.hostport]))
-    try:
-        r = sandbox.exec(["curl", "-sS", "--max-time", "20", f"{web.url}/hello.txt"],
-                         env=handle.environment(sandbox.env))
-        assert r.stdout == "hello\n"
-    finally:
-        handle.detach()
-
-
 def test_attach_to_a_dead_sandbox_says_so(proxy):
     with Sandbox() as sb:
-        pid = sb.pid
-    with pytest.raises(NetworkError, match="is gone"):
-        proxy.attach(pid, NetworkPolicy("on"))
+        pass
+    with pytest.raises(SandboxError, match="not running"):
+        proxy.attach(sb, NetworkPolicy("on"))
 
 
 def test_sandbox_network_wiring(web):

@@ -289,15 +289,14 @@ def test_kill_9_of_the_owner_leaves_nothing_running_and_the_next_start_sweeps(tm
     assert not os.path.exists(scratch)
 
 
-def test_old_nsenter_without_wdns_still_honours_cwd(monkeypatch):
-    from isolation import sandbox as module
+def test_commands_start_in_the_directory_asked_for(sandbox):
+    assert sandbox.exec("pwd", cwd="/tmp").stdout == "/tmp\n"
+    assert sandbox.exec(["pwd"], cwd="/testbed/output").stdout == "/testbed/output\n"
+    r = sandbox.exec(["pwd"], cwd="/no/such/dir")
+    assert r.exit_code == 1 and "cannot change directory to /no/such/dir" in r.stderr
 
-    monkeypatch.setenv("LIS_NSENTER_NO_WDNS", "1")
-    module._nsenter_has_wdns.cache_clear()
-    try:
-        with Sandbox() as sb:
-            assert sb.exec("pwd", cwd="/tmp").stdout == "/tmp\n"
-            assert sb.exec(["pwd"], cwd="/testbed/output").stdout == "/testbed/output\n"
-            assert "-W/tmp" not in sb.join_argv(["true"], cwd="/tmp")
-    finally:
-        module._nsenter_has_wdns.cache_clear()
+
+def test_a_missing_command_fails_as_a_shell_says_it(sandbox):
+    r = sandbox.exec(["no-such-command-here"])
+    assert r.exit_code == 127 and "no-such-command-here: command not found" in r.stderr
+    assert sandbox.exec(["/etc/hostname"]).exit_code == 126

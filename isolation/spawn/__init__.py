@@ -1,0 +1,292 @@
+"""Start processes inside a running sandbox: a zygote per sandbox, forked by one spawn helper.
+
+`Zygote(pidfd, root_fd)` asks the helper (helper.py, started on first use, once per process,
+with an empty environment) for a process joined to the sandbox and confined as its commands are;
+`Zygote.spawn()` then runs commands there and returns a `Joined`, which answers the part of
+`subprocess.Popen` that lis-tui uses (pid, stdin/stdout/stderr, poll, wait, kill, send_signal,
+returncode). The helper ends when we close our end of its socket or die; a zygote when its
+sandbox closes it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from typing import IO, Any
+
+from ..output import ready
+
+PIPE, DEVNULL = subprocess.PIPE, subprocess.DEVNULL
+REPLY_TIMEOUT = 30.0
+_INLINE_MAX = 1 << 15  # bigger requests travel in a memfd
+_helper: _Helper | None = None
+_helper_lock = threading.Lock()
+
+
+class SpawnError(OSError):
+    """The sandbox could not be joined (it is gone, or this kernel refuses): the message says why."""
+
+
+class _Gone(SpawnError):
+    """The zygote had exited (idle) before it read the request: nothing was started."""
+
+
+class _Helper:
+    """The helper process and our end of its socket."""
+
+    def __init__(self) -> None:
+        self.channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "helper.py")
+        # Its own session, so a Ctrl-C meant for lis-tui's foreground job does not kill it; an
+        # empty environment and no terminal, so nothing of ours (an API key, the user's tty) is
+        # in any process it forks.
+        self.proc = subprocess.Popen([sys.executable, "-I", "-S", script, str(theirs.fileno())],
+                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={},
+                                     start_new_session=True)
+        theirs.close()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def _helper_send(request: dict, fds: list[int]) -> None:
+    global _helper
+    for attempt in (1, 2):
+        with _helper_lock:
+            if _helper is None or not _helper.alive():
+                _helper = _Helper()
+            helper = _helper
+        try:
+            return _send(helper.channel, request, fds)
+        except (BrokenPipeError, ConnectionResetError):
+            if attempt == 2:
+                raise SpawnError(0, "the spawn helper keeps dying; run `lis-tui doctor`") from None
+            helper.proc.kill()
+
+
+def _send(channel: socket.socket, request: dict, fds: list[int]) -> None:
+    payload = json.dumps(request).encode()
+    memfd = None
+    if len(payload) > _INLINE_MAX:
+        memfd = os.memfd_create("lis-request", os.MFD_CLOEXEC)
+        os.write(memfd, payload)  # a memfd takes it in one write
+        payload, fds = b"@", [*fds, memfd]
+    try:
+        socket.send_fds(channel, [payload], fds)
+    finally:
+        if memfd is not None:
+            os.close(memfd)
+
+
+def _ask(send, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]]:
+    """Send a request with a fresh reply socket first among its descriptors; the first answer."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        try:
+            send(request, [theirs.fileno(), *fds])
+        except (BrokenPipeError, ConnectionResetError, ConnectionRefusedError):
+            raise _Gone(0, "the sandbox's spawner is gone") from None
+        finally:
+            theirs.close()
+        ours.settimeout(REPLY_TIMEOUT)
+        try:
+            message, got, _, _ = socket.recv_fds(ours, 4096, 1)
+        except socket.timeout:
+            raise SpawnError(0, "the spawn helper did not answer in time") from None
+        ours.settimeout(None)
+    except BaseException:
+        ours.close()
+        raise
+    if message.startswith(b"E ") or not message:
+        ours.close()
+        for fd in got:
+            os.close(fd)
+        if not message:  # the request was dropped unread
+            raise _Gone(0, "the sandbox's spawner is gone")
+        raise SpawnError(0, message[2:].decode(errors="replace"))
+    return ours, message, got
+
+
+class Zygote:
+    """Starts commands in one sandbox through a process joined to it and confined as its
+    commands are before it runs anything (helper.py). That process exits when idle; the next
+    request forks a new one. Close this when the sandbox closes."""
+
+    def __init__(self, ns_pidfd: int, root_fd: int, rlimits: list[tuple[int, int]] = (),
+                 nested_userns: bool = False) -> None:
+        """`ns_pidfd`: a pidfd of a process in the sandbox (its pid 1); `root_fd`: the sandbox's /.
+        Both stay the caller's, open for as long as this is used."""
+        self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns}
+        self._fds = [ns_pidfd, root_fd]
+        self._channel: socket.socket | None = None
+        self._lock = threading.Lock()
+        self.pid: int | None = None
+        """The live zygote's pid, if there is one (it is not in the sandbox's pid namespace)."""
+
+    def start(self) -> Zygote:
+        """Fork the zygote now (the first request would anyway); SpawnError if it cannot join."""
+        self._channel_now()
+        return self
+
+    def _channel_now(self) -> socket.socket:
+        with self._lock:
+            if self._channel is None:
+                self._channel, message, _ = _ask(_helper_send, self._fork, self._fds)
+                self.pid = int(message.split()[1])
+            return self._channel
+
+    def _call(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]]:
+        for _ in range(3):
+            channel = self._channel_now()
+            try:
+                return _ask(lambda req, f: _send(channel, req, f), request, fds)
+            except _Gone:
+                with self._lock:
+                    if self._channel is channel:  # exited idle: the next try forks another
+                        channel.close()
+                        self._channel, self.pid = None, None
+        raise SpawnError(0, "the sandbox's spawner keeps exiting; run `lis-tui doctor`")
+
+    def spawn(self, argv: list[str], *, env: dict[str, str], cwd: str, stdin: Any = None, stdout: Any = None,
+              stderr: Any = None, ctty: bool = False) -> Joined:
+        """Run `argv` in a new session; stdio as for subprocess.Popen (PIPE, DEVNULL, None: ours,
+        a descriptor or a file). `ctty`: the first of them that is a pty becomes its controlling terminal."""
+        ends = [_stdio(spec, n) for n, spec in enumerate((stdin, stdout, stderr))]
+        request = {"op": "exec", "argv": list(argv), "env": env, "cwd": cwd, "ctty": ctty}
+        try:
+            reply, message, got = self._call(request, [child for child, _ in ends])
+        except BaseException:
+            for _, ours in ends:
+                if ours is not None:
+                    ours.close()
+            raise
+        finally:
+            for (child, ours), spec in zip(ends, (stdin, stdout, stderr)):
+                if ours is not None or spec == DEVNULL:
+                    os.close(child)  # the zygote has its own copy now
+        streams = [ours for _, ours in ends]
+        if message.startswith(b"X "):  # it could not be started; the reason is on its stderr
+            reply.close()
+            return Joined(argv, None, -1, None, *streams, returncode=int(message.split()[1]))
+        return Joined(argv, int(message.split()[1]), got[0], reply, *streams)
+
+    def listen(self, port: int, backlog: int) -> socket.socket:
+        """A TCP socket listening on 127.0.0.1:`port` (any free port if taken) in the sandbox's
+        network namespace: made in there, used from here."""
+        reply, _, got = self._call({"op": "listen", "port": port, "backlog": backlog}, [])
+        reply.close()
+        return socket.socket(fileno=got[0])
+
+    def close(self) -> None:
+        """The zygote exits; commands it started live on until the sandbox closes."""
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()
+                self._channel, self.pid = None, None
+
+
+def _stdio(spec: Any, stream: int) -> tuple[int, IO | None]:
+    """(descriptor for the child's `stream` (0, 1 or 2), our file object or None)."""
+    if spec == PIPE:
+        r, w = os.pipe()
+        return (r, os.fdopen(w, "wb")) if stream == 0 else (w, os.fdopen(r, "rb"))
+    if spec == DEVNULL:
+        return os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC), None
+    if spec is None:
+        return stream, None
+    return (spec if isinstance(spec, int) else spec.fileno()), None
+
+
+class Joined:
+    """A process started inside a sandbox; the zygote is its parent and reports its end to us.
+    `pid` is None (and `returncode` set) when it could not be started at all."""
+
+    def __init__(self, args: list[str], pid: int | None, pidfd: int, reply: socket.socket | None,
+                 stdin: IO | None, stdout: IO | None, stderr: IO | None, returncode: int | None = None) -> None:
+        self.args, self.pid, self.pidfd = args, pid, pidfd
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.returncode = returncode
+        self._reply = reply
+        self._done_r = -1
+        self._lock = threading.Lock()
+
+    @property
+    def exit_fd(self) -> int:
+        """Turns readable when the process has ended (poll() then has its status)."""
+        if self._reply is not None:
+            return self._reply.fileno()
+        if self._done_r < 0:  # never started: a descriptor that is readable at once
+            self._done_r, done_w = os.pipe()
+            os.close(done_w)
+        return self._done_r
+
+    def poll(self) -> int | None:
+        """The returncode as subprocess gives it (-N for a death by signal N), None while it runs."""
+        return self._collect(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._collect(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return code
+
+    def _collect(self, timeout: float | None) -> int | None:
+        with self._lock:
+            if self.returncode is not None:
+                return self.returncode
+            if not ready([self.exit_fd], timeout):
+                return None
+            message = self._reply.recv(64)
+            # No status: the zygote died (its sandbox closed), which takes its commands along.
+            status = int(message.split()[1]) if message.startswith(b"S ") else signal.SIGKILL
+            self.returncode = os.waitstatus_to_exitcode(status)
+            self._release()
+            return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    signal.pidfd_send_signal(self.pidfd, sig)
+                except ProcessLookupError:
+                    pass
+
+    def killpg(self, sig: int) -> None:
+        """Signal its whole process group (it leads one), while it runs."""
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    os.killpg(self.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def close(self) -> None:
+        """Close our pipe ends (not the process)."""
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
+
+    def _release(self) -> None:
+        if self._reply is not None:
+            self._reply.close()
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+        if self._done_r >= 0:
+            os.close(self._done_r)
+            self._done_r = -1
+
+    def __del__(self) -> None:
+        if hasattr(self, "_done_r"):
+            self._release()

@@ -1,0 +1,380 @@
+"""The spawn helper, and the per-sandbox zygotes it forks.
+
+The helper is started once per lis-tui process (`python -I -S helper.py FD`, an empty
+environment, no terminal) and is single-threaded, as joining a user namespace requires. For a
+sandbox it forks a zygote, which:
+1. joins the sandbox's namespaces (user, mount, network, ipc, uts, cgroup; the pid namespace for
+   its children) and chroots to the sandbox's root;
+2. seals imports: from here on no module can be loaded, since every path now resolves in the
+   sandbox's files (modules already loaded keep working);
+3. confines itself as the sandbox's processes must be: a new session keyring, the sandbox's
+   resource limits, every capability dropped (bounding set too), no_new_privs, the syscall filter.
+Only then does it serve requests, starting each command with posix_spawn (vfork and exec: no
+Python runs in the child), and the command inherits all of the above. So nothing from the
+sandbox's filesystem is executed or loaded while a capability is held, and a command costs one
+exec, not a chain of nsenter, setpriv and a shell.
+
+The helper and the zygotes are not dumpable and were exec'd outside the sandbox: nothing inside
+can ptrace them or open their /proc files (they are not in its pid namespace at all). A zygote
+reports each command's pid (with a pidfd) and, later, its wait status on a socket the caller
+handed in with the request. A forked Python costs most of a MiB, so a zygote idle for IDLE
+seconds exits: it hands its running commands to the helper (a child subreaper, which inherits
+them as children and reports their end) and closes its channel; the caller forks a new one when
+it needs one again.
+
+Standard library only, imported by path, everything imported up front.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import gc
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import termios
+import warnings  # noqa: F401 (os.execvpe imports it: it must be loaded before imports are sealed)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import linux  # noqa: E402
+import seccomp  # noqa: E402
+
+IDLE = 2.0  # seconds a zygote waits for work before it exits
+_FILTERS = {nested: seccomp.program(nested_userns=nested) for nested in (False, True)}
+_LAST_CAP = linux.last_cap()
+_RECV = socket.MSG_CMSG_CLOEXEC  # a descriptor we are handed must never leak into a command
+
+
+class _State:
+    """What a serving process (the helper, or a zygote) tracks."""
+
+    def __init__(self) -> None:
+        self.watched: dict[int, socket.socket] = {}  # pid -> where its status goes
+        self.unclaimed: dict[int, int] = {}  # pid -> status, reaped before its handoff came
+        self.zygotes: set[int] = set()
+        self.handoffs: dict[int, socket.socket] = {}  # fd -> a zygote's handoff socket
+
+
+def main(channel_fd: int) -> None:
+    linux.prctl(linux.PR_SET_DUMPABLE, 0)
+    linux.prctl(linux.PR_SET_CHILD_SUBREAPER, 1)  # a zygote's commands become ours when it exits
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    gc.freeze()  # what the collector would touch stays shared with the forks
+    _serve(socket.socket(fileno=channel_fd), _fork_zygote, _State(), idle=None)
+
+
+def _serve(channel: socket.socket, handle, state: _State, idle: float | None) -> None:
+    """Answer requests on `channel` until it closes (or, with `idle`, until that long without
+    one); reap children as they end."""
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # the wakeup fd does the work
+    poller = select.poll()
+    poller.register(channel, select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
+    while True:
+        events = poller.poll(None if idle is None else idle * 1000)
+        if not events:
+            return  # idle: the caller hands off what runs
+        for fd, _ in events:
+            if fd == wake_r:
+                _drain(wake_r)
+                _reap(state)
+            elif fd in state.handoffs:
+                _take_handoff(state, fd, poller)
+            elif not _request(channel, handle, state, poller):
+                return  # our owner is gone
+
+
+def _request(channel: socket.socket, handle, state: _State, poller) -> bool:
+    try:
+        payload, fds, _, _ = socket.recv_fds(channel, 1 << 16, 16, _RECV)
+    except InterruptedError:
+        return True
+    if not payload:
+        return False
+    if payload == b"@":  # a big request travels in a memfd, the last descriptor
+        payload = _read_all(fds.pop())
+    reply = socket.socket(fileno=fds.pop(0))
+    kept = False
+    try:
+        kept = handle(json.loads(payload), fds, reply, state, poller)
+    except Exception as exc:  # noqa: BLE001 (told to the caller; a traceback could read files)
+        _send(reply, f"E {_why(exc)}".encode())
+    finally:
+        for fd in fds:
+            os.close(fd)
+        if not kept:
+            reply.close()
+    return True
+
+
+def _reap(state: _State) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        reply = state.watched.pop(pid, None)
+        if reply is not None:
+            _send(reply, f"S {status}".encode())
+            reply.close()
+        elif pid in state.zygotes:
+            state.zygotes.discard(pid)
+        else:
+            state.unclaimed[pid] = status  # handed off, its handoff not read yet
+
+
+def _send(reply: socket.socket, message: bytes, fds: list[int] = ()) -> None:
+    try:  # never block on a caller that stopped reading, never die of one that left
+        socket.send_fds(reply, [message], list(fds), socket.MSG_DONTWAIT)
+    except OSError:
+        pass
+
+
+# ---- the helper: a zygote per sandbox -----------------------------------------------------------
+
+def _fork_zygote(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
+    """fds: the pidfd of the sandbox's pid 1 and its root directory; `reply` becomes the channel."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        _zygote(request, fds, reply, theirs)  # never returns
+    theirs.close()
+    state.zygotes.add(pid)
+    state.handoffs[ours.fileno()] = ours
+    poller.register(ours, select.POLLIN)
+    return False  # the zygote has `reply` now; ours is closed
+
+
+def _take_handoff(state: _State, fd: int, poller) -> None:
+    """A zygote that is about to exit gives us the commands it still runs, and their sockets."""
+    sock = state.handoffs[fd]
+    try:
+        payload, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1024, _RECV)
+    except InterruptedError:
+        return
+    if not payload:  # the zygote is gone
+        poller.unregister(fd)
+        del state.handoffs[fd]
+        sock.close()
+        return
+    for pid, reply_fd in zip(json.loads(payload), fds):
+        reply = socket.socket(fileno=reply_fd)
+        if pid in state.unclaimed:
+            _send(reply, f"S {state.unclaimed.pop(pid)}".encode())
+            reply.close()
+        else:
+            state.watched[pid] = reply
+
+
+def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: socket.socket) -> None:
+    try:
+        signal.set_wakeup_fd(-1)
+        keep = [channel.fileno(), handoff.fileno(), *fds]
+        for fd in range(3, max(keep) + 1):
+            if fd not in keep:
+                _close(fd)  # other zygotes' channels, the helper's own socket
+        linux.close_from(max(keep) + 1)
+        _join(fds[0])
+        os.fchdir(fds[1])
+        os.chroot(".")
+        for fd in fds:
+            os.close(fd)
+        _seal_imports()
+        _confine(request)
+    except BaseException as exc:  # noqa: BLE001
+        _send(channel, f"E could not join the sandbox: {_why(exc)}".encode())
+        os._exit(0)
+    _send(channel, f"Z {os.getpid()}".encode())
+    state = _State()
+    try:
+        _serve(channel, _zygote_request, state, idle=IDLE)
+        channel.close()  # a request that came meanwhile is dropped unread: the caller sends it again
+        _reap(state)
+        if state.watched:
+            socket.send_fds(handoff, [json.dumps(list(state.watched)).encode()],
+                            [reply.fileno() for reply in state.watched.values()])
+    finally:
+        os._exit(0)
+
+
+def _join(pidfd: int) -> None:
+    try:
+        linux.setns(pidfd, linux.ALL_NAMESPACES)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: a kernel before 5.8, which takes no pidfd here
+            raise
+    pid = _pid_of(pidfd)
+    joins = [(os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC), flag) for name, flag in linux.NAMESPACES]
+    for fd, flag in joins:
+        linux.setns(fd, flag)
+        os.close(fd)
+
+
+def _pid_of(pidfd: int) -> int:
+    with open(f"/proc/self/fdinfo/{pidfd}") as info:
+        for line in info:
+            if line.startswith("Pid:"):
+                return int(line.split()[1])
+    raise OSError(errno.ESRCH, "the sandbox is gone")
+
+
+def _seal_imports() -> None:
+    """No module can be found any more; sys.modules still answers for those already loaded."""
+    sys.meta_path.clear()
+    sys.path_hooks.clear()
+    sys.path.clear()
+    sys.path_importer_cache.clear()
+
+
+def _confine(request: dict) -> None:
+    linux.join_new_session_keyring()
+    for resource_id, value in request["rlimits"]:
+        soft, hard = resource.getrlimit(resource_id)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(resource_id, (value, value))
+    linux.drop_capabilities(_LAST_CAP)
+    linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
+    linux.install_seccomp(_FILTERS[request["nested_userns"]])
+
+
+# ---- a zygote: the sandbox's commands ---------------------------------------------------------
+
+def _zygote_request(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
+    """Start a command (True: `reply` is kept, for its status) or bind the proxy's socket."""
+    if request["op"] == "listen":
+        _listen(request, reply)
+        return False
+    try:
+        pid = (_fork_on_pty if request["ctty"] else _spawn)(request, *fds)
+    except OSError as exc:  # cannot change directory, not found, not executable: as a shell says it
+        name = request["argv"][0]
+        if exc.filename == request["cwd"]:
+            message, code = f"cannot change directory to {request['cwd']}: {exc.strerror}", 1
+        elif exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            message, code = f"{name}: {'No such file or directory' if '/' in name else 'command not found'}", 127
+        else:
+            message, code = f"{name}: {exc.strerror}", 126
+        _write(fds[2], f"lis-tui: {message}\n")
+        _send(reply, f"X {code}".encode())
+        return False
+    pidfd = os.pidfd_open(pid)  # our child, not reaped yet: it is this process
+    try:
+        _send(reply, f"P {pid}".encode(), [pidfd])
+    finally:
+        os.close(pidfd)
+    state.watched[pid] = reply
+    return True
+
+
+def _spawn(request: dict, stdin: int, stdout: int, stderr: int) -> int:
+    os.chdir(request["cwd"])  # ours, which the command inherits: this process does one thing at a time
+    env = request["env"]
+    return os.posix_spawn(_find(request["argv"][0], env.get("PATH", "/usr/bin:/bin")), request["argv"], env,
+                          file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate((stdin, stdout, stderr))],
+                          setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+
+
+def _find(name: str, path: str) -> str:
+    """The file execvp would run for `name`; FileNotFoundError if there is none."""
+    if "/" in name:
+        return name
+    for directory in path.split(":"):
+        candidate = os.path.join(directory or ".", name)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    raise FileNotFoundError(errno.ENOENT, "command not found", name)
+
+
+def _fork_on_pty(request: dict, stdin: int, stdout: int, stderr: int) -> int:
+    """A child whose controlling terminal is the pty among its stdio (posix_spawn cannot do that)."""
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(err_r)
+            for target, fd in enumerate((stdin, stdout, stderr)):
+                os.dup2(fd, target)
+            os.setsid()
+            fcntl.ioctl(next(fd for fd in range(3) if os.isatty(fd)), termios.TIOCSCTTY, 0)
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+            os.chdir(request["cwd"])
+            os.closerange(3, err_w)
+            linux.close_from(err_w + 1)
+            os.execvpe(request["argv"][0], request["argv"], request["env"])
+        except OSError as exc:
+            os.write(err_w, json.dumps([exc.errno, exc.strerror, exc.filename]).encode())
+        except BaseException:  # noqa: BLE001
+            pass
+        os._exit(127)
+    os.close(err_w)
+    with os.fdopen(err_r, "rb") as pipe:
+        said = pipe.read()
+    if said:
+        os.waitpid(pid, 0)
+        code, text, filename = json.loads(said)
+        raise OSError(code, text, filename)
+    return pid
+
+
+def _listen(request: dict, reply: socket.socket) -> None:
+    """A socket listening on 127.0.0.1 in the sandbox's network namespace, for the proxy."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", request["port"]))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            sock.bind(("127.0.0.1", 0))  # something inside took the usual port
+        sock.listen(request["backlog"])
+        _send(reply, b"L", [sock.fileno()])
+
+
+# ---- small things -------------------------------------------------------------------------------
+
+def _why(exc: BaseException) -> str:
+    return (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or type(exc).__name__
+
+
+def _write(fd: int, text: str) -> None:
+    try:
+        os.write(fd, text.encode(errors="replace"))
+    except OSError:
+        pass
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _read_all(fd: int) -> bytes:
+    with os.fdopen(fd, "rb") as f:
+        f.seek(0)
+        return f.read()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

@@ -1,0 +1,104 @@
+"""The few Linux calls Python's os module lacks: setns, capabilities, keyrings, seccomp.
+
+Standard library only: the spawn helper (helper.py) imports this file by path. Every libc symbol
+is looked up here, at import, so that nothing is resolved or loaded later, once a process has
+joined a sandbox's mount namespace (where a lazy load would read the sandbox's files).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_setns = _libc.setns
+_setns.argtypes = [ctypes.c_int, ctypes.c_int]
+_prctl = _libc.prctl
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWNS = 0x00020000
+# What a joined process enters, in the order a per-namespace join must take (user first: it
+# grants the capabilities the others ask for). No time namespace: the sandbox has none.
+NAMESPACES = (("user", CLONE_NEWUSER), ("mnt", CLONE_NEWNS), ("pid", CLONE_NEWPID), ("net", CLONE_NEWNET),
+              ("ipc", CLONE_NEWIPC), ("uts", CLONE_NEWUTS), ("cgroup", CLONE_NEWCGROUP))
+ALL_NAMESPACES = sum(flag for _, flag in NAMESPACES)
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_SECCOMP = 22
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECCOMP_MODE_FILTER = 2
+KEYCTL_JOIN_SESSION_KEYRING = 1
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_SYS = {"x86_64": {"capset": 126, "keyctl": 250, "close_range": 436},
+        "aarch64": {"capset": 91, "keyctl": 219, "close_range": 436}}.get(platform.machine(), {})
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+    return result
+
+
+def setns(fd: int, nstype: int) -> None:
+    """Join the namespace(s) named by `fd`: a /proc/PID/ns file, or a pidfd with several CLONE_NEW* bits."""
+    _check(_setns(fd, nstype), "setns")
+
+
+def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
+    return _check(_prctl(option, arg2, arg3, 0, 0), f"prctl({option})")
+
+
+def last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 40
+
+
+def drop_capabilities(last: int) -> None:
+    """Empty the bounding, ambient, inheritable, permitted and effective sets: what exec can
+    no longer give back, then what the process holds."""
+    for cap in range(last + 1):
+        prctl(PR_CAPBSET_DROP, cap)
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # two of {effective, permitted, inheritable}, all zero
+    _check(_syscall(ctypes.c_long(_SYS["capset"]), header, data), "capset")
+
+
+def join_new_session_keyring() -> None:
+    """A fresh, empty session keyring: none of the user's keys are reachable any more."""
+    _check(_syscall(ctypes.c_long(_SYS["keyctl"]), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None), "keyctl")
+
+
+class _Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install_seccomp(program: bytes) -> None:
+    """Load a filter (needs no_new_privs set first, or CAP_SYS_ADMIN)."""
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _Fprog(len(program) // 8, ctypes.addressof(buf))
+    _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp")
+
+
+def close_from(low: int) -> None:
+    """Close every descriptor from `low` up."""
+    args = (ctypes.c_long(_SYS["close_range"]), ctypes.c_long(low), ctypes.c_long(0xFFFFFFFF), ctypes.c_long(0))
+    if _syscall(*args) < 0:  # Linux < 5.9
+        os.closerange(low, os.sysconf("SC_OPEN_MAX"))

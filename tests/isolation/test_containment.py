@@ -1,0 +1,219 @@
+"""A hostile model's ways out, each run for real and shown to fail (issue 12's audit, as root and
+as an unprivileged user). Each test proves the attack ran (its code executed inside) and that it
+got nothing: no capability, no host process, no host secret, no host terminal."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import platform
+import socket
+import textwrap
+
+import pytest
+
+from isolation import Sandbox, SandboxSpec
+from isolation.spawn import seccomp
+
+pytestmark = pytest.mark.sandbox
+
+
+def inside_python(sb: Sandbox, code: str, **kwargs) -> dict:
+    """Run SYSCALL's helpers, then `code`, in the sandbox; it prints one JSON object, returned here."""
+    r = sb.exec(["python3", "-c", SYSCALL + textwrap.dedent(code)], timeout=60, **kwargs)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    return json.loads(r.stdout)
+
+
+SYSCALL = """
+import ctypes, errno, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    return 0 if r >= 0 else errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno())
+"""
+
+
+def test_pid_1_and_the_keeper_cannot_be_traced_or_read(sandbox):
+    got = inside_python(sandbox, """
+    out = {"attach": call(101 if os.uname().machine == "x86_64" else 117, 16, 1, 0, 0),
+           "seize": call(101 if os.uname().machine == "x86_64" else 117, 0x4206, 1, 0, 0)}
+    buf = ctypes.create_string_buffer(16)
+    local = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 16)
+    remote = (ctypes.c_void_p * 2)(0x400000, 16)
+    nr = 310 if os.uname().machine == "x86_64" else 270
+    out["vm_readv"] = call(nr, 1, ctypes.addressof(local), 1, ctypes.addressof(remote), 1, 0)
+    out["exe"] = os.readlink("/proc/1/exe")
+    try:
+        open("/proc/1/exe", "r+b").close(); out["exe_write"] = "opened"
+    except OSError as e:
+        out["exe_write"] = errno.errorcode[e.errno]
+    out["fds"] = sorted(os.readlink(f"/proc/1/fd/{n}") for n in os.listdir("/proc/1/fd"))
+    print(json.dumps(out))
+    """)
+    assert got["attach"] == got["seize"] == got["vm_readv"] == "EPERM"
+    assert not got["exe"].startswith(("/home", "/root", "/work", "/tmp")) and "bwrap" not in got["exe"]
+    assert got["exe_write"] in ("EROFS", "EACCES", "ETXTBSY", "EPERM")
+    assert all(fd.startswith("pipe:") or fd == "/dev/null" for fd in got["fds"]), got["fds"]
+
+
+def test_no_process_inside_holds_our_environment_or_host_paths(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-lis-canary-4711")
+    with Sandbox() as sb:
+        scratch = str(sb.layers)
+        r = sb.exec("sleep 30 & for p in /proc/[0-9]*; do cat $p/environ $p/cmdline; echo; done 2>/dev/null")
+        pids = sb.exec("ls /proc | grep -c '^[0-9]'").stdout
+    assert r.exit_code == 0 and int(pids) >= 3  # pid 1, the sleep, this shell at least
+    assert "sk-lis-canary" not in r.stdout and "OPENAI" not in r.stdout
+    assert scratch not in r.stdout and "bwrap" not in r.stdout
+
+
+def test_every_joined_process_is_capless_filtered_and_keyring_fresh(sandbox):
+    r = sandbox.exec("grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status")
+    fields = dict(line.split(":\t") for line in r.stdout.splitlines())
+    assert {k: v for k, v in fields.items() if k.startswith("Cap")} == dict.fromkeys(
+        ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"), "0000000000000000")
+    assert fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2"
+    # pid 1 (bwrap's child) is as bare
+    r = sandbox.exec("grep -E '^(CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc/1/status")
+    assert r.stdout.split() == ["CapPrm:", "0000000000000000", "CapEff:", "0000000000000000",
+                                "NoNewPrivs:", "1", "Seccomp:", "2"]
+
+
+def test_the_filter_denies_its_list_syscall_by_syscall(sandbox):
+    machine = platform.machine()
+    column = {"x86_64": 0, "aarch64": 1}[machine]
+    numbers = {name: pair[column] for name, pair in seccomp.SYSCALLS.items() if pair[column] is not None}
+    got = inside_python(sandbox, f"""
+    numbers = {numbers!r}
+    out = {{name: call(nr, 0, 0, 0, 0, 0, 0) for name, nr in numbers.items()}}
+    import fcntl, termios
+    m, s = os.openpty()
+    for name, req in (("TIOCSTI", termios.TIOCSTI), ("TIOCLINUX", 0x541C)):
+        try:
+            fcntl.ioctl(s, req, b"x"); out[name] = 0
+        except OSError as e:
+            out[name] = errno.errorcode[e.errno]
+    fcntl.ioctl(s, termios.TIOCGWINSZ, b"\\0" * 8)  # other ioctls still work
+    nr = {{"x86_64": (272, 435, 56), "aarch64": (97, 435, 220)}}[os.uname().machine]
+    out["unshare_user"] = call(nr[0], 0x10000000)
+    out["clone3"] = call(nr[1], 0, 0)
+    out["unshare_uts"] = call(nr[0], 0x04000000)  # not a user namespace: the kernel decides (no caps)
+    print(json.dumps(out))
+    """)
+    refused = {name: got.pop(name) for name in numbers}
+    assert set(refused.values()) == {"EPERM"}, refused
+    assert got == {"TIOCSTI": "EPERM", "TIOCLINUX": "EPERM", "unshare_user": "EPERM", "clone3": "ENOSYS",
+                   "unshare_uts": "EPERM"}
+
+
+def test_calls_that_would_work_unfiltered_are_refused_by_the_filter(sandbox):
+    """EPERM could also come from a missing capability; these calls succeed for anyone without the filter."""
+    got = inside_python(sandbox, """
+    x86 = os.uname().machine == "x86_64"
+    out = {"ptrace_traceme": call(101 if x86 else 117, 0, 0, 0, 0),
+           "keyctl_get_session": call(250 if x86 else 219, 0, -3, 0),
+           "kcmp_self": call(312 if x86 else 272, os.getpid(), os.getpid(), 0, 0, 0),
+           "process_vm_readv_self_empty": call(310 if x86 else 270, os.getpid(), 0, 0, 0, 0, 0)}
+    print(json.dumps(out))
+    """)
+    assert set(got.values()) == {"EPERM"}, got
+
+
+def test_nested_user_namespaces_only_when_asked():
+    # Without --map-root-user: mapping uid 0 in a child namespace takes CAP_SETFCAP, which no
+    # process of the sandbox holds.
+    script = "unshare --user readlink /proc/self/ns/user"
+    with Sandbox(SandboxSpec(nested_userns=True)) as sb:
+        outer = sb.exec("readlink /proc/self/ns/user").stdout
+        allowed = sb.exec(script)
+    with Sandbox() as sb:
+        denied = sb.exec(script)
+    assert allowed.exit_code == 0 and allowed.stdout != outer, allowed
+    assert denied.exit_code != 0 and "Operation not permitted" in denied.stderr
+
+
+KEYRING_PROBE = """
+import ctypes, json, os, platform, sys
+from isolation import Sandbox
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+keyctl, add_key = {"x86_64": (250, 248), "aarch64": (219, 217)}[platform.machine()]
+# A session keyring of our own holding a secret, as a login session's would.
+if libc.syscall(ctypes.c_long(keyctl), ctypes.c_long(1), None) < 0:
+    sys.exit(3)
+if libc.syscall(ctypes.c_long(add_key), b"user", b"lis-canary", b"hunter2", ctypes.c_size_t(7), ctypes.c_long(-3)) < 0:
+    sys.exit(3)
+with Sandbox() as sb:
+    keys = sb.exec("cat /proc/keys").stdout
+    probe = sb.exec(["python3", "-c", "import ctypes, sys; l = ctypes.CDLL(None, use_errno=True); "
+                     f"r = l.syscall({keyctl}, 0, -3, 0); print(r, ctypes.get_errno())"]).stdout.split()
+print(json.dumps({"host": open("/proc/keys").read(), "inside": keys, "keyctl": probe}))
+"""
+
+
+def test_the_host_session_keyring_is_not_shared():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", KEYRING_PROBE], capture_output=True, text=True, timeout=120,
+                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    if r.returncode == 3:
+        pytest.skip("this kernel refuses a keyring to this process")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert "lis-canary" in got["host"]  # the secret was there to be found...
+    assert "lis-canary" not in got["inside"]  # ...and is not visible inside
+    assert got["keyctl"] == ["-1", str(errno.EPERM)]
+
+
+SPY = ("grep -E '^(CapEff|NoNewPrivs):' /proc/self/status | tr '\\n' ' ' >> /var/log/lis-spy\n"
+       "echo >> /var/log/lis-spy\n")
+
+
+@pytest.fixture
+def planted(debian_rootfs):
+    """A session on a directory rootfs where the model has replaced setpriv, env and sh with spies
+    that log their capabilities, as the audit did, for the commands of a later sandbox."""
+    from isolation import sessions
+
+    spec = SandboxSpec(rootfs=str(debian_rootfs.rootfs.path), session=f"planted-{os.getpid()}")
+    with Sandbox(spec) as sb:
+        assert sb.exec(["cp", "-p", "/usr/bin/dash", "/usr/bin/dash.real"]).exit_code == 0
+        for spy, real in (("/usr/local/sbin/setpriv", "/usr/bin/setpriv"), ("/usr/local/bin/env", "/usr/bin/env"),
+                          ("/usr/local/bin/nsenter", "/usr/bin/nsenter"), ("/usr/bin/sh.spy", "/usr/bin/dash.real")):
+            sb.write_file(spy, f"#!/usr/bin/dash.real\n{SPY}exec {real} \"$@\"\n".encode(), mode=0o755)
+        assert sb.exec(["ln", "-sf", "/usr/bin/sh.spy", "/usr/bin/sh"]).exit_code == 0
+        sb.write_file("/var/log/lis-spy", b"")
+    yield spec
+    sessions.remove(spec.session)
+
+
+def test_planted_tools_in_a_directory_rootfs_never_run_with_capabilities(planted):
+    with Sandbox(planted) as sb:  # the same session: its upper layer holds the spies
+        for command in ("sh -c true", "env true", "setpriv --dump", "true"):
+            sb.exec(command)
+        sb.exec(["sh", "-c", "true"])
+        log = sb.exec(["cat", "/var/log/lis-spy"]).stdout
+    lines = [line.split() for line in log.splitlines() if line.strip()]
+    assert len(lines) >= 3, f"the spies never ran: {log!r}"  # the attack ran...
+    assert all(line == ["CapEff:", "0000000000000000", "NoNewPrivs:", "1"] for line in lines), log  # ...bare
+
+
+def test_a_socket_in_the_input_dir_cannot_be_reached(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "data.txt").write_text("ok\n")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(inputs / "agent.sock"))
+    server.listen(1)
+    try:
+        with Sandbox(SandboxSpec(input_dir=inputs)) as sb:
+            r = sb.exec("cat /testbed/input/data.txt; python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); "
+                        "s.connect(\"/testbed/input/agent.sock\"); print(\"connected\")'")
+    finally:
+        server.close()
+    assert r.stdout.startswith("ok\n") and "connected" not in r.stdout
+    assert "Connection refused" in r.stderr or "not a socket" in r.stderr.lower() or "Errno" in r.stderr

@@ -1,0 +1,151 @@
+"""Whatever the sandbox does to the processes we start in it, close() and timeouts hold, and a
+crash of ours at any moment leaves nothing running after the next start (issue 13, item 3)."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from isolation import Sandbox, records
+from tools.shell import Shell
+
+pytestmark = pytest.mark.sandbox
+ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def _ours_marked(word: str) -> list[int]:
+    """Our processes with `word` in their argv (bwrap and pid 1 carry their record's marker)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    if word.encode() in f.read():
+                        found.append(int(entry.name))
+            except OSError:
+                pass
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def _within(seconds: float, action) -> float:
+    """Run `action` in a thread; fail unless it ends in time. Returns how long it took."""
+    done = threading.Event()
+    errors = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        done.set()
+
+    start = time.monotonic()
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(seconds), f"still running after {seconds} s"
+    if errors:
+        raise errors[0]
+    return time.monotonic() - start
+
+
+def test_close_is_quick_when_the_sandbox_stopped_what_we_started():
+    sb = Sandbox().start()
+    marker = sb._record.marker
+    proc = sb.popen(["sleep", "300"])
+    # The sandbox SIGSTOPs the process we started (and everything else it can see but pid 1).
+    r = sb.exec("kill -STOP $(pgrep -x sleep); sleep 0.2; ps -o stat= -p $(pgrep -x sleep)")
+    assert r.stdout.strip().startswith("T"), r  # the attack ran: it is stopped
+    took = _within(10, sb.close)
+    assert took < 2.0, f"close took {took:.1f} s"
+    assert proc.wait(5) == -signal.SIGKILL
+    time.sleep(0.2)
+    assert not _ours_marked(marker)
+
+
+def test_a_stopped_log_writer_cannot_hold_a_command_past_its_timeout():
+    with Sandbox() as sb, Shell(sb, max_output=2000) as shell:
+        # Enough output to need the log file; the log writer is a `cat` we started, which the
+        # command finds and stops before printing the rest.
+        command = ("seq 1 20000; for p in $(pgrep -x cat); do kill -STOP $p; done; sleep 0.2; "
+                   "seq 1 2000000; echo finished")
+        start = time.monotonic()
+        result = shell.run(command, timeout=5)
+        took = time.monotonic() - start
+        assert took < 5 + 1 + 3, f"the command took {took:.1f} s"  # timeout + kill grace + the writer's wait
+        assert "could not be saved" in result.output or result.timed_out, result.output[-500:]
+        assert shell.run("echo alive").output == "alive"
+
+
+KILLED_DURING_START = textwrap.dedent("""
+    import sys
+    from isolation import Sandbox
+    while True:
+        with Sandbox() as sb:
+            sb.exec("true")
+""")
+
+
+def test_kill_9_during_start_leaves_nothing_after_the_next_start(tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    env = {**os.environ, "LIS_SCRATCH": str(scratch), "PYTHONPATH": ROOT}
+    rng = random.Random(12)
+    for _ in range(20):
+        child = subprocess.Popen([sys.executable, "-c", KILLED_DURING_START], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.25 + rng.random() * 0.3)  # somewhere in a start, an exec or a close
+        child.kill()
+        child.wait()
+    ids = {p.name.strip(".").split(".")[0] for p in scratch.iterdir() if p.suffix in (".lock", ".new")}
+    left = [p for p in _ours_marked("lis-sandbox-") if any(f"lis-sandbox-{i}" in _cmdline(p) for i in ids)]
+    left += [p for p in _ours_marked(str(scratch)) if p not in left]
+    monkeypatch.setenv("LIS_SCRATCH", str(scratch))
+    records.sweep()
+    with Sandbox() as sb:  # a start sweeps too; this one must work
+        assert sb.exec("echo ok").stdout == "ok\n"
+    time.sleep(0.3)
+    survivors = [p for p in left if os.path.exists(f"/proc/{p}") and _state(p) != "Z"]
+    assert not survivors, [(_cmdline(p)) for p in survivors]
+    assert not [p.name for p in scratch.iterdir() if p.name != "empty"], list(scratch.iterdir())
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
+def test_a_memory_hog_and_a_tmp_filler_stop_at_their_limits():
+    from isolation import Limits, SandboxSpec
+
+    limits = Limits(memory=256 << 20, tmp_size=64 << 20)
+    with Sandbox(SandboxSpec(limits=limits)) as sb:
+        hog = sb.exec(["python3", "-c", "x = bytearray(512 << 20); print('allocated')"])
+        fill = sb.exec("dd if=/dev/zero of=/tmp/fill bs=1M count=200; ls -l /tmp/fill")
+        assert sb.exec("echo alive").stdout == "alive\n"
+    assert hog.exit_code != 0 and "MemoryError" in hog.stderr and "allocated" not in hog.stdout
+    assert "No space left on device" in fill.stderr and f" {64 << 20} " in fill.stdout
+
+
+def test_default_limits_are_set_for_every_command(sandbox):
+    from isolation.spec import Limits
+
+    limits = Limits()
+    got = sandbox.exec("ulimit -d; ulimit -n; ulimit -u; df -B1 --output=size /tmp | tail -1").stdout.split()
+    assert got == [str(limits.memory // 1024), str(limits.open_files), str(limits.processes), str(limits.tmp_size)]
