@@ -137,9 +137,10 @@ def check_limits() -> Check:
 
     limits, gib = Limits(), 1 << 30
     size = lambda n: "no cap" if not n else f"{n / gib:.1f} GiB" if n >= gib else f"{n >> 20} MiB"  # noqa: E731
-    return Check("limits", "ok", f"memory {size(limits.memory)} per process, /tmp {size(limits.tmp_size)}, "
+    return Check("limits", "ok", f"memory {size(limits.memory)} per process, disk {size(limits.disk)}, "
+                 f"/tmp {size(limits.tmp_size)}, "
                  f"files up to {size(limits.file_size)}, {limits.processes} processes, {limits.open_files} open "
-                 "files", "change them in [sandbox] of the config (memory, tmp_size) or with --memory")
+                 "files", "change them in [sandbox] of the config (memory, disk, tmp_size) or with --memory, --disk")
 
 
 def check_cgroups() -> Check:

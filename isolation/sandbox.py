@@ -15,7 +15,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import bwrap, records, sessions, spawn, workspace
+from . import bwrap, diskcap, records, sessions, spawn, workspace
+from .rootfs_safe import tree_size
 from .spawn import seccomp
 from .inroot import InRootUnavailable, NotARegularFile, read_in_root, write_in_root
 from .output import collect, ready
@@ -75,6 +76,7 @@ class Sandbox:
         self._zygote: spawn.Zygote | None = None  # starts every command inside
         self._session: sessions.Session | None = None
         self._before: dict | None = None
+        self._disk_note = ""
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -111,6 +113,8 @@ class Sandbox:
             except BaseException:
                 self.close()
                 raise
+        if self.spec.limits.disk:
+            diskcap.watch(self)
         if self.spec.limits.wall_time:
             self._timer = threading.Timer(self.spec.limits.wall_time, self.close)
             self._timer.daemon = True
@@ -207,6 +211,7 @@ class Sandbox:
             self._close()
 
     def _close(self) -> None:
+        diskcap.unwatch(self)
         if self._timer and self._timer is not threading.current_thread():
             self._timer.cancel()
         if self.network is not None:
@@ -255,7 +260,29 @@ class Sandbox:
         """Run a shell string or an argv list inside; the whole process group dies at the timeout."""
         rc, out, err, timed_out, dropped = self._run(command, timeout, stdin, cwd, env, max_output)
         text = lambda b: b.decode("utf-8", errors="replace")  # noqa: E731
-        return ExecResult(rc, text(out), text(err), timed_out, dropped)
+        note = self.disk_note()
+        return ExecResult(rc, text(out), text(err) + (f"lis-tui: {note}\n" if note else ""), timed_out, dropped)
+
+    # ---- the disk cap (diskcap.py) ------------------------------------------------------------
+
+    def writable_size(self) -> int | None:
+        """Bytes on disk in this sandbox's writable layers (its files, /root, the rootfs's upper);
+        None when they cannot be measured just now."""
+        try:
+            return sum(tree_size(path) for path in self.layers.iterdir() if path.is_dir())
+        except OSError:
+            return None
+
+    def _over_disk(self, used: int) -> None:
+        self._disk_note = (f"the sandbox's disk limit of {_size(self.spec.limits.disk)} was reached "
+                           f"({_size(used)} in use): every process in it was killed. Delete files to go on.")
+        if self.pid is not None:
+            diskcap.kill_all_but_pid_1(self.pid)
+
+    def disk_note(self) -> str:
+        """Once, after the disk limit was reached: what happened and what to do (else "")."""
+        note, self._disk_note = self._disk_note, ""
+        return note
 
     def _run(self, command, timeout, stdin, cwd, env, max_output):
         argv = [self._root.shell, "-c", command] if isinstance(command, str) else list(command)
@@ -437,6 +464,10 @@ def _rlimits(limits: Limits) -> list[tuple[int, int]]:
     pairs = [(resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_DATA, limits.memory),
              (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NPROC, limits.processes)]
     return [(res, value) for res, value in pairs if value]
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.0f} MiB"
 
 
 def _read_some(fd: int, limit: int = 1 << 16) -> str:

@@ -38,6 +38,9 @@ class Limits:
     """Most open descriptors per process (RLIMIT_NOFILE)."""
     wall_time: float | None = None
     """Seconds after which the whole sandbox is closed; None for no limit."""
+    disk: int | None = 10 * GiB
+    """Bytes the sandbox's writable layers (its files under /testbed and /root, what it changed in
+    the rootfs) may take on the host's disk, checked while it runs; None: no cap."""
     tmp_size: int | None = 1 << 30
     """Bytes /tmp may hold (a tmpfs, so in memory); /run gets 64 MiB at most. None: the kernel's
     default, half the machine's memory."""

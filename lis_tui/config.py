@@ -81,6 +81,8 @@ class SandboxConfig:
     """Memory one process may use: "4G", "512M", "none"; "auto" is 4 GiB or half the RAM."""
     tmp_size: str = "1G"
     """What /tmp may hold (it lives in memory): "1G", "256M", "none" (the kernel's default)."""
+    disk: str = "10G"
+    """What the sandbox's files may take on disk, checked while it runs: "10G", "none"."""
     nested_userns: bool = False
     """Let commands make user namespaces of their own (a nested bwrap, rootless podman)."""
 
@@ -396,7 +398,8 @@ def sandbox_limits(config: Config):
     memory = config.sandbox.memory
     return Limits(memory=default_memory() if str(memory).strip().lower() == "auto"
                   else parse_size(memory, "sandbox.memory"),
-                  tmp_size=parse_size(config.sandbox.tmp_size, "sandbox.tmp_size"))
+                  tmp_size=parse_size(config.sandbox.tmp_size, "sandbox.tmp_size"),
+                  disk=parse_size(config.sandbox.disk, "sandbox.disk"))
 
 
 def save_network_allow(host: str, path: Path | None = None) -> Path:

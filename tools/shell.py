@@ -326,6 +326,8 @@ class Shell:
             note = f"{note}\n[The shell exited (exit code {call.exit_code})."
         if status != "done":
             note = f"{note} {self._replace_shell()}]".strip()
+        if disk := self.sandbox.disk_note():
+            note = f"{note}\n[{disk[0].upper()}{disk[1:]}]".strip()
         text, truncated = call.output.render()
         if note:
             text = (text + "\n" if text else "") + note

@@ -57,6 +57,7 @@ class _State:
         self.unclaimed: dict[int, int] = {}  # pid -> status, reaped before its handoff came
         self.zygotes: set[int] = set()
         self.handoffs: dict[int, socket.socket] = {}  # fd -> a zygote's handoff socket
+        self.spare: tuple[int, socket.socket, socket.socket] | None = None  # pid, control, handoff
 
 
 def main(channel_fd: int) -> None:
@@ -65,7 +66,9 @@ def main(channel_fd: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     gc.freeze()  # what the collector would touch stays shared with the forks
-    _serve(socket.socket(fileno=channel_fd), _fork_zygote, _State(), idle=None)
+    state = _State()
+    _fork_spare(state)
+    _serve(socket.socket(fileno=channel_fd), _fork_zygote, state, idle=None)
 
 
 def _serve(channel: socket.socket, handle, state: _State, idle: float | None) -> None:
@@ -142,16 +145,52 @@ def _send(reply: socket.socket, message: bytes, fds: list[int] = ()) -> None:
 # ---- the helper: a zygote per sandbox -----------------------------------------------------------
 
 def _fork_zygote(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
-    """fds: the pidfd of the sandbox's pid 1 and its root directory; `reply` becomes the channel."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    """fds: the pidfd of the sandbox's pid 1 and its root directory; `reply` becomes the channel.
+    The spare forked earlier becomes the zygote, and a new spare is forked while it joins."""
+    pid, control, handoff = state.spare
+    try:
+        socket.send_fds(control, [json.dumps(request).encode()], [reply.fileno(), *fds])
+    except OSError:  # the spare died: a fresh one, and once more
+        state.zygotes.add(pid)
+        _fork_spare(state)
+        return _fork_zygote(request, fds, reply, state, poller)
+    finally:
+        control.close()
+    state.zygotes.add(pid)
+    state.handoffs[handoff.fileno()] = handoff
+    poller.register(handoff, select.POLLIN)
+    _fork_spare(state)
+    return False  # the zygote has `reply` now; ours is closed
+
+
+def _fork_spare(state: _State) -> None:
+    """A fork that waits for its sandbox, so that a zygote's start costs no fork."""
+    control, control_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    handoff, handoff_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
-        _zygote(request, fds, reply, theirs)  # never returns
-    theirs.close()
-    state.zygotes.add(pid)
-    state.handoffs[ours.fileno()] = ours
-    poller.register(ours, select.POLLIN)
-    return False  # the zygote has `reply` now; ours is closed
+        _spare(control_theirs, handoff_theirs)  # never returns
+    control_theirs.close()
+    handoff_theirs.close()
+    state.spare = (pid, control, handoff)
+
+
+def _spare(control: socket.socket, handoff: socket.socket) -> None:
+    try:
+        signal.set_wakeup_fd(-1)
+        keep = [control.fileno(), handoff.fileno()]
+        for fd in range(3, max(keep)):
+            if fd not in keep:
+                _close(fd)  # the helper's socket, other zygotes' channels
+        linux.close_from(max(keep) + 1)
+        _seal_imports()  # nothing is loaded from here on, in here or in the sandbox
+        payload, fds, _, _ = socket.recv_fds(control, 1 << 16, 16, _RECV)
+        if not payload:
+            os._exit(0)
+        control.close()
+    except BaseException:  # noqa: BLE001
+        os._exit(0)
+    _zygote(json.loads(payload), fds[1:], socket.socket(fileno=fds[0]), handoff)
 
 
 def _take_handoff(state: _State, fd: int, poller) -> None:
@@ -177,18 +216,11 @@ def _take_handoff(state: _State, fd: int, poller) -> None:
 
 def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: socket.socket) -> None:
     try:
-        signal.set_wakeup_fd(-1)
-        keep = [channel.fileno(), handoff.fileno(), *fds]
-        for fd in range(3, max(keep) + 1):
-            if fd not in keep:
-                _close(fd)  # other zygotes' channels, the helper's own socket
-        linux.close_from(max(keep) + 1)
         _join(fds[0])
         os.fchdir(fds[1])
         os.chroot(".")
         for fd in fds:
             os.close(fd)
-        _seal_imports()
         _confine(request)
     except BaseException as exc:  # noqa: BLE001
         _send(channel, f"E could not join the sandbox: {_why(exc)}".encode())

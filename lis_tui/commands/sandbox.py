@@ -32,6 +32,9 @@ def add_sandbox_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--memory", metavar="SIZE",
                        help="memory one process inside may use, e.g. 2G or none (default: [sandbox] memory, "
                             "else 4 GiB or half the RAM)")
+    group.add_argument("--disk", metavar="SIZE",
+                       help="what the sandbox's files may take on disk, e.g. 2G or none (default: [sandbox] "
+                            "disk, else 10G)")
     group.add_argument("--nested-userns", action="store_true", default=None,
                        help="let commands make user namespaces of their own (a nested bwrap, rootless podman); "
                             "off by default")
@@ -62,6 +65,8 @@ def spec_from_args(args: argparse.Namespace, config=None):
         config = load_config()
     if getattr(args, "memory", None) is not None:
         config.set("sandbox.memory", args.memory, "--memory")
+    if getattr(args, "disk", None) is not None:
+        config.set("sandbox.disk", args.disk, "--disk")
     if getattr(args, "nested_userns", None):
         config.set("sandbox.nested_userns", True, "--nested-userns")
     hosts = {"allow_hosts": tuple(config.network.allow) + tuple(getattr(args, "allow_host", None) or ()),

@@ -149,3 +149,18 @@ def test_default_limits_are_set_for_every_command(sandbox):
     limits = Limits()
     got = sandbox.exec("ulimit -d; ulimit -n; ulimit -u; df -B1 --output=size /tmp | tail -1").stdout.split()
     assert got == [str(limits.memory // 1024), str(limits.open_files), str(limits.processes), str(limits.tmp_size)]
+
+
+def test_a_disk_filler_is_stopped_at_the_disk_limit_and_the_model_is_told():
+    from isolation import Limits, SandboxSpec
+
+    with Sandbox(SandboxSpec(limits=Limits(disk=40 << 20))) as sb, Shell(sb, timeout=60) as shell:
+        result = shell.run("for i in $(seq 400); do head -c 1M /dev/zero > /testbed/f$i; sleep 0.02; done; "
+                           "echo finished")
+        used = sb.writable_size()
+        assert "finished" not in result.output
+        assert "disk limit of 40 MiB was reached" in result.output and "Delete files" in result.output
+        assert used > 40 << 20  # the filler really filled...
+        assert used < 400 << 20  # ...and was stopped long before it was done
+        assert shell.run("rm /testbed/f*; echo cleaned").output.endswith("cleaned")
+        assert "disk limit" not in sb.exec("echo ok").stderr
