@@ -7,6 +7,7 @@ is killed and its scratch removed.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import secrets
 import signal
@@ -14,6 +15,9 @@ import time
 from pathlib import Path
 
 from .rootfs_safe import remove_tree
+from .spec import SandboxError
+
+log = logging.getLogger(__name__)
 
 # A record this young with no pgid yet may be a sandbox in the middle of starting.
 _GRACE_SECONDS = 10.0
@@ -75,7 +79,11 @@ def sweep(root: Path | None = None) -> int:
                 continue
             if text.isdigit():
                 _kill_group(int(text))
-            remove_tree(root / lock_path.stem)
+            try:
+                remove_tree(root / lock_path.stem)
+            except (OSError, SandboxError) as exc:  # one bad leftover must not stop every later start
+                log.warning("could not remove the leftover scratch %s: %s", root / lock_path.stem, exc)
+                continue
             lock_path.unlink(missing_ok=True)
             swept += 1
         finally:
