@@ -262,10 +262,9 @@ def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] |
     the rest is written): links the sandbox made unless named in `paths`, links that leave the
     workspace unless `allow_outside_links`, special files, anything that changed since review."""
     named = None if paths is None else {p.strip("/") for p in paths}
-    chosen = {c.path.rstrip("/"): c for c in changes(lower, upper, skip)
-              if named is None or c.path.rstrip("/") in named}
+    chosen = {c for c in changes(lower, upper, skip) if named is None or c.path.rstrip("/") in named}
     now = snapshot(lower)
-    conflicts = sorted(p for p in chosen if now.get(p) != before.get(p))
+    conflicts = sorted({p for p in (c.path.rstrip("/") for c in chosen) if now.get(p) != before.get(p)})
     if conflicts:
         raise WorkspaceConflict("the host copy changed since the sandbox started, so nothing was applied: "
                                 + ", ".join(conflicts) + ". Fix: review those files, then apply the others "
@@ -275,8 +274,10 @@ def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] |
         _review(lower, upper, writer.found)
     finally:
         _rebase(before, snapshot(lower), {c.path.rstrip("/") for c in writer.applied}, everything=named is None)
-    refused = writer.refused + [f"{p} (no such change: see changes())" for p in sorted((named or set()) - set(chosen))]
-    refused += [f"{p} (it is no longer changed in the sandbox)" for p in sorted(set(chosen) - writer.seen)]
+    refused = writer.refused + [f"{c.path.rstrip('/')} (it changed in the sandbox since it was reviewed; review it "
+                                "again)" for c in sorted(chosen - writer.seen, key=lambda c: c.path)]
+    refused += [f"{p} (no such change: see changes())"
+                for p in sorted((named or set()) - {c.path.rstrip("/") for c in chosen})]
     if refused:
         raise RefusedPaths(f"applied {len(writer.applied)} change(s) to {lower}", refused)
     return writer.applied
@@ -295,22 +296,20 @@ def _rebase(before: dict[str, tuple], now: dict[str, tuple], done: set[str], eve
 
 
 class _Writer:
-    """Writes the chosen changes as the second walk meets them, re-checking each one there."""
+    """Writes the chosen changes as the second walk meets them, each still as it was reviewed."""
 
-    def __init__(self, root: Path, chosen: dict[str, Change], by_name: bool, allow_outside_links: bool) -> None:
+    def __init__(self, root: Path, chosen: set[Change], by_name: bool, allow_outside_links: bool) -> None:
         self.root, self.chosen, self.by_name, self.allow = root, chosen, by_name, allow_outside_links
         self.applied: list[Change] = []
         self.refused: list[str] = []
-        self.seen: set[str] = set()
+        self.seen: set[Change] = set()
 
     def found(self, change: Change, site: _Site | None) -> None:
-        key = change.path.rstrip("/")
-        want = self.chosen.get(key)
-        if want is None:
+        if change not in self.chosen:  # not asked for, or no longer what the review showed
             return
-        self.seen.add(key)
-        why = "it changed in the sandbox since it was reviewed; review it again" if want != change \
-            else self._refusal(key, change, site)
+        self.seen.add(change)
+        key = change.path.rstrip("/")
+        why = self._refusal(key, change, site)
         if not why:
             try:
                 _write(change, site)
