@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hostwalk import Cursor, Walk, kind, link_leaves, open_file, place_file, place_link
+from .hostwalk import Cursor, Walk, kind, link_leaves, open_file, place_file, place_link, read_link
 from .spec import SandboxError
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -113,7 +113,9 @@ class _CopyOut(Walk):
     def _link(self, name: str) -> str:
         if not self.links:
             return "symlink"
-        target = os.readlink(name, dir_fd=self.top.fd)
+        target = read_link(self.top.fd, name)
+        if target is None:
+            return "it changed while it was being copied"
         if not self.allow and link_leaves(self.root, self.parts, target):
             return f"a symlink to {target}, outside {self.root}; pass allow_outside_links=True to copy it"
         try:

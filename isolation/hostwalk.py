@@ -229,6 +229,18 @@ def open_file(dir_fd: int, name: str) -> int | None:
     return fd
 
 
+def read_link(dir_fd: int, name: str) -> str | None:
+    """Where symlink `name` points; None if it is not a link (any more: the sandbox may swap it)."""
+    try:
+        return os.readlink(name, dir_fd=dir_fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:  # not a link
+            return None
+        raise
+
+
 def read_head(dir_fd: int, name: str, limit: int) -> bytes | None:
     """At most `limit` bytes of regular file `name`; None if it is not one (any more)."""
     fd = open_file(dir_fd, name)

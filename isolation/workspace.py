@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from .hostwalk import (Cursor, RefusedPaths, Walk, chmod_at, kind, link_leaves, open_file, place_file,
-                       place_link, read_head, remove_at, same_content)
+                       place_link, read_head, read_link, remove_at, same_content)
 from .spec import SandboxError
 
 OPAQUE = ("user.overlay.opaque", "trusted.overlay.opaque")
@@ -104,7 +104,11 @@ class _Review(Walk):
             return False
         site = _Site(name, self.parts, self.lower, old, self.top.fd, st)
         if stat.S_ISLNK(st.st_mode):
-            site.target = os.readlink(name, dir_fd=self.top.fd)
+            site.target = read_link(self.top.fd, name)
+            if site.target is None:
+                self.found(Change(self.rel(name), "refused", "it changed while it was being read; review it again"),
+                           None)
+                return False
         change = _compare(self.rel(name), site)
         if change:
             self.found(change, site)

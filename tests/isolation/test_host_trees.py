@@ -315,6 +315,29 @@ def test_export_keeps_the_destinations_mode_and_files(tmp_path, canary):
     assert digest(canary) == before
 
 
+def test_links_swapped_in_while_exporting_are_never_followed(tmp_path, canary):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "sub").symlink_to(canary)  # a host link where the sandbox's directory goes
+    before = digest(canary)
+    with Sandbox() as sb:
+        r = sb.exec("cd /testbed/output && mkdir sub && echo x > sub/x && "
+                    "(while :; do mv sub s2 && ln -s /etc sub && rm sub && mv s2 sub; done) >/dev/null 2>&1 &")
+        seen = sb.exec("for i in $(seq 2000); do [ -L /testbed/output/sub ] && echo link && break; done")
+        assert r.exit_code == 0 and seen.stdout == "link\n"  # the swapping runs
+        outcomes = set()
+        for _ in range(30):
+            try:
+                bounded(sb.export, "/testbed/output", dest, force=True, allow_outside_links=True)
+                outcomes.add("copied")
+            except (RefusedPaths, TreeChanged) as exc:
+                outcomes.add(type(exc).__name__)
+            bounded(sb.changes)
+        assert outcomes
+    assert digest(canary) == before and (dest / "sub").is_symlink()
+    assert not [name for name in files_below(dest) if "passwd" in name]  # /etc was never read through
+
+
 # ---- the walk itself -------------------------------------------------------------------------
 
 def test_a_directory_moved_during_a_walk_stops_it(tmp_path):
