@@ -9,12 +9,16 @@ them unrecorded. Then the scratch goes.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import secrets
 import signal
 from pathlib import Path
 
 from .rootfs_safe import remove_tree
+from .spec import SandboxError
+
+log = logging.getLogger(__name__)
 
 
 
@@ -83,7 +87,11 @@ def sweep(root: Path | None = None) -> int:
                 _kill_group(int(text))
             record_id = lock_path.name.strip(".").split(".")[0]
             _kill_marked(f"lis-sandbox-{record_id}".encode())
-            remove_tree(root / record_id)
+            try:
+                remove_tree(root / record_id)
+            except (OSError, SandboxError) as exc:  # one bad leftover must not stop every later start
+                log.warning("could not remove the leftover scratch %s: %s", root / record_id, exc)
+                continue
             lock_path.unlink(missing_ok=True)
             swept += 1
         finally:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
 from pathlib import Path
 
+from .hostwalk import remove_tree, tree_size  # noqa: F401 (re-exported: one walk for every tree)
 from .rootfs_errors import UnsafeArchive
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -80,7 +80,8 @@ class SafeRoot:
         except (FileNotFoundError, UnsafeArchive):
             return None
         try:
-            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            # O_NONBLOCK: a fifo opens at once (and is refused below) instead of waiting for a writer
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
         except OSError:
             return None
         finally:
@@ -139,44 +140,6 @@ def unlink_entry(dir_fd: int, name: str) -> None:
             raise UnsafeArchive(f"{name!r} is a non-empty directory and cannot be replaced by a file") from None
     else:
         os.unlink(name, dir_fd=dir_fd)
-
-
-def tree_size(path: Path) -> int:
-    """Bytes on disk under `path`, counting hard-linked files once and following no links."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    stack = [str(path)]
-    while stack:
-        with os.scandir(stack.pop()) as entries:
-            for entry in entries:
-                info = entry.stat(follow_symlinks=False)
-                if (info.st_dev, info.st_ino) in seen:
-                    continue
-                seen.add((info.st_dev, info.st_ino))
-                total += info.st_blocks * 512
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-    return total
-
-
-def remove_tree(path: Path) -> None:
-    """rm -rf that also copes with directories the owner left without write permission."""
-    if not os.path.lexists(path):
-        return
-    try:
-        shutil.rmtree(path)
-    except PermissionError:
-        _grant_owner(path)
-        shutil.rmtree(path)
-
-
-def _grant_owner(path: Path) -> None:
-    os.chmod(path, 0o700)
-    for dirpath, dirnames, _ in os.walk(path):
-        for name in dirnames:
-            child = os.path.join(dirpath, name)
-            if stat.S_ISDIR(os.lstat(child).st_mode):
-                os.chmod(child, 0o700)
 
 
 def process_alive(pid: int) -> bool:

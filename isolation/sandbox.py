@@ -389,43 +389,35 @@ class Sandbox:
 
     def changes(self) -> list[workspace.Change]:
         """What differs under /testbed from the host workspace (or from empty without one)."""
-        found = workspace.changes(*self._testbed())
-        # Mount points are ours, not the sandbox's work.
-        mounted = {f"{name}/" for name, given in (("input", self.spec.input_dir),
-                                                   ("documents", self.spec.documents_dir)) if given}
-        if self.spec.workspace is None:
-            mounted |= {"input/", "output/"}
-        return [c for c in found if c.path not in mounted]
+        return workspace.changes(*self._testbed(), skip=workspace.mount_points(self.spec))
 
     def diff(self) -> str:
-        """A unified diff of `changes()`; binary files are named, not dumped."""
-        return workspace.diff(*self._testbed(), self.changes())
+        """A unified diff of `changes()`; links, special and binary files are named, not dumped."""
+        return workspace.diff(*self._testbed(), skip=workspace.mount_points(self.spec))
 
-    def apply(self, paths: list[str] | None = None) -> list[workspace.Change]:
-        """Write the changes (or just `paths`) back to the host workspace, refusing host-side conflicts."""
+    def apply(self, paths: list[str] | None = None, allow_outside_links: bool = False) -> list[workspace.Change]:
+        """Write the changes (or just `paths`) back to the host workspace, refusing host-side conflicts;
+        links the sandbox made only when named, and out of the workspace only when allowed (see
+        workspace.apply; what is refused comes in hostwalk.RefusedPaths once the rest is written)."""
         if self.spec.workspace is None:
             raise SandboxError("this sandbox has no workspace to apply changes to; use export() to copy files out")
-        lower, upper = self._testbed()
-        applied = workspace.apply(lower, upper, self._before or {}, paths)
-        self._before = workspace.snapshot(lower)
-        return applied
+        self._before = {} if self._before is None else self._before
+        return workspace.apply(*self._testbed(), self._before, paths, allow_outside_links,
+                               skip=workspace.mount_points(self.spec))
 
-    def export(self, src: str, host_dir: Path | str) -> Path:
-        """Copy the sandbox directory `src` into `host_dir` (created if missing), never following links out."""
-        from .rootfs_tar import extract  # noqa: PLC0415
+    def export(self, src: str, host_dir: Path | str, force: bool = False, allow_outside_links: bool = False,
+               links: bool = True, limit: int | None = None) -> Path:
+        """Copy the sandbox directory `src` into `host_dir` (created if missing), never following links;
+        existing files are kept unless `force` (see copyout.copy_out for every rule). What is refused
+        comes in hostwalk.RefusedPaths once the rest is copied."""
+        from .copyout import copy_out  # noqa: PLC0415
+        from .hostwalk import RefusedPaths  # noqa: PLC0415
 
         dest = Path(host_dir)
-        dest.mkdir(parents=True, exist_ok=True)
-        proc = self.popen(["tar", "-C", src, "-cf", "-", "."], cwd="/", stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            extract(proc.stdout, dest, f"{src} from the sandbox")
-        finally:
-            proc.stdout.close()
-            err = proc.stderr.read().decode(errors="replace").strip()
-            proc.stderr.close()
-            if proc.wait() != 0:
-                raise SandboxError(f"could not export {src}: {err or 'tar failed'}")
+        copied = copy_out(self._require_running(), src, dest, force=force, links=links,
+                          allow_outside_links=allow_outside_links, limit=limit)
+        if copied.refused:
+            raise RefusedPaths(f"exported {len(copied.files)} file(s) from {src} to {dest}", copied.refused)
         return dest
 
 

@@ -2,20 +2,25 @@
 
 The overlay's upper directory holds every path the sandbox touched: files and links it wrote,
 whiteouts (0:0 character devices) for what it deleted, and directories marked opaque when it
-replaced a whole directory. The upper is written by the sandbox, so it is untrusted: it is read
-without ever following a link (SafeRoot), and compared with the host directory as it was when
-the sandbox started, so an apply never overwrites work the person did meanwhile.
+replaced a whole directory. The upper is written by a hostile sandbox, so it is walked beside the
+host directory with hostwalk's descriptor cursors: no link on either side is ever followed (a host
+`data -> ~/elsewhere` is a symlink that may be replaced, never a directory to list or write
+into), no fifo is opened, no depth is too deep. An apply first compares the host with how it was
+when the sandbox started and writes nothing if a chosen path moved meanwhile; then it walks again
+and writes each change through its parent's descriptor when it meets it, re-checked there. Links
+the sandbox made are written only when named, and only into the workspace unless allowed.
 """
 from __future__ import annotations
 
 import difflib
 import os
-import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from .rootfs_safe import SafeRoot
+from .hostwalk import (Cursor, RefusedPaths, Walk, chmod_at, kind, link_leaves, open_file, place_file,
+                       place_link, read_head, read_link, remove_at, same_content)
 from .spec import SandboxError
 
 OPAQUE = ("user.overlay.opaque", "trusted.overlay.opaque")
@@ -30,143 +35,214 @@ class WorkspaceConflict(SandboxError):
 class Change:
     """One path under /testbed that differs from the host workspace."""
 
-    path: str  # relative to /testbed, '/'-separated
-    kind: str  # "added", "modified", "deleted", "mode" or "type"
-    detail: str = ""
+    path: str  # relative to /testbed, '/'-separated; directories end with '/'
+    kind: str  # "added", "modified", "deleted", "mode", "type", or "refused" (could not be reviewed)
+    detail: str = ""  # e.g. "symlink -> TARGET", "644 -> 755", "file -> directory"
+
+
+@dataclass
+class _Site:
+    """Where a change was met, valid during the callback: the sandbox's entry `new` in directory
+    `new_dir`, the host's `old` under cursor `host`, and `parts`, the directories above them."""
+
+    name: str
+    parts: list[str]
+    host: Cursor
+    old: os.stat_result | None
+    new_dir: int | None = None
+    new: os.stat_result | None = None
+    target: str | None = None  # where `new` points, when it is a symlink
+
+
+Found = Callable[[Change, "_Site | None"], None]
+
+
+def mount_points(spec) -> frozenset[str]:
+    """Directories under /testbed that are our mount points, not the sandbox's work."""
+    found = {f"{name}/" for name, given in (("input", spec.input_dir), ("documents", spec.documents_dir))
+             if given}
+    return frozenset(found | ({"input/", "output/"} if spec.workspace is None else set()))
 
 
 # ---- what the host looked like -------------------------------------------------------------
 
+class _Snapshot(Walk):
+    def __init__(self, top: Cursor) -> None:
+        super().__init__(top)
+        self.found: dict[str, tuple] = {}
+
+    def entry(self, name: str, st: os.stat_result) -> bool:
+        self.found[self.rel(name)] = (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+        return True
+
+    def refuse(self, name: str, why: str) -> None:
+        pass  # a host directory we cannot read: nothing below it can be applied either
+
+
 def snapshot(root: Path) -> dict[str, tuple]:
     """(type, size, mtime_ns, mode) of every entry under `root`, links not followed."""
-    found: dict[str, tuple] = {}
-    stack = [("", str(root))]
-    while stack:
-        rel, path = stack.pop()
-        with os.scandir(path) as entries:
-            for entry in entries:
-                info = entry.stat(follow_symlinks=False)
-                key = f"{rel}{entry.name}"
-                found[key] = (stat.S_IFMT(info.st_mode), info.st_size, info.st_mtime_ns, stat.S_IMODE(info.st_mode))
-                if stat.S_ISDIR(info.st_mode):
-                    stack.append((key + "/", entry.path))
-    return found
-
-
-def _lstat(root: Path, rel: str) -> os.stat_result | None:
-    try:
-        return os.lstat(root / rel)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+    with Cursor.open(root) as top:
+        walk = _Snapshot(top)
+        walk.run()
+        return walk.found
 
 
 # ---- what the sandbox changed --------------------------------------------------------------
 
-def changes(lower: Path, upper: Path) -> list[Change]:
-    """Every difference between the host workspace and the sandbox's view of /testbed."""
-    found: list[Change] = []
-    stack = [""]
-    while stack:
-        rel = stack.pop()
-        with os.scandir(upper / rel if rel else upper) as entries:
-            for entry in sorted(entries, key=lambda e: e.name):
-                path = f"{rel}{entry.name}"
-                info = entry.stat(follow_symlinks=False)
-                old = _lstat(lower, path)
-                if stat.S_ISCHR(info.st_mode) and info.st_rdev == 0:
-                    if old is not None:
-                        found += _deleted(lower, path, old)
-                elif stat.S_ISDIR(info.st_mode):
-                    found += _directory(lower, upper, path, old, info)
-                    stack.append(path + "/")
-                else:
-                    change = _compare(lower, upper, path, old, info)
-                    if change:
-                        found.append(change)
-    return sorted(found, key=lambda c: c.path)
+class _Review(Walk):
+    """The upper (what the sandbox wrote) walked beside the lower (the host workspace)."""
+
+    def __init__(self, upper: Cursor, lower: Cursor, found: Found) -> None:
+        super().__init__(upper)
+        self.lower, self.found = lower, found
+
+    def entry(self, name: str, st: os.stat_result) -> bool:
+        old = self.lower.lstat(name)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:  # a whiteout: deleted
+            if old is not None:
+                self._deleted(name, old)
+            return False
+        site = _Site(name, self.parts, self.lower, old, self.top.fd, st)
+        if stat.S_ISLNK(st.st_mode):
+            site.target = read_link(self.top.fd, name)
+            if site.target is None:
+                self.found(Change(self.rel(name), "refused", "it changed while it was being read; review it again"),
+                           None)
+                return False
+        change = _compare(self.rel(name), site)
+        if change:
+            self.found(change, site)
+        return True  # only directories are entered
+
+    def entered(self, name: str, names: list[str]) -> None:
+        self.lower.follow(name)
+        if self.lower.present and _opaque(self.top.fd):  # replaced wholesale: what only the host has is gone
+            for gone in sorted(set(self.lower.names()) - set(names)):
+                old = self.lower.lstat(gone)
+                if old is not None:
+                    self._deleted(gone, old)
+
+    def left(self, name: str) -> None:
+        self.lower.up()
+
+    def refuse(self, name: str, why: str) -> None:
+        self.found(Change(self.rel(name) + "/", "refused", f"{why}; not reviewed, never applied"), None)
+
+    def _deleted(self, name: str, old: os.stat_result) -> None:
+        if not stat.S_ISDIR(old.st_mode):
+            self.found(Change(self.rel(name), "deleted"), _Site(name, self.parts, self.lower, old))
+            return
+        with Cursor(os.dup(self.lower.fd)) as host:
+            _Deleted(host, name, self.rel(name), self.found).run()
 
 
-def _deleted(lower: Path, path: str, old: os.stat_result) -> list[Change]:
-    if not stat.S_ISDIR(old.st_mode):
-        return [Change(path, "deleted")]
-    below = [Change(f"{path}/{rel}", "deleted") for rel, meta in snapshot(lower / path).items()
-             if meta[0] != stat.S_IFDIR]
-    return below + [Change(path + "/", "deleted")]
+class _Deleted(Walk):
+    """A host directory the sandbox removed: each non-directory below it, then the directory."""
+
+    def __init__(self, host: Cursor, name: str, path: str, found: Found) -> None:
+        super().__init__(host, [name])
+        self.above, self.found = path[:-len(name)], found
+
+    def entry(self, name: str, st: os.stat_result) -> bool:
+        if not stat.S_ISDIR(st.st_mode):
+            self.found(Change(self.above + self.rel(name), "deleted"), _Site(name, [], self.top, st))
+        return True
+
+    def left(self, name: str) -> None:
+        if not self.parts:  # back beside the directory itself
+            old = self.top.lstat(name)
+            if old is not None:
+                self.found(Change(f"{self.above}{name}/", "deleted"), _Site(name, [], self.top, old))
+
+    def refuse(self, name: str, why: str) -> None:
+        self.found(Change(f"{self.above}{self.rel(name)}/", "refused", f"deleted in the sandbox, but {why} "
+                          "on the host; not applied"), None)
 
 
-def _directory(lower: Path, upper: Path, path: str, old, info) -> list[Change]:
+def _compare(path: str, site: _Site) -> Change | None:
+    old, new = site.old, site.new
+    if stat.S_ISDIR(new.st_mode):
+        if old is None:
+            return Change(path + "/", "added")
+        if not stat.S_ISDIR(old.st_mode):
+            return Change(path, "type", f"{kind(old)} -> directory")
+        return Change(path + "/", "mode", _modes(old, new)) if _mode(old) != _mode(new) else None
     if old is None:
-        return [Change(path + "/", "added")]
-    if not stat.S_ISDIR(old.st_mode):
-        return [Change(path, "type", "file -> directory")]
-    found = []
-    if _opaque(upper / path):  # replaced wholesale: what the lower had and the upper lacks is gone
-        for name in sorted(os.listdir(lower / path)):
-            if not os.path.lexists(upper / path / name):
-                found += _deleted(lower, f"{path}/{name}", os.lstat(lower / path / name))
-    if stat.S_IMODE(old.st_mode) != stat.S_IMODE(info.st_mode):
-        found.append(Change(path + "/", "mode", _modes(old, info)))
-    return found
+        return Change(path, "added", "" if stat.S_ISREG(new.st_mode) else _describe(site))
+    if stat.S_IFMT(old.st_mode) != stat.S_IFMT(new.st_mode):
+        return Change(path, "type", f"{kind(old)} -> {_describe(site)}")
+    if stat.S_ISLNK(new.st_mode):
+        before = os.readlink(site.name, dir_fd=site.host.fd)
+        return Change(path, "modified", f"{_describe(site)} (was -> {before})") if before != site.target else None
+    if stat.S_ISREG(new.st_mode) and (old.st_size != new.st_size
+                                      or not same_content(site.host.fd, site.new_dir, site.name)):
+        return Change(path, "modified")
+    return Change(path, "mode", _modes(old, new)) if _mode(old) != _mode(new) else None
 
 
-def _opaque(path: Path) -> bool:
+def _describe(site: _Site) -> str:
+    what = kind(site.new)
+    if what == "symlink":
+        return f"symlink -> {site.target}"
+    return what if what == "file" else f"{what} (special files are never applied)"
+
+
+def _opaque(fd: int) -> bool:
     for name in OPAQUE:
         try:
-            if os.getxattr(path, name, follow_symlinks=False) == b"y":
+            if os.getxattr(fd, name) == b"y":
                 return True
         except OSError:
             pass
     return False
 
 
-def _compare(lower: Path, upper: Path, path: str, old, info) -> Change | None:
-    if old is None:
-        return Change(path, "added", "symlink" if stat.S_ISLNK(info.st_mode) else "")
-    if stat.S_IFMT(old.st_mode) != stat.S_IFMT(info.st_mode):
-        return Change(path, "type", f"{_kind(old)} -> {_kind(info)}")
-    if stat.S_ISLNK(info.st_mode):
-        before, after = os.readlink(lower / path), os.readlink(upper / path)
-        return Change(path, "modified", f"symlink {before} -> {after}") if before != after else None
-    if old.st_size != info.st_size or _read(lower, path) != _read(upper, path):
-        return Change(path, "modified")
-    if stat.S_IMODE(old.st_mode) != stat.S_IMODE(info.st_mode):
-        return Change(path, "mode", _modes(old, info))
-    return None  # copied up (opened for writing, touched) but the same
-
-
-def _kind(info) -> str:
-    return "directory" if stat.S_ISDIR(info.st_mode) else "symlink" if stat.S_ISLNK(info.st_mode) else "file"
+def _mode(st: os.stat_result) -> int:
+    return stat.S_IMODE(st.st_mode) & 0o777  # never setuid, setgid or sticky on the host
 
 
 def _modes(old, new) -> str:
-    return f"{stat.S_IMODE(old.st_mode):o} -> {stat.S_IMODE(new.st_mode):o}"
+    return f"{_mode(old):o} -> {_mode(new):o}"
 
 
-def _read(root: Path, rel: str) -> bytes | None:
-    with SafeRoot(root) as safe:
-        return safe.read_file(tuple(rel.split("/")))
+def _review(lower: Path, upper: Path, found: Found) -> None:
+    with Cursor.open(upper) as top, Cursor.open(lower) as host:
+        _Review(top, host, found).run()
 
 
-# ---- showing and applying ------------------------------------------------------------------
+def changes(lower: Path, upper: Path, skip: frozenset[str] = frozenset()) -> list[Change]:
+    """Every difference between the host workspace and the sandbox's view of /testbed."""
+    found: list[Change] = []
+    _review(lower, upper, lambda change, site: change.path in skip or found.append(change))
+    return sorted(found, key=lambda c: c.path)
 
-def diff(lower: Path, upper: Path, found: list[Change]) -> str:
-    """A unified diff of the changes; binary and large files are named, not dumped."""
-    out: list[str] = []
-    for change in found:
-        if change.path.endswith("/") or change.kind in ("mode", "type") or "symlink" in change.detail:
-            out.append(f"{change.kind}: {change.path} {change.detail}".rstrip() + "\n")
-            continue
-        before = _read(lower, change.path) if change.kind != "added" else b""
-        after = _read(upper, change.path) if change.kind != "deleted" else b""
-        texts = [_text(b) for b in (before or b"", after or b"")]
-        if None in texts:
-            out.append(f"Binary files a/{change.path} and b/{change.path} differ\n")
-            continue
-        a = f"a/{change.path}" if change.kind != "added" else "/dev/null"
-        b = f"b/{change.path}" if change.kind != "deleted" else "/dev/null"
-        out += difflib.unified_diff(texts[0].splitlines(True), texts[1].splitlines(True), a, b)
-        if out and not out[-1].endswith("\n"):
-            out[-1] += "\n\\ No newline at end of file\n"
+
+# ---- showing -------------------------------------------------------------------------------
+
+def diff(lower: Path, upper: Path, skip: frozenset[str] = frozenset()) -> str:
+    """A unified diff of the changes; links, special, binary and large files are named, not dumped."""
+    pieces: list[tuple[str, str]] = []
+    _review(lower, upper, lambda change, site: change.path in skip or pieces.append((change.path,
+                                                                                      _piece(change, site))))
+    return "".join(text for _, text in sorted(pieces, key=lambda piece: piece[0]))
+
+
+def _piece(change: Change, site: _Site | None) -> str:
+    path = change.path
+    if site is None or path.endswith("/") or change.kind in ("mode", "type") or change.detail:
+        return f"{change.kind}: {path} {change.detail}".rstrip() + "\n"
+    before = read_head(site.host.fd, site.name, DIFF_LIMIT + 1) if change.kind != "added" else b""
+    after = read_head(site.new_dir, site.name, DIFF_LIMIT + 1) if change.kind != "deleted" else b""
+    if before is None or after is None:
+        return f"{change.kind}: {path} (it changed while it was being read)\n"
+    texts = [_text(data) for data in (before, after)]
+    if None in texts:
+        return f"Binary files a/{path} and b/{path} differ\n"
+    a = f"a/{path}" if change.kind != "added" else "/dev/null"
+    b = f"b/{path}" if change.kind != "deleted" else "/dev/null"
+    out = list(difflib.unified_diff(texts[0].splitlines(True), texts[1].splitlines(True), a, b))
+    if out and not out[-1].endswith("\n"):
+        out[-1] += "\n\\ No newline at end of file\n"
     return "".join(out)
 
 
@@ -179,51 +255,112 @@ def _text(data: bytes) -> str | None:
         return None
 
 
-def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] | None = None) -> list[Change]:
-    """Write the chosen changes (all when `paths` is None) to the host; refuse if it moved meanwhile."""
-    chosen = [c for c in changes(lower, upper) if paths is None or c.path.rstrip("/") in
-              {p.strip("/") for p in paths}]
+# ---- applying ------------------------------------------------------------------------------
+
+def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] | None = None,
+          allow_outside_links: bool = False, skip: frozenset[str] = frozenset()) -> list[Change]:
+    """Write the chosen changes (all when `paths` is None) to the host; the applied ones are returned.
+
+    WorkspaceConflict, writing nothing, if a chosen path moved on the host since `before` (which is
+    then brought up to date for what was written). Refused (listed in RefusedPaths, raised once
+    the rest is written): links the sandbox made unless named in `paths`, links that leave the
+    workspace unless `allow_outside_links`, special files, anything that changed since review."""
+    named = None if paths is None else {p.strip("/") for p in paths}
+    chosen = {c for c in changes(lower, upper, skip) if named is None or c.path.rstrip("/") in named}
     now = snapshot(lower)
-    conflicts = [c.path for c in chosen if now.get(c.path.rstrip("/")) != before.get(c.path.rstrip("/"))]
+    conflicts = sorted({p for p in (c.path.rstrip("/") for c in chosen) if now.get(p) != before.get(p)})
     if conflicts:
         raise WorkspaceConflict("the host copy changed since the sandbox started, so nothing was applied: "
                                 + ", ".join(conflicts) + ". Fix: review those files, then apply the others "
                                 "by name, or start a new sandbox on the current workspace")
-    # Deletions deepest first, so a directory is empty when its turn comes; then additions shallowest first.
-    for change in sorted(chosen, key=lambda c: (c.kind != "deleted", -c.path.count("/") if c.kind == "deleted"
-                                               else c.path.count("/"), c.path)):
-        _apply_one(lower, upper, change)
-    return chosen
+    writer = _Writer(lower, chosen, named is not None, allow_outside_links)
+    try:
+        _review(lower, upper, writer.found)
+    finally:
+        _rebase(before, snapshot(lower), {c.path.rstrip("/") for c in writer.applied}, everything=named is None)
+    refused = writer.refused + [f"{c.path.rstrip('/')} (it changed in the sandbox since it was reviewed; review it "
+                                "again)" for c in sorted(chosen - writer.seen, key=lambda c: c.path)]
+    refused += [f"{p} (no such change: see changes())"
+                for p in sorted((named or set()) - {c.path.rstrip("/") for c in chosen})]
+    if refused:
+        raise RefusedPaths(f"applied {len(writer.applied)} change(s) to {lower}", refused)
+    return writer.applied
 
 
-def _apply_one(lower: Path, upper: Path, change: Change) -> None:
-    rel = change.path.rstrip("/")
-    target = lower / rel
-    if change.kind == "deleted" or change.kind == "type":
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        elif os.path.lexists(target):
-            target.unlink()
-        if change.kind == "deleted":
+def _rebase(before: dict[str, tuple], now: dict[str, tuple], done: set[str], everything: bool) -> None:
+    """Take what was written as the new starting point, so a later apply does not see conflicts in it."""
+    if everything:
+        before.clear()
+        before.update(now)
+        return
+    below = tuple(f"{path}/" for path in done)
+    for key in [k for k in before if k in done or k.startswith(below)]:
+        del before[key]
+    before.update({k: v for k, v in now.items() if k in done or k.startswith(below)})
+
+
+class _Writer:
+    """Writes the chosen changes as the second walk meets them, each still as it was reviewed."""
+
+    def __init__(self, root: Path, chosen: set[Change], by_name: bool, allow_outside_links: bool) -> None:
+        self.root, self.chosen, self.by_name, self.allow = root, chosen, by_name, allow_outside_links
+        self.applied: list[Change] = []
+        self.refused: list[str] = []
+        self.seen: set[Change] = set()
+
+    def found(self, change: Change, site: _Site | None) -> None:
+        if change not in self.chosen:  # not asked for, or no longer what the review showed
             return
-    info = os.lstat(upper / rel)
-    mode = stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
-    with SafeRoot(lower) as host:
-        parts = tuple(rel.split("/"))
-        if stat.S_ISDIR(info.st_mode):
-            host.make_dir(parts, mode)
-        elif stat.S_ISLNK(info.st_mode):
-            parent = host.open_dir(parts[:-1], create=True)
+        self.seen.add(change)
+        key = change.path.rstrip("/")
+        why = self._refusal(key, change, site)
+        if not why:
             try:
-                if os.path.lexists(target):
-                    os.unlink(parts[-1], dir_fd=parent)
-                os.symlink(os.readlink(upper / rel), parts[-1], dir_fd=parent)
-            finally:
-                os.close(parent)
-        elif change.kind == "mode":
-            os.chmod(target, mode, follow_symlinks=False)
-        else:
-            data = _read(upper, rel)
-            if data is None:
-                raise SandboxError(f"{rel} changed while it was being applied; apply it again")
-            host.write_file(parts, data, mode)
+                _write(change, site)
+                self.applied.append(change)
+                return
+            except (OSError, SandboxError) as exc:
+                why = f"could not be written: {exc}"
+        self.refused.append(f"{key} ({why})")
+
+    def _refusal(self, key: str, change: Change, site: _Site | None) -> str:
+        if site is None:
+            return change.detail
+        new = site.new
+        if new is None or change.kind == "mode":
+            return ""
+        if kind(new) not in ("file", "directory", "symlink"):
+            return f"a {kind(new)} made in the sandbox: special files are never applied"
+        if site.target is not None and not self.by_name:
+            return (f"a symlink made in the sandbox, -> {site.target}: links are applied only by name, "
+                    f"e.g. apply([{key!r}])")
+        if site.target is not None and not self.allow and link_leaves(self.root, site.parts, site.target):
+            return (f"a symlink to {site.target}, which leaves the workspace; to take it anyway: "
+                    f"apply([{key!r}], allow_outside_links=True)")
+        return ""
+
+
+def _write(change: Change, site: _Site) -> None:
+    name, new = site.name, site.new
+    if change.kind == "deleted":
+        remove_at(site.host.fd, name)
+        return
+    parent = site.host.make_missing()
+    if change.kind == "mode":
+        chmod_at(parent, name, _mode(new))
+        return
+    if change.kind == "type":
+        remove_at(parent, name)  # the host's entry itself: a link is removed, not followed
+    if stat.S_ISDIR(new.st_mode):
+        os.mkdir(name, 0o700, dir_fd=parent)
+        chmod_at(parent, name, _mode(new))
+    elif site.target is not None:
+        place_link(site.target, parent, name, replace=True)
+    else:
+        src = open_file(site.new_dir, name)
+        if src is None:
+            raise SandboxError("it changed while it was being applied; apply it again")
+        try:
+            place_file(src, parent, name, _mode(new), replace=True, exact_mode=True)
+        finally:
+            os.close(src)

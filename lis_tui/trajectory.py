@@ -10,12 +10,12 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import subprocess
-import tarfile
 import threading
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
+from isolation import SandboxError
+from isolation.hostwalk import RefusedPaths, files_below
 from lis_tui.events import RunFinished, RunStarted, RunUsage, StepFinished, StepRecord
 
 FORMAT = "lis-tui-trajectory/1"
@@ -136,60 +136,15 @@ def write_atomic(path: Path, text: str) -> None:
 
 def export_output(sandbox: Any, dest: Path, source: str = "/testbed/output",
                   cap: int = EXPORT_CAP) -> dict[str, list[str]]:
-    """Copy `source` out of the sandbox into `dest`: regular files and directories only.
-
-    tar runs inside the sandbox (so links resolve there, never on the host) and does not follow
-    symlinks; on this side nothing but plain directories and files is made, so no name can lead
-    out of `dest`. Returns {"files": [...], "skipped": ["name (why)", ...]}.
-    """
-    dest.mkdir(parents=True, exist_ok=True)
-    proc = sandbox.popen(["tar", "-C", source, "-cf", "-", "."], cwd="/",
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    report: dict[str, list[str]] = {"files": [], "skipped": []}
-    failure = ""
+    """Copy `source` out of the sandbox into `dest`: directories and regular files only, at most
+    `cap` bytes. `Sandbox.export` does the copy (read from the host without following a link,
+    no fifo opened, nothing overwritten); links are skipped here, whatever they point at.
+    Returns {"files": [...], "skipped": ["name (why)", ...]}."""
+    skipped: list[str] = []
     try:
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-            _extract(tar, dest, cap, report)
-    except (tarfile.TarError, OSError) as exc:
-        failure = str(exc) or type(exc).__name__
-    finally:
-        proc.stdout.close()  # a tar we stopped reading gets EPIPE and exits
-        said = proc.stderr.read().decode(errors="replace").strip().splitlines()
-        proc.stderr.close()
-        proc.wait()
-    if failure:
-        report["skipped"].append(f"{source} ({said[-1] if said else failure})")
-    return report
-
-
-def _extract(tar: tarfile.TarFile, dest: Path, cap: int, report: dict[str, list[str]]) -> None:
-    copied = 0
-    for member in tar:
-        parts = PurePosixPath(member.name).parts
-        parts = parts[1:] if parts[:1] == (".",) else parts
-        if not parts:
-            continue
-        name = "/".join(parts)
-        if parts[0] == "/" or ".." in parts:
-            report["skipped"].append(f"{name} (unsafe name)")
-        elif member.isdir():
-            dest.joinpath(*parts).mkdir(parents=True, exist_ok=True)
-        elif not member.isfile():
-            kind = "symlink" if member.issym() else "hard link" if member.islnk() else "special file"
-            report["skipped"].append(f"{name} ({kind})")
-        elif copied + member.size > cap:
-            report["skipped"].append(f"{name} (over the {cap:,}-byte export limit)")
-        else:
-            _write_member(tar, member, dest.joinpath(*parts))
-            copied += member.size
-            report["files"].append(name)
-
-
-def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(target, flags, 0o600)
-    with os.fdopen(fd, "wb") as out, tar.extractfile(member) as data:
-        while chunk := data.read(1 << 20):
-            out.write(chunk)
-    os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
+        sandbox.export(source, dest, links=False, limit=cap)
+    except RefusedPaths as exc:
+        skipped = exc.refused
+    except (SandboxError, OSError) as exc:
+        skipped = [f"{source} ({exc})"]
+    return {"files": files_below(dest) if dest.is_dir() else [], "skipped": skipped}

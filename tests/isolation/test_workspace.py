@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from isolation import Sandbox, SandboxSpec
+from isolation.hostwalk import RefusedPaths
 from isolation.workspace import WorkspaceConflict
 
 pytestmark = pytest.mark.sandbox
@@ -53,7 +54,7 @@ def test_changes_name_every_kind_of_edit(project):
         "a.txt": ("deleted", ""), "d/b.txt": ("deleted", ""), "d/b2.txt": ("added", ""),
         "gone/g.txt": ("deleted", ""), "gone/n.txt": ("added", ""), "run.sh": ("mode", "644 -> 755"),
         "new/": ("added", ""), "new/x/": ("added", ""), "new/x/f": ("added", ""),
-        "out-link": ("added", "symlink"), "keep.txt": ("modified", ""), "blob.bin": ("added", ""),
+        "out-link": ("added", "symlink -> /etc/passwd"), "keep.txt": ("modified", ""), "blob.bin": ("added", ""),
     }
 
 
@@ -77,7 +78,12 @@ def test_apply_writes_everything_back(project):
     with Sandbox(SandboxSpec(workspace=project)) as sb:
         sb.exec(EDITS)
         expected = tree_of_sandbox = sb.exec("find . -mindepth 1 | sort").stdout.split()
-        sb.apply()
+        with pytest.raises(RefusedPaths, match=r"out-link \(a symlink made in the sandbox, -> /etc/passwd"):
+            sb.apply()  # links the sandbox made go only by name
+        assert not os.path.lexists(project / "out-link")
+        with pytest.raises(RefusedPaths, match="allow_outside_links=True"):
+            sb.apply(["out-link"])  # and out of the workspace only when allowed
+        sb.apply(["out-link"], allow_outside_links=True)
         assert sb.changes() == []
     assert sorted("./" + p for p in tree(project)) == expected == tree_of_sandbox
     assert (project / "keep.txt").read_text() == "one\ntwo\nthree\n"
@@ -104,7 +110,10 @@ def test_export_copies_out_without_following_links(project, tmp_path):
     outside.write_text("host secret")
     with Sandbox(SandboxSpec(workspace=project)) as sb:
         sb.exec(f"mkdir -p output/deep && echo r > output/deep/r.txt && ln -s {outside} output/link")
-        dest = sb.export("/testbed/output", tmp_path / "exported")
+        with pytest.raises(RefusedPaths, match=r"link \(a symlink to .*outside.txt, outside"):
+            sb.export("/testbed/output", tmp_path / "refused")
+        assert not os.path.lexists(tmp_path / "refused" / "link")
+        dest = sb.export("/testbed/output", tmp_path / "exported", allow_outside_links=True)
     assert (dest / "deep" / "r.txt").read_text() == "r\n"
     assert (dest / "link").is_symlink() and os.readlink(dest / "link") == str(outside)
     assert outside.read_text() == "host secret"

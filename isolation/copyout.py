@@ -1,0 +1,135 @@
+"""Copy a directory out of a running sandbox onto the host (`Sandbox.export`, a run's `files/`).
+
+The tree is read from the host through the sandbox's root directory (its /proc/PID/root, opened
+when it started), not by running `tar` inside and unpacking the stream here: that needs no process
+and no tar in the rootfs, puts no archive parser in front of sandbox-made bytes, and is the same
+descriptor walk (hostwalk) that review, apply and scratch removal use. `src` is reached one name
+at a time with O_NOFOLLOW from that root, mounts crossed as the sandbox sees them, so a link on
+the way, or one the sandbox swaps in while we copy, makes an open fail instead of leading out.
+
+On the host: the destination keeps its own mode (a new one gets 0755 less the umask, never the
+sandbox's); directories are made 0755 and files 0644 or 0755 (executable), less the umask; an
+existing file is kept (refused) unless `force`, which renames a new file over the old entry, so a
+host link in the way is replaced, never written through; a host link or file where a directory
+goes is refused. Links are recreated only when their target, read lexically from where they
+land, stays inside the destination (unless `allow_outside_links`); special files never.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .hostwalk import Cursor, Walk, kind, link_leaves, open_file, place_file, place_link, read_link
+from .spec import SandboxError
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass
+class Copied:
+    """What a copy made (`files`, '/'-separated under the destination) and what it refused."""
+
+    files: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    """One "path (why)" each, the format of a run's `files_skipped`."""
+    size: int = 0
+
+
+def copy_out(root_fd: int, src: str, dest: Path, *, force: bool = False, links: bool = True,
+             allow_outside_links: bool = False, limit: int | None = None) -> Copied:
+    """Copy the sandbox's directory `src` (under root `root_fd`) into host directory `dest`,
+    made if missing. `links=False` skips every link; `limit` caps the bytes copied."""
+    parts = [part for part in src.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise SandboxError(f"{src!r} climbs with '..'; name the directory to export plainly")
+    dest.mkdir(mode=0o755, parents=True, exist_ok=True)  # an existing one keeps its mode
+    with Cursor(os.open(".", _DIR, dir_fd=root_fd)) as source, Cursor.open(dest) as host:
+        for part in parts:
+            if not source.down(part):
+                raise SandboxError(f"{src} is not a directory in the sandbox (or passes through a symlink); "
+                                   "nothing was exported")
+        walk = _CopyOut(source, host, dest.resolve(), force, links, allow_outside_links, limit)
+        walk.run()
+        return walk.copied
+
+
+class _CopyOut(Walk):
+    def __init__(self, source: Cursor, host: Cursor, root: Path, force: bool, links: bool,
+                 allow_outside_links: bool, limit: int | None) -> None:
+        super().__init__(source)
+        self.host, self.root, self.force, self.links = host, root, force, links
+        self.allow, self.limit = allow_outside_links, limit
+        self.copied = Copied()
+
+    def entry(self, name: str, st: os.stat_result) -> bool:
+        what = kind(st)
+        if what == "directory":
+            try:
+                os.mkdir(name, 0o755, dir_fd=self.host.fd)
+            except FileExistsError:
+                pass  # merged into, if it is a directory; `entered` finds out without following it
+            return True
+        why = self._file(name, st) if what == "file" else self._link(name) if what == "symlink" else what
+        if why:
+            self.copied.refused.append(f"{self.rel(name)} ({why})")
+        return False
+
+    def entered(self, name: str, names: list[str]) -> None:
+        self.host.follow(name)
+        if not self.host.present:
+            self.copied.refused.append(f"{'/'.join(self.parts)}/ (a file or a symlink is in the way on the "
+                                       "host; nothing below it was copied)")
+            self.skip_rest()
+
+    def left(self, name: str) -> None:
+        self.host.up()
+
+    def refuse(self, name: str, why: str) -> None:
+        self.copied.refused.append(f"{self.rel(name)}/ ({why})")
+
+    def _file(self, name: str, st: os.stat_result) -> str:
+        left = None if self.limit is None else self.limit - self.copied.size
+        if left is not None and st.st_size > left:
+            return f"over the {self.limit:,}-byte export limit"
+        try:
+            src = open_file(self.top.fd, name)
+        except OSError as exc:
+            return f"cannot be read: {exc.strerror}"
+        if src is None:
+            return "it changed while it was being copied"
+        try:
+            size = place_file(src, self.host.fd, name, 0o755 if st.st_mode & 0o111 else 0o644,
+                              replace=self.force, limit=left)
+        except OSError as exc:
+            return _why(exc)
+        finally:
+            os.close(src)
+        self.copied.files.append(self.rel(name))
+        self.copied.size += size
+        return ""
+
+    def _link(self, name: str) -> str:
+        if not self.links:
+            return "symlink"
+        target = read_link(self.top.fd, name)
+        if target is None:
+            return "it changed while it was being copied"
+        if not self.allow and link_leaves(self.root, self.parts, target):
+            return f"a symlink to {target}, outside {self.root}; pass allow_outside_links=True to copy it"
+        try:
+            place_link(target, self.host.fd, name, replace=self.force)
+        except OSError as exc:
+            return _why(exc)
+        return ""
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno == errno.EEXIST:
+        return "it exists on the host; pass force=True to overwrite it"
+    if exc.errno in (errno.EISDIR, errno.ENOTEMPTY):
+        return "a directory is in the way on the host"
+    if exc.errno == errno.EFBIG:
+        return "over the export limit (it grew while it was copied)"
+    return f"could not be copied: {exc.strerror or exc}"
