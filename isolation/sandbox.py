@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 KEEPER = {"bash": ["bash", "-c", "printf x; exec >/dev/null 2>&1; while read -r _; do :; done"],
           "sh": ["sh", "-c", "printf x; exec >/dev/null 2>&1; exec cat"]}
 START_TIMEOUT = 30.0
+WRITABLE_LAYERS = ("root", "testbed", "upper", "ws-upper")  # under `layers`, as layout.plan makes them
 OUTPUT_CAP = 64 << 20
 _swept = False
 _sweep_lock = threading.Lock()
@@ -268,9 +269,9 @@ class Sandbox:
     def writable_size(self) -> int | None:
         """Bytes on disk in this sandbox's writable layers (its files, /root, the rootfs's upper);
         None when they cannot be measured just now."""
-        try:
-            return sum(tree_size(path) for path in self.layers.iterdir() if path.is_dir())
-        except OSError:
+        try:  # not overlayfs's work dirs: they hold nothing, and unreadable ones (mode 000)
+            return sum(tree_size(self.layers / name) for name in WRITABLE_LAYERS if (self.layers / name).is_dir())
+        except (OSError, SandboxError):
             return None
 
     def _over_disk(self, used: int) -> None:
