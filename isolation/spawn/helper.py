@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import linux  # noqa: E402
 import seccomp  # noqa: E402
 
-IDLE = 2.0  # seconds a zygote waits for work before it exits
+IDLE = 1.0  # seconds a zygote waits for work before it exits
 _FILTERS = {nested: seccomp.program(nested_userns=nested) for nested in (False, True)}
 _LAST_CAP = linux.last_cap()
 _RECV = socket.MSG_CMSG_CLOEXEC  # a descriptor we are handed must never leak into a command
