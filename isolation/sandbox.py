@@ -176,11 +176,10 @@ class Sandbox:
             # A pidfd names this process and no later one that reuses its pid, and tells when it is gone.
             self._pidfd = os.pidfd_open(self.pid)
             self._root_fd = os.open(f"/proc/{self.pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            # Forked by the first command: a sandbox waiting on a model for longer than a zygote
+            # idles would pay for one it never uses.
             self._zygote = spawn.Zygote(self._pidfd, self._root_fd, _rlimits(self.spec.limits),
-                                        self.spec.nested_userns).start()
-        except spawn.SpawnError as exc:
-            raise SandboxError(f"the sandbox started but could not be joined: {exc.strerror}. "
-                               "Run `lis-tui doctor`.") from None
+                                        self.spec.nested_userns)
         finally:
             os.close(ready_r)
             os.close(info_r)

@@ -128,11 +128,6 @@ class Zygote:
         self.pid: int | None = None
         """The live zygote's pid, if there is one (it is not in the sandbox's pid namespace)."""
 
-    def start(self) -> Zygote:
-        """Fork the zygote now (the first request would anyway); SpawnError if it cannot join."""
-        self._channel_now()
-        return self
-
     def _channel_now(self) -> socket.socket:
         with self._lock:
             if self._channel is None:
