@@ -37,8 +37,11 @@ _CHUNK = 1 << 20
 class RefusedPaths(SandboxError):
     """Some paths were refused, each with why (`refused`, as "path (why)"); the rest was done."""
 
-    def __init__(self, done: str, refused: list[str]) -> None:
+    def __init__(self, done: str, refused: list[str], outside_links: dict[str, str] | None = None) -> None:
         self.refused = refused
+        self.outside_links = outside_links or {}
+        """{path: target} of links refused only because they leave the workspace (ask, then
+        apply them by name with allow_outside_links=True)."""
         super().__init__(f"{done}; refused {len(refused)}:\n" + "\n".join(f"  {line}" for line in refused))
 
 

@@ -283,7 +283,7 @@ def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] |
     refused += [f"{p} (no such change: see changes())"
                 for p in sorted((named or set()) - {c.path.rstrip("/") for c in chosen})]
     if refused:
-        raise RefusedPaths(f"applied {len(writer.applied)} change(s) to {lower}", refused)
+        raise RefusedPaths(f"applied {len(writer.applied)} change(s) to {lower}", refused, writer.outside)
     return writer.applied
 
 
@@ -306,6 +306,7 @@ class _Writer:
         self.root, self.chosen, self.by_name, self.allow = root, chosen, by_name, allow_outside_links
         self.applied: list[Change] = []
         self.refused: list[str] = []
+        self.outside: dict[str, str] = {}  # links refused only for leaving the workspace
         self.seen: set[Change] = set()
 
     def found(self, change: Change, site: _Site | None) -> None:
@@ -335,6 +336,7 @@ class _Writer:
             return (f"a symlink made in the sandbox, -> {site.target}: links are applied only by name, "
                     f"e.g. apply([{key!r}])")
         if site.target is not None and not self.allow and link_leaves(self.root, site.parts, site.target):
+            self.outside[key] = site.target
             return (f"a symlink to {site.target}, which leaves the workspace; to take it anyway: "
                     f"apply([{key!r}], allow_outside_links=True)")
         return ""

@@ -14,7 +14,7 @@ from lis_tui.config import Config
 from lis_tui.conversation import Conversation
 from lis_tui.replay import replay_events
 from lis_tui.screens.approve_network import NetworkApprovalScreen
-from lis_tui.screens.confirm_quit import ConfirmQuitScreen
+from lis_tui.screens.confirm import ConfirmScreen
 from lis_tui.screens.help import HelpScreen
 from lis_tui.screens.main import MainScreen
 from lis_tui.screens.setup import needs_setup
@@ -56,8 +56,9 @@ class LisApp(App):
         if not self.main.busy:
             self.exit()
             return
-        if not isinstance(self.screen, ConfirmQuitScreen):
-            self.push_screen(ConfirmQuitScreen(), lambda yes: self.exit() if yes else None)
+        if not isinstance(self.screen, ConfirmScreen):
+            self.push_screen(ConfirmScreen("A task is running. Quit? It is stopped and its trajectory kept.",
+                                           "Quit", "Stay"), lambda yes: self.exit() if yes else None)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -18,7 +18,9 @@ from textual.widgets import Footer, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from isolation import SandboxError
+from isolation.hostwalk import RefusedPaths
 from isolation.workspace import WorkspaceConflict
+from lis_tui.screens.confirm import ConfirmScreen
 from lis_tui.widgets.plain import notify_plain, plain
 from tools.terminal_text import safe_terminal_text
 
@@ -119,11 +121,14 @@ class ReviewScreen(Screen[None]):
             self.apply_changes(paths)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="review-write")
-    def apply_changes(self, paths: list[str] | None) -> None:
+    def apply_changes(self, paths: list[str] | None, allow_outside_links: bool = False) -> None:
         try:
-            applied = self.sandbox.apply(paths)
+            applied = self.sandbox.apply(paths, allow_outside_links=allow_outside_links)
         except WorkspaceConflict as exc:  # nothing was written; the sandbox still has it all
             self.app.call_from_thread(self._say, f"Conflict: {exc}", "error")
+            return
+        except RefusedPaths as exc:
+            self.app.call_from_thread(self._refused, paths, exc)
             return
         except (SandboxError, OSError) as exc:
             log.warning("apply failed", exc_info=True)
@@ -132,6 +137,19 @@ class ReviewScreen(Screen[None]):
         where = self.sandbox.spec.workspace
         self.app.call_from_thread(self._say, f"Applied {len(applied)} change(s) to {where}.")
         self.app.call_from_thread(self.action_reload)
+
+    def _refused(self, paths: list[str] | None, exc: RefusedPaths) -> None:
+        """Say what was refused; a link named by the person that leaves the workspace is theirs to
+        confirm (the sandbox made it: `sshkey -> ~/.ssh/id_rsa` is the classic)."""
+        self._say(str(exc), "warning")
+        self.action_reload()
+        asked = [p for p in exc.outside_links if paths is not None and p in {q.strip("/") for q in paths}]
+        if asked:
+            links = ", ".join(f"{p} -> {exc.outside_links[p]}" for p in asked)
+            question = (f"The sandbox made {links}, which points outside the workspace. "
+                        "Apply it to the host anyway?")
+            self.app.push_screen(ConfirmScreen(question, "Apply the link", "Leave it"),
+                                 lambda yes: self.apply_changes(asked, allow_outside_links=True) if yes else None)
 
     # -- exporting --------------------------------------------------------------------------
     def action_export(self) -> None:

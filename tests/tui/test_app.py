@@ -331,11 +331,11 @@ def test_quit_while_a_command_runs_asks_first_then_stops_it(tmp_path):
             async with app.run_test(size=SIZE) as pilot:
                 await wait_for(pilot, lambda: app.screen.query(".tool-status"))
                 await pilot.press("ctrl+q")
-                await wait_for(pilot, lambda: modal_ready(app, "ConfirmQuitScreen"))
+                await wait_for(pilot, lambda: modal_ready(app, "ConfirmScreen"))
                 await pilot.press("n")
                 assert type(app.screen).__name__ == "MainScreen"
                 await pilot.press("ctrl+q")
-                await wait_for(pilot, lambda: modal_ready(app, "ConfirmQuitScreen"))
+                await wait_for(pilot, lambda: modal_ready(app, "ConfirmScreen"))
                 await pilot.press("y")
         return app
 

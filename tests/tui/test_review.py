@@ -132,3 +132,37 @@ def test_a_pending_network_question_shows_on_the_status_badge(tmp_path):
     pending, after, answer = run(scenario())
     assert "NET ASK ?" in pending
     assert "NET ASK" in after and "NET ASK ?" not in after and answer == "deny"
+
+
+@pytest.mark.sandbox
+def test_a_link_out_of_the_workspace_is_applied_only_when_the_person_confirms(tmp_path):
+    ws = workspace(tmp_path)
+    secret = tmp_path / "secret-key"  # stands for ~/.ssh/id_rsa
+    secret.write_text("private\n")
+    make_link = f"ln -s {secret} /testbed/sshkey"
+
+    async def scenario():
+        with FakeOpenAI([reply(tool_calls=[bash(make_link)]), submit()]) as server:
+            app = app_for(server, tmp_path, ws)
+            async with app.run_test(size=(100, 30)) as pilot:
+                listed = await open_review(pilot, app)
+                await pilot.press("a")  # apply all: a link the sandbox made is never taken that way
+                await wait_for(pilot, lambda: "refused" in notice(app))
+                after_all = (ws / "sshkey").is_symlink()
+                await pilot.press("f")  # by name: it leaves the workspace, so the person is asked
+                await wait_for(pilot, lambda: modal_ready(app, "ConfirmScreen"))
+                question = texts(app, "Label")[0]
+                await pilot.press("n")
+                await pilot.pause(0.3)
+                after_no = (ws / "sshkey").is_symlink()
+                await pilot.press("f")
+                await wait_for(pilot, lambda: modal_ready(app, "ConfirmScreen"))
+                await pilot.press("y")
+                await wait_for(pilot, lambda: (ws / "sshkey").is_symlink())
+                return listed, after_all, question, after_no
+
+    listed, after_all, question, after_no = run(scenario())
+    assert any("sshkey" in line for line in listed)
+    assert not after_all and not after_no
+    assert "sshkey" in question and str(tmp_path / "secret-key") in question
+    assert (ws / "sshkey").readlink() == tmp_path / "secret-key" and (tmp_path / "secret-key").read_text() == "private\n"
