@@ -96,6 +96,8 @@ def _ask(send, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, lis
         ours.settimeout(REPLY_TIMEOUT)
         try:
             message, got, _, _ = socket.recv_fds(ours, 4096, 1)
+            for fd in got:  # recv_fds cannot ask for MSG_CMSG_CLOEXEC
+                os.set_inheritable(fd, False)
         except socket.timeout:
             raise SpawnError(0, "the spawn helper did not answer in time") from None
         ours.settimeout(None)

@@ -46,7 +46,6 @@ import seccomp  # noqa: E402
 IDLE = 1.0  # seconds a zygote waits for work before it exits
 _FILTERS = {nested: seccomp.program(nested_userns=nested) for nested in (False, True)}
 _LAST_CAP = linux.last_cap()
-_RECV = socket.MSG_CMSG_CLOEXEC  # a descriptor we are handed must never leak into a command
 
 
 class _State:
@@ -96,7 +95,7 @@ def _serve(channel: socket.socket, handle, state: _State, idle: float | None) ->
 
 def _request(channel: socket.socket, handle, state: _State, poller) -> bool:
     try:
-        payload, fds, _, _ = socket.recv_fds(channel, 1 << 16, 16, _RECV)
+        payload, fds = _recv(channel, 16)
     except InterruptedError:
         return True
     if not payload:
@@ -133,6 +132,16 @@ def _reap(state: _State) -> None:
             state.zygotes.discard(pid)
         else:
             state.unclaimed[pid] = status  # handed off, its handoff not read yet
+
+
+def _recv(sock: socket.socket, maxfds: int) -> tuple[bytes, list[int]]:
+    """A message and the descriptors that came with it, made close-on-exec: a descriptor we are
+    handed must never leak into a command. (socket.recv_fds drops its flags argument, so
+    MSG_CMSG_CLOEXEC cannot be asked of it.)"""
+    payload, fds, _, _ = socket.recv_fds(sock, 1 << 16, maxfds)
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    return payload, fds
 
 
 def _send(reply: socket.socket, message: bytes, fds: list[int] = ()) -> None:
@@ -184,7 +193,7 @@ def _spare(control: socket.socket, handoff: socket.socket) -> None:
                 _close(fd)  # the helper's socket, other zygotes' channels
         linux.close_from(max(keep) + 1)
         _seal_imports()  # nothing is loaded from here on, in here or in the sandbox
-        payload, fds, _, _ = socket.recv_fds(control, 1 << 16, 16, _RECV)
+        payload, fds = _recv(control, 16)
         if not payload:
             os._exit(0)
         control.close()
@@ -197,7 +206,7 @@ def _take_handoff(state: _State, fd: int, poller) -> None:
     """A zygote that is about to exit gives us the commands it still runs, and their sockets."""
     sock = state.handoffs[fd]
     try:
-        payload, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1024, _RECV)
+        payload, fds = _recv(sock, 1024)
     except InterruptedError:
         return
     if not payload:  # the zygote is gone

@@ -1,0 +1,54 @@
+"""The spawn helper and its zygotes: what a command gets, and what happens around idle exits."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from isolation import Sandbox, spawn
+from isolation.spawn.helper import IDLE
+
+pytestmark = pytest.mark.sandbox
+
+
+def test_a_command_holds_no_descriptor_but_its_own(sandbox):
+    # The zygote holds the sockets of every command it started: none may leak into the next one.
+    sleepers = [sandbox.popen(["sleep", "30"]) for _ in range(3)]
+    try:
+        fds = sandbox.exec(["ls", "/proc/self/fd"]).stdout.split()
+    finally:
+        for proc in sleepers:
+            proc.kill()
+            proc.wait()
+    assert sorted(fds, key=int) == ["0", "1", "2", "3"]  # 3: the directory ls reads
+
+
+def test_a_command_that_outlives_its_zygote_still_reports_its_end(sandbox):
+    proc = sandbox.popen(["sh", "-c", f"sleep {IDLE + 1.5}; exit 7"])
+    first = sandbox._zygote.pid
+    time.sleep(IDLE + 0.5)  # the zygote is idle now, and hands the command to the helper
+    assert not os.path.exists(f"/proc/{first}") or _state(first) == "Z"
+    assert proc.wait(10) == 7
+    assert sandbox.exec("echo again").stdout == "again\n"  # a new zygote
+    assert sandbox._zygote.pid != first
+
+
+def test_a_killed_helper_is_replaced():
+    with Sandbox() as sb:
+        assert sb.exec("true").exit_code == 0
+        helper = spawn._helper.proc
+        os.kill(helper.pid, signal.SIGKILL)
+        helper.wait()
+        sb._zygote.close()  # its zygote went with its helper's socket
+        assert sb.exec("echo back").stdout == "back\n"
+        assert spawn._helper.proc.pid != helper.pid
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
