@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import posixpath
 import stat
@@ -79,6 +80,28 @@ def write_in_root(root_fd: int, path: str, data: bytes, mode: int, exclusive: bo
             os.fchmod(fd, mode)  # after the write, so a read-only mode can be asked for
     finally:
         os.close(fd)
+
+
+PTMX = (5, 2)  # major, minor of /dev/ptmx and of a devpts instance's ptmx
+_TIOCSPTLCK, _TIOCGPTPEER = 0x40045431, 0x5441
+
+
+def open_pty_in_root(root_fd: int) -> tuple[int, int]:
+    """(master, slave) of a new pty from the sandbox's own devpts, so that the sandbox finds its
+    terminal under /dev/pts (ttyname works). The sandbox cannot make device nodes, so a /dev/ptmx
+    it replaced is a link or a plain file, refused by the device check."""
+    master = _open(root_fd, "/dev/ptmx", os.O_RDWR)
+    try:
+        st = os.fstat(master)
+        if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != PTMX:
+            raise NotARegularFile("/dev/ptmx")
+        os.set_blocking(master, True)
+        fcntl.ioctl(master, _TIOCSPTLCK, struct.pack("i", 0))  # unlockpt
+        slave = fcntl.ioctl(master, _TIOCGPTPEER, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)  # no path walked
+    except BaseException:
+        os.close(master)
+        raise
+    return master, slave
 
 
 def _open_existing(root_fd: int, path: str) -> int | None:

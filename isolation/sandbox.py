@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from . import bwrap, diskcap, records, sessions, spawn, workspace
 from .rootfs_safe import tree_size
 from .spawn import seccomp
-from .inroot import InRootUnavailable, NotARegularFile, read_in_root, write_in_root
+from .inroot import InRootUnavailable, NotARegularFile, open_pty_in_root, read_in_root, write_in_root
 from .output import collect, ready
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
 
@@ -357,7 +357,10 @@ class Sandbox:
 
         Started by the spawn helper, not pexpect's pty.fork(): forking this whole process,
         threads and heap, cost ~10 ms of CPU per shell with dozens of episodes alive."""
-        master, slave = os.openpty()
+        try:
+            master, slave = open_pty_in_root(self._require_running())
+        except (OSError, InRootUnavailable):  # no devpts of its own, or no openat2: one of ours
+            master, slave = os.openpty()
         try:
             fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", *dimensions, 0, 0))
             if not echo:

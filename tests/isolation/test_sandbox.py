@@ -200,9 +200,10 @@ def _read_until(fd: int, needle: bytes, timeout: float = 10.0) -> bytes:
 def test_spawn_pty_gives_a_controlling_terminal_that_delivers_ctrl_c(sandbox):
     child = sandbox.spawn_pty(["bash", "--norc", "--noprofile", "-i"], dimensions=(30, 120))
     try:
-        os.write(child.fd, b"PS1=; [ -t 0 ] && echo is-a-tty; stty size; echo ready\n")
+        os.write(child.fd, b"PS1=; [ -t 0 ] && echo is-a-tty; stty size; tty; echo ready\n")
         seen = _read_until(child.fd, b"ready\r\n")
         assert b"is-a-tty" in seen and b"30 120" in seen
+        assert b"/dev/pts/0\r\n" in seen  # a pty of the sandbox's own devpts: its name resolves inside
         # Ctrl-C reaches only the foreground job: the sleep dies, the interactive bash lives on.
         os.write(child.fd, b"sleep 30\n")
         time.sleep(0.5)
