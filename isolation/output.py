@@ -65,7 +65,7 @@ def collect(proc, stdin: bytes | None, timeout: float | None,
             dropped += _keep(bufs[fd], data, cap)
     sel.close()
     if timed_out:
-        _kill_group(proc)
+        proc.killpg(signal.SIGKILL)  # it leads its group: the command and what it started
     proc.wait()
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None and not stream.closed:
@@ -91,13 +91,6 @@ def _drain(fd: int, buf: bytearray, cap: int) -> int:
         if not data:
             return dropped
         dropped += _keep(buf, data, cap)
-
-
-def _kill_group(proc) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def ready(fds: list[int], timeout: float | None) -> list[int]:
