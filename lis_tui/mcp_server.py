@@ -1,0 +1,140 @@
+"""`lis-tui mcp`: a sandbox for any MCP client, over the official `mcp` SDK (stdio transport).
+
+The client gets our tools with exactly our semantics and limits: `execute_bash` and
+`str_replace_editor` go through the same `Toolbox.dispatch` the agent uses (persistent shell,
+bounded output, timeouts that spare bash), plus the review: `list_changes`, `read_output`, and,
+only when the server was started so, `apply_changes` (to `--workspace`) and `export_output` (into
+`--export-dir`). The sandbox is made on the first call, from the same flags and config as `run`,
+and removed when the client goes (its session, or with `--session` its files, are kept).
+
+A network in `ask` mode has no person to ask here: it refuses what the allow list does not allow,
+and the refusal the model reads says how the user can allow a host.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from isolation import Sandbox, SandboxError, SandboxSpec
+from tools import TOOL_SCHEMAS, Toolbox, ToolResult
+
+REVIEW_TOOLS = [
+    ("list_changes", "What the sandbox changed under /testbed, one line per path: kind and path.", {}, []),
+    ("read_output", "A file under /testbed/output (the answer is answer.txt), as text.",
+     {"path": {"type": "string", "description": "Relative to /testbed/output, e.g. answer.txt."}}, ["path"]),
+    ("apply_changes", "Write the sandbox's changes to the host workspace (all, or the paths named). Only "
+     "when the server was started with --allow-apply.",
+     {"paths": {"type": "array", "items": {"type": "string"}, "description": "Paths under /testbed; "
+                "omit for all."}}, []),
+    ("export_output", "Copy /testbed/output into the server's --export-dir, under the name given.",
+     {"name": {"type": "string", "description": "A directory name inside --export-dir."}}, ["name"]),
+]
+OUTPUT_LIMIT = 1 << 20
+
+
+class SandboxTools:
+    """One client's sandbox and its tools; every call is blocking and thread-safe."""
+
+    def __init__(self, spec: SandboxSpec, allow_apply: bool = False, export_dir: str | None = None) -> None:
+        self.spec, self.allow_apply, self.export_dir = spec, allow_apply, export_dir
+        self._sandbox: Sandbox | None = None
+        self._toolbox: Toolbox | None = None
+        self._lock = threading.Lock()
+
+    def schemas(self) -> list[dict]:
+        """(name, description, input schema) of every tool, ours first."""
+        ours = [s["function"] for s in TOOL_SCHEMAS if s["function"]["name"] != "submit"]
+        review = [{"name": name, "description": text, "parameters": {"type": "object", "properties": props,
+                   "required": required}} for name, text, props, required in REVIEW_TOOLS]
+        return ours + review
+
+    def call(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
+        with self._lock:
+            try:
+                box = self._start()
+                if name in ("execute_bash", "str_replace_editor"):
+                    return box.dispatch(name, arguments or {})
+                handler = getattr(self, f"_{name}", None)
+                if handler is None or name not in {t[0] for t in REVIEW_TOOLS}:
+                    return ToolResult(f"No tool named {name!r}; the tools are: "
+                                      + ", ".join(s["name"] for s in self.schemas()), error=True)
+                return handler(**(arguments or {}))
+            except (SandboxError, OSError, TypeError, ValueError) as exc:
+                return ToolResult(f"{name} failed: {exc}", error=True)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._toolbox is not None:
+                self._toolbox.close()
+            if self._sandbox is not None:
+                self._sandbox.close()
+            self._sandbox = self._toolbox = None
+
+    def _start(self) -> Toolbox:
+        if self._toolbox is None:
+            self._sandbox = Sandbox(self.spec).start()
+            self._toolbox = Toolbox(self._sandbox)
+        return self._toolbox
+
+    # ---- the review tools ----------------------------------------------------------------------
+
+    def _list_changes(self) -> ToolResult:
+        found = self._sandbox.changes()
+        lines = [f"{c.kind}: {c.path} {c.detail}".rstrip() for c in found]
+        return ToolResult("\n".join(lines) or "No changes under /testbed.")
+
+    def _read_output(self, path: str) -> ToolResult:
+        data = self._sandbox.read_file(f"/testbed/output/{path.lstrip('/')}", OUTPUT_LIMIT + 1)
+        text = data[:OUTPUT_LIMIT].decode("utf-8", errors="replace")
+        return ToolResult(text + ("\n[... cut at 1 MiB]" if len(data) > OUTPUT_LIMIT else ""))
+
+    def _apply_changes(self, paths: list[str] | None = None) -> ToolResult:
+        if not self.allow_apply:
+            return ToolResult("Applying is off: the person who started this server can allow it with "
+                              "`lis-tui mcp --workspace DIR --allow-apply`.", error=True)
+        applied = self._sandbox.apply(paths)
+        return ToolResult(f"Applied {len(applied)} change(s) to {self.spec.workspace}.")
+
+    def _export_output(self, name: str) -> ToolResult:
+        if not self.export_dir:
+            return ToolResult("Exporting is off: start the server with `--export-dir DIR` to allow it.",
+                              error=True)
+        if not name or "/" in name or name in (".", ".."):
+            return ToolResult(f"{name!r} is not a plain directory name.", error=True)
+        dest = self._sandbox.export("/testbed/output", f"{self.export_dir}/{name}")
+        return ToolResult(f"Exported /testbed/output to {dest}.")
+
+
+def serve_stdio(tools: SandboxTools) -> None:
+    """Serve `tools` to the client on stdin/stdout until it goes; then remove the sandbox."""
+    try:
+        import anyio  # noqa: PLC0415
+        import mcp_types as types  # noqa: PLC0415
+        from mcp.server.lowlevel import Server  # noqa: PLC0415
+        from mcp.server.stdio import stdio_server  # noqa: PLC0415
+    except ImportError:
+        raise SystemExit("lis-tui mcp needs the MCP SDK: pip install 'lis-tui[mcp]'") from None
+
+    async def list_tools(ctx, params) -> Any:
+        return types.ListToolsResult(tools=[types.Tool(name=s["name"], description=s["description"],
+                                                       input_schema=s["parameters"]) for s in tools.schemas()])
+
+    async def call_tool(ctx, params) -> Any:
+        arguments = params.arguments
+        if isinstance(arguments, str):
+            arguments = json.loads(arguments)
+        result = await anyio.to_thread.run_sync(tools.call, params.name, arguments)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=result.output)],
+                                    is_error=result.error)
+
+    server = Server("lis-tui", on_list_tools=list_tools, on_call_tool=call_tool)
+
+    async def main() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    try:
+        anyio.run(main)
+    finally:
+        tools.close()

@@ -1,0 +1,91 @@
+"""`lis-tui mcp` spoken to by the MCP SDK's own client over stdio: a real server process, real sandboxes."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+mcp = pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
+
+import anyio  # noqa: E402
+from mcp.client.session import ClientSession  # noqa: E402
+from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+
+pytestmark = pytest.mark.sandbox
+ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def server(tmp_path, *flags: str) -> StdioServerParameters:
+    env = {"LIS_SCRATCH": str(tmp_path / "scratch"), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+           "XDG_STATE_HOME": str(tmp_path / "state"), "PYTHONPATH": ROOT, "PATH": os.environ["PATH"]}
+    return StdioServerParameters(command=sys.executable, args=["-m", "lis_tui.cli", "mcp", *flags], env=env,
+                                 cwd=ROOT)
+
+
+async def session_calls(params: StdioServerParameters, calls: list[tuple[str, dict]]) -> tuple[list[str], list]:
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        names = [tool.name for tool in (await session.list_tools()).tools]
+        results = [await session.call_tool(name, args) for name, args in calls]
+    return names, [(r.is_error, "".join(c.text for c in r.content)) for r in results]
+
+
+def _ours(scratch: Path) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    if str(scratch).encode() in f.read():
+                        found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def test_a_client_runs_edits_and_reviews_in_a_sandbox_and_leaves_nothing(tmp_path):
+    calls = [("execute_bash", {"command": "uname -n; echo 42 > /testbed/output/answer.txt; cd /tmp"}),
+             ("execute_bash", {"command": "pwd; grep -c CapEff:.0000000000000000 /proc/self/status"}),
+             ("str_replace_editor", {"command": "create", "path": "/testbed/notes.md", "file_text": "one\n"}),
+             ("str_replace_editor", {"command": "str_replace", "path": "/testbed/notes.md", "old_str": "one",
+                                     "new_str": "two"}),
+             ("read_output", {"path": "answer.txt"}),
+             ("list_changes", {}),
+             ("apply_changes", {}),
+             ("execute_bash", {"command": "sleep 5", "timeout": 1})]
+    names, results = anyio.run(session_calls, server(tmp_path), calls)
+    assert {"execute_bash", "str_replace_editor", "list_changes", "read_output", "apply_changes",
+            "export_output"} <= set(names) and "submit" not in names
+    (_, uname), (_, pwd), (created_error, _), (_, replaced), (_, answer), (_, changes), (apply_error, apply), \
+        (_, slept) = results
+    assert uname.strip() == "lis-sandbox"
+    assert pwd.split() == ["/tmp", "1"]  # the shell persists between calls; the command holds no capability
+    assert not created_error and "two" in replaced
+    assert answer.strip() == "42"
+    assert "added: notes.md" in changes and "added: output/answer.txt" in changes
+    assert apply_error and "--allow-apply" in apply  # off unless the person who started it said so
+    assert "timed out" in slept
+    deadline = time.monotonic() + 10
+    while _ours(tmp_path / "scratch") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _ours(tmp_path / "scratch")  # the client went: so did the sandbox
+
+
+def test_apply_and_export_only_where_the_server_was_told(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("old\n")
+    out = tmp_path / "exports"
+    out.mkdir()
+    calls = [("execute_bash", {"command": "echo new > /testbed/a.txt; mkdir -p output; echo 7 > output/answer.txt"}),
+             ("apply_changes", {"paths": ["a.txt"]}),
+             ("export_output", {"name": "../escape"}),
+             ("export_output", {"name": "run1"})]
+    _, results = anyio.run(session_calls, server(tmp_path, "--workspace", str(ws), "--allow-apply",
+                                                 "--export-dir", str(out)), calls)
+    assert not results[1][0] and (ws / "a.txt").read_text() == "new\n"
+    assert results[2][0] and not (tmp_path / "escape").exists()
+    assert not results[3][0] and (out / "run1" / "answer.txt").read_text() == "7\n"
