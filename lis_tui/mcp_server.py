@@ -7,16 +7,19 @@ only when the server was started so, `apply_changes` (to `--workspace`) and `exp
 `--export-dir`). The sandbox is made on the first call, from the same flags and config as `run`,
 and removed when the client goes (its session, or with `--session` its files, are kept).
 
-A network in `ask` mode has no person to ask here: it refuses what the allow list does not allow,
-and the refusal the model reads says how the user can allow a host.
+A network in `ask` mode asks the person through the client (MCP elicitation: "allow pypi.org:443?")
+when the client can; a client that cannot gets the allow list only, and the refusal the model reads
+says how the user can allow a host.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from typing import Any
 
 from isolation import Sandbox, SandboxError, SandboxSpec
+from isolation.netpolicy import NetworkPolicy, NetworkRequest
 from tools import TOOL_SCHEMAS, Toolbox, ToolResult
 
 REVIEW_TOOLS = [
@@ -31,6 +34,9 @@ REVIEW_TOOLS = [
      {"name": {"type": "string", "description": "A directory name inside --export-dir."}}, ["name"]),
 ]
 OUTPUT_LIMIT = 1 << 20
+ASK_SCHEMA = {"type": "object", "required": ["answer"], "properties": {"answer": {
+    "type": "string", "title": "Network access", "enum": ["allow_once", "allow_session", "deny"],
+    "description": "allow_once: this request; allow_session: this host until the sandbox goes; deny"}}}
 
 
 class SandboxTools:
@@ -41,6 +47,9 @@ class SandboxTools:
         self._sandbox: Sandbox | None = None
         self._toolbox: Toolbox | None = None
         self._lock = threading.Lock()
+        self.client = None
+        """(session, loop, request id) of the tool call running now, to ask the person through;
+        None when the client cannot elicit."""
 
     def schemas(self) -> list[dict]:
         """(name, description, input schema) of every tool, ours first."""
@@ -73,9 +82,24 @@ class SandboxTools:
 
     def _start(self) -> Toolbox:
         if self._toolbox is None:
-            self._sandbox = Sandbox(self.spec).start()
+            ask = self._ask if self.client is not None else None
+            policy = NetworkPolicy(self.spec.network, self.spec.allow_hosts, self.spec.deny_hosts, decide=ask)
+            self._sandbox = Sandbox(self.spec, network=policy).start()
             self._toolbox = Toolbox(self._sandbox)
         return self._toolbox
+
+    def _ask(self, request: NetworkRequest):
+        """The approval callback: the question goes to the person through the client, on the
+        server's loop; the proxy awaits the answer (a Future)."""
+        session, loop, request_id = self.client
+
+        async def elicit() -> str:
+            result = await session.elicit_form(
+                f"The sandbox wants to reach {request.host}:{request.port} ({request.method}). Allow it?",
+                ASK_SCHEMA, related_request_id=request_id)
+            return (result.content or {}).get("answer", "deny") if result.action == "accept" else "deny"
+
+        return asyncio.run_coroutine_threadsafe(elicit(), loop)
 
     # ---- the review tools ----------------------------------------------------------------------
 
@@ -124,6 +148,9 @@ def serve_stdio(tools: SandboxTools) -> None:
         arguments = params.arguments
         if isinstance(arguments, str):
             arguments = json.loads(arguments)
+        capabilities = ctx.session.client_capabilities
+        if capabilities is not None and capabilities.elicitation is not None:
+            tools.client = (ctx.session, asyncio.get_running_loop(), ctx.request_id)
         result = await anyio.to_thread.run_sync(tools.call, params.name, arguments)
         return types.CallToolResult(content=[types.TextContent(type="text", text=result.output)],
                                     is_error=result.error)

@@ -89,3 +89,26 @@ def test_apply_and_export_only_where_the_server_was_told(tmp_path):
     assert not results[1][0] and (ws / "a.txt").read_text() == "new\n"
     assert results[2][0] and not (tmp_path / "escape").exists()
     assert not results[3][0] and (out / "run1" / "answer.txt").read_text() == "7\n"
+
+
+def test_network_approval_is_asked_through_the_client(tmp_path):
+    import mcp_types as types
+
+    asked = []
+
+    async def elicit(context, params):  # the person, answering in their MCP client
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"answer": "deny"})
+
+    async def scenario():
+        params = server(tmp_path, "--network", "ask")
+        async with stdio_client(params) as (read, write), \
+                ClientSession(read, write, elicitation_callback=elicit) as session:
+            await session.initialize()
+            # Refused when asked, so nothing leaves this machine: no name is even resolved.
+            return await session.call_tool("execute_bash", {"command": "curl -sS -m 20 http://example.com/"})
+
+    result = anyio.run(scenario)
+    text = "".join(c.text for c in result.content)
+    assert asked and "example.com:80" in asked[0]
+    assert "refused by the user" in text, text
