@@ -186,3 +186,34 @@ def _sandbox_may(st: os.stat_result, user_bit: int) -> bool:
     if st.st_gid == os.getegid():
         return bool(st.st_mode & (user_bit >> 3))
     return bool(st.st_mode & (user_bit >> 6))
+
+
+# Where the kernel has no openat2, the sandbox's files are read and written by a command inside
+# that follows the same rules; these are its scripts, and how its errors map back.
+SHELL_READ = """\
+if [ -d "$1" ]; then echo "Is a directory" >&2; exit 1; fi
+if [ -e "$1" ] && [ ! -f "$1" ]; then echo "not a regular file" >&2; exit 1; fi
+exec head -c "$2" -- "$1"
+"""
+SHELL_WRITE = """\
+if [ "$3" = x ] && { [ -e "$1" ] || [ -L "$1" ]; }; then echo "File exists" >&2; exit 1; fi
+if [ -d "$1" ]; then echo "Is a directory" >&2; exit 1; fi
+if [ -e "$1" ]; then [ -f "$1" ] || { echo "not a regular file" >&2; exit 1; }; exec cat > "$1"; fi
+[ -d "${1%/*}/" ] || mkdir -p -- "${1%/*}/" || exit 1
+cat > "$1" && chmod "$2" -- "$1"
+"""
+
+
+def raise_shell_file_error(err: bytes, path: str) -> None:
+    text = err.decode(errors="replace").strip()
+    if "File exists" in text:
+        raise FileExistsError(errno.EEXIST, "File exists", path)
+    if "not a regular file" in text:
+        raise NotARegularFile(path)
+    if "No such file" in text:
+        raise FileNotFoundError(2, "No such file or directory", path)
+    if "Is a directory" in text:
+        raise IsADirectoryError(21, "Is a directory", path)
+    if "Permission denied" in text or "Read-only" in text:
+        raise PermissionError(13, text or "Permission denied", path)
+    raise OSError(5, text or "could not access file in sandbox", path)

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import bwrap, diskcap, records, sessions, spawn, workspace
+from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
+                     read_in_root, write_in_root)
+from .output import collect, ready
 from .rootfs_safe import tree_size
 from .spawn import seccomp
-from .inroot import InRootUnavailable, NotARegularFile, open_pty_in_root, read_in_root, write_in_root
-from .output import collect, ready
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
 
 if TYPE_CHECKING:
@@ -291,7 +292,7 @@ class Sandbox:
         proc = self.popen(argv, cwd, env, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err, timed_out, dropped = collect(proc, stdin, timeout, max_output)
-        return 124 if timed_out else _exit_status(proc.returncode), out, err, timed_out, dropped
+        return 124 if timed_out else spawn.exit_status(proc.returncode), out, err, timed_out, dropped
 
     def popen(self, argv: list[str], cwd: str = "/testbed", env: dict[str, str] | None = None, *,
               stdin=None, stdout=None, stderr=None, ctty: bool = False) -> spawn.Joined:
@@ -323,9 +324,9 @@ class Sandbox:
             return read_in_root(self._require_running(), path, limit)
         except InRootUnavailable:
             pass
-        rc, out, err, _, _ = self._run([self.shell, "-c", _READ, "sh", path, str(limit)], 60, None, "/", None, limit)
+        rc, out, err, _, _ = self._run([self.shell, "-c", SHELL_READ, "sh", path, str(limit)], 60, None, "/", None, limit)
         if rc != 0:
-            _raise_file_error(err, path)
+            raise_shell_file_error(err, path)
         return out
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644, exclusive: bool = False) -> None:
@@ -338,10 +339,10 @@ class Sandbox:
             return write_in_root(self._require_running(), path, data, mode, exclusive)
         except InRootUnavailable:
             pass
-        argv = [self.shell, "-c", _WRITE, "sh", path, f"{mode:o}", "x" if exclusive else ""]
+        argv = [self.shell, "-c", SHELL_WRITE, "sh", path, f"{mode:o}", "x" if exclusive else ""]
         rc, _, err, _, _ = self._run(argv, 60, data, "/", None, 1 << 20)
         if rc != 0:
-            _raise_file_error(err, path)
+            raise_shell_file_error(err, path)
 
     def _require_running(self) -> int:
         """The descriptor of the sandbox's root; SandboxError once it is closed or timed out."""
@@ -351,7 +352,7 @@ class Sandbox:
 
     def spawn_pty(self, argv: list[str], cwd: str = "/testbed", env_extra: dict[str, str] | None = None,
                   dimensions: tuple[int, int] = (24, 200), echo: bool = False,
-                  keep: dict[int, int] | None = None) -> PtyChild:
+                  keep: dict[int, int] | None = None) -> spawn.PtyChild:
         """Start `argv` inside on a new pty that is its controlling terminal; `.fd` is the master.
         `keep`: {0: fd, ...}, standard streams that get those descriptors instead of the pty.
 
@@ -376,7 +377,7 @@ class Sandbox:
             raise
         finally:
             os.close(slave)
-        return PtyChild(proc, master)
+        return spawn.PtyChild(proc, master)
 
 
     # ---- reviewing what it changed ------------------------------------------------------------
@@ -424,36 +425,6 @@ class Sandbox:
         return dest
 
 
-class PtyChild:
-    """A process on the master side `fd` of its pty (what `spawn_pty` returns)."""
-
-    def __init__(self, proc: spawn.Joined, fd: int) -> None:
-        self.proc, self.fd, self.pid = proc, fd, proc.pid
-
-    def isalive(self) -> bool:
-        return self.proc.poll() is None
-
-    @property
-    def exit_code(self) -> int | None:
-        """The exit status, 128 + N for a death by signal N; None while it runs."""
-        rc = self.proc.poll()
-        return None if rc is None else _exit_status(rc)
-
-    def close(self) -> None:
-        """Close the pty (a hangup for whatever still reads it), kill the process and reap it."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-
-
-def _exit_status(returncode: int) -> int:
-    """A shell's view of a Popen returncode: 128 + N for a death by signal N."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
 def _rlimits(limits: Limits) -> list[tuple[int, int]]:
     """(resource, value) pairs for every limit set; soft and hard alike, so nothing inside raises them."""
     pairs = [(resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_DATA, limits.memory),
@@ -484,36 +455,6 @@ def _child_pid(info_r: int) -> int:
         return int(json.loads(data[: data.index(b"}") + 1])["child-pid"])
     except (ValueError, KeyError) as exc:
         raise SandboxError(f"bwrap reported no child pid (got {data!r})") from exc
-
-
-# Where the kernel has no openat2, files are read and written by a joined shell with the same rules.
-_READ = """\
-if [ -d "$1" ]; then echo "Is a directory" >&2; exit 1; fi
-if [ -e "$1" ] && [ ! -f "$1" ]; then echo "not a regular file" >&2; exit 1; fi
-exec head -c "$2" -- "$1"
-"""
-_WRITE = """\
-if [ "$3" = x ] && { [ -e "$1" ] || [ -L "$1" ]; }; then echo "File exists" >&2; exit 1; fi
-if [ -d "$1" ]; then echo "Is a directory" >&2; exit 1; fi
-if [ -e "$1" ]; then [ -f "$1" ] || { echo "not a regular file" >&2; exit 1; }; exec cat > "$1"; fi
-[ -d "${1%/*}/" ] || mkdir -p -- "${1%/*}/" || exit 1
-cat > "$1" && chmod "$2" -- "$1"
-"""
-
-
-def _raise_file_error(err: bytes, path: str) -> None:
-    text = err.decode(errors="replace").strip()
-    if "File exists" in text:
-        raise FileExistsError(errno.EEXIST, "File exists", path)
-    if "not a regular file" in text:
-        raise NotARegularFile(path)
-    if "No such file" in text:
-        raise FileNotFoundError(2, "No such file or directory", path)
-    if "Is a directory" in text:
-        raise IsADirectoryError(21, "Is a directory", path)
-    if "Permission denied" in text or "Read-only" in text:
-        raise PermissionError(13, text or "Permission denied", path)
-    raise OSError(5, text or "could not access file in sandbox", path)
 
 
 def _explain_start_failure(log: str, info: bwrap.BwrapInfo) -> str:

@@ -287,3 +287,33 @@ class Joined:
     def __del__(self) -> None:
         if hasattr(self, "_done_r"):
             self._release()
+
+
+class PtyChild:
+    """A process on the master side `fd` of its pty (what `spawn_pty` returns)."""
+
+    def __init__(self, proc: Joined, fd: int) -> None:
+        self.proc, self.fd, self.pid = proc, fd, proc.pid
+
+    def isalive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit status, 128 + N for a death by signal N; None while it runs."""
+        rc = self.proc.poll()
+        return None if rc is None else exit_status(rc)
+
+    def close(self) -> None:
+        """Close the pty (a hangup for whatever still reads it), kill the process and reap it."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def exit_status(returncode: int) -> int:
+    """A shell's view of a Popen returncode: 128 + N for a death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
