@@ -130,22 +130,27 @@ class SandboxTools:
         return ToolResult(f"Exported /testbed/output to {dest}.")
 
 
-def serve_stdio(tools: SandboxTools) -> None:
-    """Serve `tools` to the client on stdin/stdout until it goes; then remove the sandbox."""
+def _sdk():
     try:
         import anyio  # noqa: PLC0415
-        import mcp_types as types  # noqa: PLC0415
+        import mcp_types  # noqa: PLC0415
         from mcp.server.lowlevel import Server  # noqa: PLC0415
-        from mcp.server.stdio import stdio_server  # noqa: PLC0415
     except ImportError:
         raise SystemExit("lis-tui mcp needs the MCP SDK: pip install 'lis-tui[mcp]'") from None
+    return anyio, mcp_types, Server
+
+
+def _server(tools_for) -> Any:
+    """The MCP server; `tools_for(ctx)` is the SandboxTools of the client session asking."""
+    anyio, types, Server = _sdk()
 
     async def list_tools(ctx, params) -> Any:
+        schemas = tools_for(ctx).schemas()
         return types.ListToolsResult(tools=[types.Tool(name=s["name"], description=s["description"],
-                                                       input_schema=s["parameters"]) for s in tools.schemas()])
+                                                       input_schema=s["parameters"]) for s in schemas])
 
     async def call_tool(ctx, params) -> Any:
-        arguments = params.arguments
+        tools, arguments = tools_for(ctx), params.arguments
         if isinstance(arguments, str):
             arguments = json.loads(arguments)
         capabilities = ctx.session.client_capabilities
@@ -155,7 +160,15 @@ def serve_stdio(tools: SandboxTools) -> None:
         return types.CallToolResult(content=[types.TextContent(type="text", text=result.output)],
                                     is_error=result.error)
 
-    server = Server("lis-tui", on_list_tools=list_tools, on_call_tool=call_tool)
+    return Server("lis-tui", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def serve_stdio(tools: SandboxTools) -> None:
+    """Serve `tools` to the client on stdin/stdout until it goes; then remove the sandbox."""
+    anyio, _, _ = _sdk()
+    from mcp.server.stdio import stdio_server  # noqa: PLC0415
+
+    server = _server(lambda ctx: tools)
 
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream):
@@ -165,3 +178,58 @@ def serve_stdio(tools: SandboxTools) -> None:
         anyio.run(main)
     finally:
         tools.close()
+
+
+class Sessions:
+    """A sandbox per MCP session (streamable HTTP serves several clients at once)."""
+
+    def __init__(self, make) -> None:
+        self._make, self._by_id, self._lock = make, {}, threading.Lock()
+
+    def tools_for(self, ctx) -> SandboxTools:
+        headers = getattr(getattr(ctx, "request", None), "headers", None)  # the HTTP request's
+        session_id = headers.get("mcp-session-id") if headers is not None else None
+        with self._lock:
+            if session_id not in self._by_id:
+                self._by_id[session_id] = self._make()
+            return self._by_id[session_id]
+
+    def end(self, session_id: str | None) -> None:
+        with self._lock:
+            tools = self._by_id.pop(session_id, None)
+        if tools is not None:
+            tools.close()
+
+    def close(self) -> None:
+        for session_id in list(self._by_id):
+            self.end(session_id)
+
+
+def serve_http(make_tools, sock, token: str) -> None:
+    """Streamable HTTP on the bound `sock`, every request carrying `Authorization: Bearer TOKEN`;
+    a client's sandbox is removed when it ends its session (DELETE) or the server stops."""
+    _sdk()
+    import hmac  # noqa: PLC0415
+
+    import uvicorn  # noqa: PLC0415
+
+    sessions = Sessions(make_tools)
+    app = _server(sessions.tools_for).streamable_http_app(host=sock.getsockname()[0])
+    want = f"Bearer {token}".encode()
+
+    async def guarded(scope, receive, send) -> None:
+        if scope["type"] != "http":  # lifespan: the app's own
+            return await app(scope, receive, send)
+        headers = dict(scope["headers"])
+        if not hmac.compare_digest(headers.get(b"authorization", b""), want):
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
+            return await send({"type": "http.response.body", "body": b"a bearer token is required\n"})
+        await app(scope, receive, send)
+        if scope["method"] == "DELETE" and b"mcp-session-id" in headers:  # the client ended its session
+            sessions.end(headers[b"mcp-session-id"].decode(errors="replace"))
+
+    try:
+        uvicorn.Server(uvicorn.Config(guarded, log_level="warning")).run(sockets=[sock])
+    finally:
+        sessions.close()

@@ -112,3 +112,50 @@ def test_network_approval_is_asked_through_the_client(tmp_path):
     text = "".join(c.text for c in result.content)
     assert asked and "example.com:80" in asked[0]
     assert "refused by the user" in text, text
+
+
+def test_http_needs_the_token_and_gives_each_client_its_own_sandbox(tmp_path):
+    import subprocess
+
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    params = server(tmp_path, "--http")
+    env = {**params.env, "LIS_MCP_TOKEN": "t0ken-for-the-test"}
+    proc = subprocess.Popen([params.command, *params.args], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stderr.readline().split("serving ", 1)[1].split()[0]
+        denied = httpx2.post(url, json={}, timeout=10)
+
+        async def client(command: str) -> str:
+            headers = {"Authorization": "Bearer t0ken-for-the-test"}
+            async with httpx2.AsyncClient(headers=headers, timeout=60) as http, \
+                    streamable_http_client(url, http_client=http) as (read, write), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+                first = await session.call_tool("execute_bash", {"command": command})
+                again = await session.call_tool("execute_bash", {"command": "cat /testbed/mine"})
+            return "".join(c.text for c in first.content) + "|" + "".join(c.text for c in again.content)
+
+        async def both():
+            results = {}
+            async with anyio.create_task_group() as group:
+                for name in ("a", "b"):
+                    async def one(name=name):
+                        results[name] = await client(f"ls /testbed; echo {name} > /testbed/mine")
+                    group.start_soon(one)
+            return results
+
+        results = anyio.run(both)
+        deadline = time.monotonic() + 10
+        while _ours(tmp_path / "scratch") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _ours(tmp_path / "scratch")
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    assert denied.status_code == 401
+    # Each client found an empty /testbed and read back only what it wrote itself.
+    assert results["a"].endswith("|a") and results["b"].endswith("|b"), results
+    assert "mine" not in results["a"].split("|")[0] and "mine" not in results["b"].split("|")[0]
+    assert not left  # both ended their sessions: both sandboxes are gone, the server still runs
