@@ -31,7 +31,8 @@ class Pty(fdspawn):
     def __init__(self, fd: int) -> None:
         # poll, not select: a process with many sandboxes has descriptors past 1024
         super().__init__(fd, timeout=None, maxread=MAXREAD, use_poll=True)
-        self.delaybeforesend = None  # pexpect sleeps 50 ms before each send by default
+        # pexpect sleeps 50 ms before each send and 0.1 ms after each read by default
+        self.delaybeforesend = self.delayafterread = None
         self.spill: Callable[[bytes], None] | None = None
 
     def read_nonblocking(self, size: int = 1, timeout: float | None = -1) -> bytes:
