@@ -23,6 +23,7 @@ from typing import Any
 from isolation import NotARegularFile, SandboxError
 
 from . import ToolError, ToolResult
+from .terminal_text import safe_terminal_text
 
 CLIPPED_MARKER = (
     "<response clipped><NOTE>Only part of the output is shown, to save context. Find what you "
@@ -105,13 +106,16 @@ class Editor:
             return self._list_directory(path)
         text = self._text(path, kind, content)
         lines = _display_lines(text)
-        first = 1
+        first, note = 1, _crlf_note(text, path)
         if view_range:
             first, last = _check_view_range(view_range, len(lines), path)
+            if last > len(lines):  # clamped: the model meant "to the end", and gets it
+                note += f"(Note: {path} has {len(lines)} lines; shown up to the last.)\n"
+                last = len(lines)
             lines = lines[first - 1 :] if last == -1 else lines[first - 1 : last]
         if not text:
             return ToolResult(output=f"The file {path} is empty.")
-        return self._numbered_output(lines, path, first, note=_crlf_note(text, path))
+        return self._numbered_output(lines, path, first, note=note)
 
     def create(self, path: str, file_text: str) -> ToolResult:
         """Write a new file; an existing path is refused."""
@@ -132,8 +136,8 @@ class Editor:
                 "exactly once. To add text without replacing any, use `insert`."
             )
         text = self._read_file(path)
-        old, new = _match_line_endings(text, old_str, new_str or "")
-        starts = _occurrences(text, old)
+        spans = _find(text, old_str)
+        starts = [start for start, _ in spans]
         if not starts:
             raise ToolError(
                 f"No replacement was performed, old_str `{old_str}` did not appear verbatim "
@@ -144,8 +148,9 @@ class Editor:
                 f"No replacement was performed. Multiple occurrences of old_str `{old_str}` "
                 f"in lines {_line_numbers(text, starts)}. Please ensure it is unique"
             )
-        pos = starts[0]
-        new_text = text[:pos] + new + text[pos + len(old) :]
+        pos, end = spans[0]
+        new = _with_endings(new_str or "", text[pos:end])
+        new_text = text[:pos] + new + text[end:]
         self._write(path, new_text)
         self._remember(path, text)
         return self._edited(path, new_text, pos, pos + len(new), f"a snippet of {path}")
@@ -191,7 +196,9 @@ class Editor:
         # Number only what can be shown. A numbered line takes 8 characters or more, so these
         # lines always overflow the limit when some are left out, and _clip marks the cut.
         shown = lines[: self.config.max_output_chars // 8 + 2]
-        body, clipped = self._clip("\n".join(f"{i:6}\t{s}" for i, s in enumerate(shown, first)))
+        # A raw CR (a mixed-ending file), ESC or the like must not act on a terminal: `\x0d`.
+        numbered = "\n".join(f"{i:6}\t{safe_terminal_text(s)}" for i, s in enumerate(shown, first))
+        body, clipped = self._clip(numbered)
         header = f"Here's the result of running `cat -n` on {what}:\n"
         return ToolResult(output=header + body + "\n" + note, truncated=clipped)
 
@@ -386,13 +393,24 @@ def _to_crlf(s: str) -> str:
     return re.sub(r"(?<!\r)\n", "\r\n", s)
 
 
-def _match_line_endings(text: str, old: str, new: str) -> tuple[str, str]:
-    """In a CRLF file, let `\\n` in old_str/new_str stand for CRLF (as the view shows lines)."""
-    if _is_crlf(text) and "\n" in old and old not in text:
-        crlf_old = _to_crlf(old)
-        if crlf_old in text:
-            return crlf_old, _to_crlf(new)
-    return old, new
+def _find(text: str, old: str) -> list[tuple[int, int]]:
+    """Spans of `old` in `text`: verbatim, or else with each `\\n` in it matching `\\n` or `\\r\\n`
+    (the view shows lines without their ends, so the model writes plain newlines)."""
+    starts = _occurrences(text, old)
+    if starts or "\n" not in old or "\r\n" not in text:
+        return [(start, start + len(old)) for start in starts]
+    pattern = re.compile("\r?\n".join(map(re.escape, re.split(r"(?<!\r)\n", old))))
+    return [match.span() for match in pattern.finditer(text)]
+
+
+def _with_endings(new: str, replaced: str) -> str:
+    """`new` with each plain `\\n` in the line end the replaced text had at that place (the
+    last one past its count), so a file keeps the endings it had."""
+    ends = re.findall(r"\r?\n", replaced)
+    if "\r\n" not in ends:
+        return new
+    pieces = re.split(r"(?<!\r)\n", new)
+    return pieces[0] + "".join(ends[min(i, len(ends) - 1)] + piece for i, piece in enumerate(pieces[1:]))
 
 
 def _occurrences(text: str, old: str) -> list[int]:
@@ -427,11 +445,6 @@ def _check_view_range(view_range: list[int], n_lines: int, path: str) -> tuple[i
         raise ToolError(
             f"Invalid `view_range`: {view_range}. Its first element `{first}` should be within "
             f"the range of lines of the file: {[1, n_lines]}"
-        )
-    if last > n_lines:
-        raise ToolError(
-            f"Invalid `view_range`: {view_range}. Its second element `{last}` should be smaller "
-            f"than the number of lines in the file: `{n_lines}`"
         )
     if last != -1 and last < first:
         raise ToolError(

@@ -4,19 +4,26 @@ How a command travels (see DESIGN.md, "The persistent shell"): it is written int
 with `builtin printf` of a `$'...'` string (no process starts per call), sourced with stdin
 from /dev/null, and followed on the same input line by a sentinel that prints `$?` and `$PWD`
 after a per-call random nonce. Sourcing a file keeps heredocs and multi-line input intact and
-turns an unfinished quote into a syntax error instead of a `PS2` wait. Output is read straight
-from the pty fd, cleaned line by line, and only a bounded head and tail stay in memory; when it
-is cut, the whole of it streams into a log file inside the sandbox. A timeout or `interrupt()`
-signals the pty's foreground process group (SIGINT, then SIGKILL) and sends a fresh sentinel;
-bash is replaced only when nothing else works. Between commands a thread keeps reading what
-background jobs print, as a terminal would, and the next command's output starts with it.
+turns an unfinished quote into a syntax error instead of a `PS2` wait. The pty is read through
+pexpect (`tools.shell_pty`), which finds the sentinel; output is cleaned line by line, and only a
+bounded head and tail stay in memory; when it is cut, the whole of it streams into a log file
+inside the sandbox. A timeout or `interrupt()` signals the pty's foreground process group
+(SIGINT, then SIGKILL) and, once bash has the terminal back, sends a fresh sentinel, so nothing
+we type reaches a program still running (a full-screen one would take it as keys); bash is
+replaced only when nothing else works. Between commands a thread keeps reading what background
+jobs print, as a terminal would, and the next command's output starts with it. bash's
+job-control notices (`[1]+  Done  sleep 1`) are dropped: it prints them in the middle of the
+command that happened to be running, and only turning job control off (which Ctrl-C needs)
+would keep bash from printing them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
+import subprocess
 import termios
 import threading
 import time
@@ -25,7 +32,8 @@ from dataclasses import dataclass, field
 
 from isolation.output import ready
 from tools import ToolResult
-from tools.shell_output import OUR_TRACES, WORK_DIR, Output, Sentinels, Text, escape
+from tools.shell_output import OUR_TRACES, WORK_DIR, Output, Text, escape
+from tools.shell_pty import EOF, TIMEOUT, Pty
 
 BASH = ["bash", "--norc", "--noprofile", "--noediting"]  # no readline: no echo, no bracketed paste
 SHELL_ENV = {
@@ -49,11 +57,15 @@ CHUNK = 900  # characters per printf line: at most 4 bytes each once escaped
 # SIGINT matters when a killed command was followed by more commands on its line.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGKILL, signal.SIGINT, signal.SIGKILL)
 FORGET = "variables, functions and aliases are reset; files and background processes are kept"
+# bash's own notice of a job's end or stop: "[1]+  Done                    sleep 1"
+# (`jobs` prints the same lines: the model sees its running jobs, but no longer its ended ones)
+JOB_NOTICE = re.compile(r"^\[\d+\][-+ ]  (?!Running )[A-Z][\w ()]*? {2,}\S.*\n?", re.M)
 
 
 # ---- the shell ------------------------------------------------------------------------------
 
-POLL = 0.1  # how often a running command looks for interrupt() (and bash's exit, without pidfd)
+POLL = 0.1  # how often a running command looks for interrupt() and bash's exit
+STOPPING_POLL = 0.02  # how often a stopped command is checked for having given the terminal back
 BETWEEN_MAX = 1 << 20  # background output kept between commands; past it, background jobs wait
 
 
@@ -62,8 +74,8 @@ class _Drainer:
     full pty does not stop them. It reads only while holding the shell's lock, and it owns a
     duplicate of the pty fd, which it closes itself once stopped."""
 
-    def __init__(self, fd: int, lock: threading.Lock, keep: Callable[[bytes], bool]) -> None:
-        self._fd, self._lock, self._keep = os.dup(fd), lock, keep
+    def __init__(self, pty: Pty, lock: threading.Lock, keep: Callable[[bytes], bool]) -> None:
+        self._pty, self._fd, self._lock, self._keep = pty, os.dup(pty.child_fd), lock, keep
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
         self.room = threading.Event()  # set when the kept output has been taken
         threading.Thread(target=self._loop, name="lis-shell-drain", daemon=True).start()
@@ -81,8 +93,11 @@ class _Drainer:
                 with self._lock:  # held by run() for a whole command: no reading then
                     if _wait_readable(self._stop_r, 0) or not _wait_readable(self._fd, 0):
                         continue
-                    data = _read(self._fd)
-                    if not data:
+                    try:
+                        data = self._pty.read_nonblocking(1 << 16, 0)
+                    except TIMEOUT:
+                        continue
+                    except (EOF, OSError):
                         return
                     self.room.clear()
                     full = not self._keep(data)
@@ -105,7 +120,8 @@ class _Call:
     deadline: float
     output: Output
     started: float = field(default_factory=time.monotonic)
-    awaiting: str = "r"  # tag of the last sentinel sent: once it is back, bash is idle again
+    awaiting: str | None = "r"  # tag of the last sentinel sent: once it is back, bash is idle again
+    in_sentinel: bool = False  # its head came, its tail (tag, code, cwd) not yet
     completed: bool = False  # the command's own sentinel ("r") came back
     exit_code: int | None = None
     reason: str | None = None  # "timeout" or "interrupted", once stopping began
@@ -114,16 +130,23 @@ class _Call:
     signals: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.sentinels = Sentinels(self.nonce)
+        self.mark = b"\x1f" + self.nonce.encode() + b"-"
         self.text = Text()
         self.next_at = self.deadline
+        self.tidy: Callable[[str], str] = str
+
+    def add(self, data: bytes) -> None:
+        """Output bytes, in order; complete lines are cleaned and kept (bounded)."""
+        self.output.add(self.tidy(self.text.feed(data)))
 
 
 class Shell:
-    """A persistent bash in `sandbox`; `run` one command at a time (a second caller waits)."""
+    """A persistent bash in `sandbox`; `run` one command at a time (a second caller waits).
+    `kill_grace`: seconds between SIGINT and SIGKILL; short, so that a timeout ends even a
+    program that takes Ctrl-C as a key (less, vi) within timeout + 1 s."""
 
     def __init__(self, sandbox, timeout: float = 120.0, max_output: int = 16000, *,
-                 cwd: str = "/testbed", env: dict[str, str] | None = None, kill_grace: float = 2.0,
+                 cwd: str = "/testbed", env: dict[str, str] | None = None, kill_grace: float = 0.5,
                  log_cap: int = 100 << 20, start_timeout: float = 30.0) -> None:
         self.sandbox = sandbox
         self.timeout = timeout
@@ -141,7 +164,7 @@ class Shell:
         self._calls = 0
         self._leftover = b""  # what came after the last sentinel: background output, job notices
         self._child = None
-        self._pidfd: int | None = None
+        self._pty: Pty | None = None
         self._drainer: _Drainer | None = None
         self._closed = False
         self._start()
@@ -199,7 +222,7 @@ class Shell:
     def _start(self) -> None:
         # Started in /, then `cd`: a deleted working directory must not stop every later start.
         self._child = child = self.sandbox.spawn_pty(BASH, cwd="/", env_extra=self._env)
-        self._fd, self._pidfd = child.fd, _pidfd(child.pid)
+        self._fd, self._pty = child.fd, Pty(child.fd)
         self._quiet_tty()
         self._leftover = b""
         call = self._call(self.start_timeout, f"{WORK_DIR}/start.log")
@@ -212,7 +235,7 @@ class Shell:
             raise ShellError(f"bash did not start in the sandbox: {said or 'it printed nothing'}")
         # Idle, bash is the terminal's foreground group; a running command's group never is.
         self._shell_pgrp = _foreground(self._fd)
-        self._drainer = _Drainer(self._fd, self._lock, self._keep_between)
+        self._drainer = _Drainer(self._pty, self._lock, self._keep_between)
 
     def _end(self, graceful: bool) -> None:
         child, self._child = self._child, None
@@ -226,16 +249,14 @@ class Shell:
                 self._send("\\builtin exit 0\n\\builtin exit 0\n")
             except OSError:
                 pass
-            _wait_readable(self._pidfd, 2.0)
+            _wait_exit(child, 2.0)
         if child.isalive():
             self._cwd_q = _cwd_of(self._shell_pgrp) or self._cwd_q  # no EXIT trap runs on SIGKILL
             # SIGKILL rather than the hangup of a closing pty, on which bash would SIGHUP its jobs
             for pgrp in {_foreground(self._fd), self._shell_pgrp}:
                 _killpg(pgrp, signal.SIGKILL)
-        child.close()
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
+        child.close()  # closes the fd the Pty reads; the Pty itself is dropped
+        self._pty = None
 
     # ---- one command -------------------------------------------------------------------------
 
@@ -256,50 +277,69 @@ class Shell:
 
     def _pump(self, call: _Call, stoppable: bool = True) -> str:
         """Read until the awaited sentinel: "done", "exited" (bash is gone) or "stuck"."""
+        pty, call.tidy = self._pty, self._tidy
         leftover, self._leftover = self._leftover, b""
         if self._drainer is not None:
             self._drainer.room.set()
-        if leftover and self._take(call, leftover):
-            return "done"
-        fds = [self._fd] if self._pidfd is None else [self._fd, self._pidfd]
-        while True:
-            wait = min(max(0.0, call.next_at - time.monotonic()), POLL)
-            readable = ready(fds, wait)
-            if self._fd in readable:
-                data = _read(self._fd)
-                if not data:  # EIO: no process holds the pty any more
+        call.add(leftover)
+        pty.spill = call.add
+        try:
+            while True:
+                now = time.monotonic()
+                slice_ = STOPPING_POLL if call.awaiting is None else POLL
+                before = pty.wait_for(b"\x1f" if call.in_sentinel else call.mark,
+                                      min(max(0.0, call.next_at - now), slice_))
+                if before is not None:
+                    if self._sentinel(call, before):
+                        self._leftover = pty.take_pending()
+                        return "done"
+                    continue
+                if not self._child.isalive():
+                    call.add(pty.read_now())
                     return "exited"
-                if self._take(call, data):
-                    return "done"
-            if self._pidfd in readable or (self._pidfd is None and not readable and not self._child.isalive()):
-                while _wait_readable(self._fd, 0) and (data := _read(self._fd)):
-                    self._take(call, data)
-                return "exited"
-            now = time.monotonic()
-            if stoppable and self._interrupt.is_set() and call.reason is None:
-                call.reason, call.next_at = "interrupted", now
-            if now >= call.next_at and not (stoppable and self._stop_step(call, now)):
-                return "stuck"
+                if stoppable and not self._stopping(call):
+                    return "stuck"
+                if not stoppable and time.monotonic() >= call.next_at:
+                    return "stuck"
+        except EOF:  # nothing holds the pty any more: bash is gone
+            call.add(pty.before)
+            return "exited"
+        finally:
+            pty.spill = None
 
-    def _take(self, call: _Call, data: bytes) -> bool:
-        """Feed pty bytes; True once the awaited sentinel has come back."""
-        call.sentinels.feed(data)
-        while True:
-            out, mark = call.sentinels.next()
-            if out:
-                call.output.add(self._tidy(call.text.feed(out)))
-            if mark is None:
-                return False
-            tag, code, cwd_q = mark
-            self._cwd_q = cwd_q or self._cwd_q
-            if tag == "r" or not call.completed:  # after "r", later sentinels only see printf's $?
-                call.exit_code, call.completed = code, call.completed or tag == "r"
-            if tag == call.awaiting:
-                self._leftover = call.sentinels.rest()
-                return True
+    def _sentinel(self, call: _Call, before: bytes) -> bool:
+        """Take what came before a sentinel's head or tail; True once the awaited one is whole."""
+        if not call.in_sentinel:
+            call.add(before)
+            call.in_sentinel = True
+            return False
+        call.in_sentinel = False
+        try:
+            tag, code, cwd_q = before.decode("utf-8", "replace").split(" ", 2)
+            code = int(code)
+        except ValueError:  # not ours after all
+            call.add(call.mark + before + b"\x1f")
+            return False
+        self._cwd_q = cwd_q or self._cwd_q
+        if tag == "r" or not call.completed:  # after "r", later sentinels only see printf's $?
+            call.exit_code, call.completed = code, call.completed or tag == "r"
+        return tag == call.awaiting
+
+    def _stopping(self, call: _Call) -> bool:
+        """Between reads: act on interrupt() and the deadline; False when out of steps."""
+        now = time.monotonic()
+        if self._interrupt.is_set() and call.reason is None:
+            call.reason, call.next_at = "interrupted", now
+        if call.awaiting is None and _foreground(self._fd) == self._shell_pgrp:
+            # bash has the terminal back: only now may we type (a program would read it as keys)
+            call.awaiting = f"i{call.step}"
+            self._send(_sentinel(call.nonce, call.awaiting) + "\n")
+        if now < call.next_at:
+            return True
+        return self._stop_step(call, now)
 
     def _stop_step(self, call: _Call, now: float) -> bool:
-        """Signal the foreground job, then send a fresh sentinel; False when out of steps."""
+        """Signal the foreground job; the fresh sentinel follows once bash is back in front."""
         if call.step >= len(STOP_SIGNALS):
             return False
         call.reason = call.reason or "timeout"
@@ -311,15 +351,16 @@ class Shell:
         # the last step restarts it instead.
         if not (sig == signal.SIGKILL and pgrp == self._shell_pgrp) and _killpg(pgrp, sig):
             call.signals.append(sig.name)
-        # bash drops the rest of an interrupted line, its sentinel included: ask again.
-        call.awaiting = f"i{call.step}"
-        self._send(_sentinel(call.nonce, call.awaiting) + "\n")
+        # bash drops the rest of an interrupted line, its sentinel included: ask again, once
+        # bash is in front (checked at once, then every STOPPING_POLL).
+        call.awaiting = None
         call.next_at = now + self.kill_grace
-        return True
+        return self._stopping(call)
 
     def _result(self, call: _Call, status: str, limit: float) -> ToolResult:
-        held = call.sentinels.rest()  # bytes kept back in case a sentinel began there (none came)
-        call.output.add(self._tidy(call.text.feed(held) + call.text.finish()))
+        if status != "done" and self._pty is not None:
+            call.add(self._pty.take_pending())  # read, but no sentinel came after it
+        call.output.add(self._tidy(call.text.finish()))
         note = _stop_note(call, limit, status) if call.reason else ""
         if status == "exited":
             call.exit_code = self._exit_status()
@@ -344,10 +385,8 @@ class Shell:
         return f"A fresh shell was started in {self._cwd_q}: {FORGET}."
 
     def _exit_status(self) -> int | None:
-        child, deadline = self._child, time.monotonic() + 2.0
-        while child.isalive() and time.monotonic() < deadline:
-            _wait_readable(self._pidfd, 0.05)
-        return child.exit_code
+        _wait_exit(self._child, 2.0)
+        return self._child.exit_code
 
     # ---- small helpers ----------------------------------------------------------------------
 
@@ -359,6 +398,8 @@ class Shell:
     def _tidy(self, text: str) -> str:
         if "+ builtin " in text or "+ [[ -d" in text:
             text = OUR_TRACES.sub("", text)
+        if text.startswith("[") or "\n[" in text:
+            text = JOB_NOTICE.sub("", text)
         # "bash: /tmp/lis/cmd-x.sh: line 1: ..." reads as `bash -c` says it: "bash: line 1: ..."
         return text.replace(f"{self._file}: line ", "line ") if self._file in text else text
 
@@ -373,7 +414,7 @@ class Shell:
     def _send(self, text: str) -> None:
         data = text.encode("utf-8", "replace")  # lone surrogates (from JSON) become "?"
         while data:  # a long script fills the tty's buffer; bash drains it line by line
-            data = data[os.write(self._fd, data):]
+            data = data[self._pty.send(data):]
 
 
 def _writes(text: str, path: str) -> list[str]:
@@ -431,23 +472,12 @@ def _killpg(pgrp: int | None, sig: int) -> bool:
         return False
 
 
-def _pidfd(pid: int) -> int | None:
-    """A descriptor that turns readable when `pid` exits; None where the kernel has none."""
+def _wait_exit(child, timeout: float) -> None:
     try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
+        child.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pass
 
 
-def _read(fd: int) -> bytes:
-    try:
-        return os.read(fd, 1 << 16)
-    except OSError:  # EIO once every process holding the pty has gone
-        return b""
-
-
-def _wait_readable(fd: int | None, timeout: float) -> bool:
-    if fd is None:
-        time.sleep(timeout)
-        return False
+def _wait_readable(fd: int, timeout: float) -> bool:
     return bool(ready([fd], timeout))

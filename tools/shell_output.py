@@ -1,6 +1,7 @@
-"""The shell's output side: sentinels output cannot fake, cleaning, a bounded head and tail, the log.
+"""The shell's output side: cleaning, a bounded head and tail, the log.
 
-Kept apart from `shell.py`, which drives bash; this half only turns bytes into what the model reads.
+Kept apart from `shell.py`, which drives bash, and `shell_pty.py`, which reads the pty through
+pexpect; this part only turns bytes into what the model reads.
 """
 from __future__ import annotations
 
@@ -50,40 +51,6 @@ def _overlay(line: str) -> str:
     for part in line.split("\r"):
         shown = part + shown[len(part):]
     return shown
-
-
-class Sentinels:
-    """Finds `\\037NONCE-TAG CODE CWD\\037` in the pty stream; output cannot fake the nonce."""
-
-    def __init__(self, nonce: str) -> None:
-        self._mark = b"\x1f" + nonce.encode()
-        self._buf = b""
-
-    def feed(self, data: bytes) -> None:
-        self._buf += data
-
-    def next(self) -> tuple[bytes, tuple[str, int, str] | None]:
-        """Output before the next sentinel, and the sentinel (tag, exit code, quoted cwd) if whole."""
-        buf, mark = self._buf, self._mark
-        start = buf.find(mark)
-        if start < 0:  # hold back what could be the start of a mark split across reads
-            keep = max(0, len(buf) - len(mark) + 1)
-            self._buf = buf[keep:]
-            return buf[:keep], None
-        end = buf.find(b"\x1f", start + len(mark))
-        if end < 0:
-            self._buf = buf[start:]
-            return buf[:start], None
-        self._buf = buf[end + 1:]
-        try:
-            tag, code, cwd = buf[start + len(mark) + 1:end].decode("utf-8", "replace").split(" ", 2)
-            return buf[:start], (tag, int(code), cwd)
-        except ValueError:  # not ours after all
-            return buf[:end + 1], None
-
-    def rest(self) -> bytes:
-        buf, self._buf = self._buf, b""
-        return buf
 
 
 class Text:

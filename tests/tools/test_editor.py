@@ -76,8 +76,6 @@ def test_view_range(sb, ed, d):
                  "range of lines of the file: [1, 5]"),
         ([6, 6], "Invalid `view_range`: [6, 6]. Its first element `6` should be within the "
                  "range of lines of the file: [1, 5]"),
-        ([2, 6], "Invalid `view_range`: [2, 6]. Its second element `6` should be smaller than "
-                 "the number of lines in the file: `5`"),
         ([4, 3], "Invalid `view_range`: [4, 3]. Its second element `3` should be larger or "
                  "equal than its first `4`"),
     ],
@@ -356,3 +354,29 @@ def test_history_depth_is_bounded(sb, d):
 
 def test_unknown_command(ed, d):
     assert error_of(ed.run, "delete", f"{d}/f").startswith("Unrecognized command delete.")
+
+
+# -- mixed line endings and what view may show (issue 17) -----------------------------------------
+
+
+def test_view_range_past_the_end_is_clamped_with_a_note(sb, ed, d):
+    p = put(sb, f"{d}/f", b"".join(b"line %d\n" % i for i in range(1, 6)))
+    r = ed.run("view", p, view_range=[4, 50])
+    assert r.output == HEADER.format(p) + "     4\tline 4\n     5\tline 5\n" + (
+        f"(Note: {p} has 5 lines; shown up to the last.)\n")
+
+
+def test_mixed_endings_match_plain_newlines_and_keep_their_endings(sb, ed, d):
+    p = put(sb, f"{d}/mixed.txt", b"a\r\nb\nc\r\n")
+    ed.run("str_replace", p, old_str="a\nb", new_str="A\nB")
+    assert sb.read_file(p) == b"A\r\nB\nc\r\n"
+    ed.run("str_replace", p, old_str="B\nc\n", new_str="B\nc\nd\n")  # one more line: the last ending
+    assert sb.read_file(p) == b"A\r\nB\nc\r\nd\r\n"
+    assert "did not appear verbatim" in error_of(ed.run, "str_replace", p, old_str="a\nc", new_str="x")
+
+
+def test_view_shows_carriage_returns_and_escapes_as_visible_text(sb, ed, d):
+    p = put(sb, f"{d}/mixed.txt", b"a\r\nb\nc\x1b]0;title\x07\r\n")
+    out = ed.run("view", p).output
+    assert "\r" not in out and "\x1b" not in out and "\x07" not in out
+    assert "     1\ta\\x0d\n     2\tb\n     3\tc\\x1b]0;title\\x07\\x0d\n" in out

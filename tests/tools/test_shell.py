@@ -321,3 +321,36 @@ def test_close_ends_the_drain_thread(sandbox):
             break
         time.sleep(0.05)
     assert drainers() == before
+
+
+# ---- edges a differential test found (issue 17) -------------------------------------------------
+
+
+def test_job_notices_stay_out_of_the_output(shell):
+    assert run(shell, "sleep 0.2 & wait; echo done").output == "done"
+    assert run(shell, "sleep 0.1 & sleep 0.5; echo x").output == "x"
+    r = run(shell, "sleep 30 & jobs; kill %1")  # what `jobs` shows of running jobs stays
+    assert "Running" in r.output and "sleep 30" in r.output
+
+
+def test_interrupt_still_works_with_background_jobs(shell):
+    run(shell, "sleep 300 & echo $! > /tmp/bg")
+    timer = threading.Timer(0.5, shell.interrupt)
+    timer.start()
+    r = run(shell, "sleep 100", timeout=60)
+    timer.join()
+    assert r.exit_code == 130 and "Interrupted" in r.output
+    assert run(shell, "kill -0 $(cat /tmp/bg) && echo bg-alive").output == "bg-alive"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("program", ["less /etc/services", "vi /tmp/vi.txt"])
+def test_full_screen_program_ends_within_a_second_of_its_timeout(sandbox, program):
+    command = program.split()[0]
+    with Shell(sandbox) as sh:  # the default kill grace
+        if sh.run(f"command -v {command}").exit_code != 0:
+            pytest.skip(f"no {command} in this rootfs")
+        start = time.monotonic()
+        r = sh.run(program, timeout=2)
+        assert r.timed_out and time.monotonic() - start < 3
+        assert sh.run("echo ok; ls /tmp/vi.txt 2>/dev/null").output == "ok"  # our sentinel typed nothing
