@@ -12,8 +12,10 @@ Each round runs --episodes episodes; the table gives the median round (and the s
 fastest), since a shared 2-core machine varies by a fifth from one run to the next.
 
 Memory per live episode: with --live N episodes held open at once (the server holds each
-episode's second reply), the proportional set size (PSS, so shared libraries are split fairly)
-of this process and every process under it, minus the idle baseline, divided by N.
+episode's second reply, as a model that takes its time would), the proportional set size (PSS, so
+shared libraries are split fairly) of this process and every process under it, minus the idle
+baseline, divided by N; measured once the sandboxes' zygotes have left (they do after IDLE
+seconds without work; while one lives, it adds about 0.85 MiB to its episode).
 Issue target: >= 100 agent steps/s and >= 30 episodes/s at concurrency 32 on a 2-core machine.
 """
 
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from isolation import SandboxSpec  # noqa: E402
+from isolation.spawn.helper import IDLE  # noqa: E402
 from lis_tui.bench.runner import BenchOptions, BenchRunner  # noqa: E402
 from lis_tui.bench.tasks import Task  # noqa: E402
 from lis_tui.config import load_config  # noqa: E402
@@ -128,7 +131,9 @@ def memory_per_live_episode(live: int, rootfs: str, tmp: Path) -> tuple[float, i
                 n = len(runner.ctx.sandboxes)
                 peak["most"] = max(peak.get("most", 0), n)
                 if n >= live or time.monotonic() > deadline:
-                    time.sleep(1.0)  # let the last shells settle
+                    # Let the last shells settle, and each sandbox's zygote leave as it does while
+                    # an episode waits on its model (isolation/spawn: IDLE seconds without work).
+                    time.sleep(1.0 + IDLE)
                     kib, procs = tree_pss_kib(os.getpid())
                     peak.update(kib=kib - baseline, procs=procs - base_procs,
                                 live=len(runner.ctx.sandboxes))
