@@ -191,11 +191,16 @@ def _failed(message: str, listeners: Listeners) -> RunFinished:
 
 # -- pieces -------------------------------------------------------------------------------------
 
+def new_run_dir(parent: Path | str) -> Path:
+    """A fresh run directory's name under `parent`: <UTC time>-<id>."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path(parent) / f"{stamp}-{os.urandom(3).hex()}"
+
+
 def prepare_output_dir(path: str | Path | None) -> Path:
     """The run's directory: `path`, or ./lis-output/<UTC time>-<id>/; refuses one in use."""
     if path is None:
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        path = Path("lis-output") / f"{stamp}-{os.urandom(3).hex()}"
+        path = new_run_dir("lis-output")
     out = Path(path).expanduser().absolute()
     if (out / "trajectory.json").exists() or (out / "files").exists():
         raise ValueError(f"{out} already holds a run; choose another --output-dir or remove it")

@@ -25,7 +25,8 @@ def load_trajectory(path: str | Path) -> dict[str, Any]:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(f"{path} does not exist; give a run's directory or its "
-                         "trajectory.json (runs are saved under ./lis-output/)") from None
+                         "trajectory.json (lis-tui run saves under ./lis-output/, the app under "
+                         "$XDG_STATE_HOME/lis-tui/runs/)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):

@@ -15,7 +15,7 @@ def add_parsers(sub) -> None:
                                    "otherwise type a task at the prompt. F1 lists the keys.")
     p.add_argument("task", nargs="?", help="a task to start at once")
     p.add_argument("--output-dir", metavar="DIR", help="where the session's trajectory.json, "
-                   "answer.txt and files/ go (default ./lis-output/<time>-<id>/)")
+                   "answer.txt and files/ go (default $XDG_STATE_HOME/lis-tui/runs/<time>-<id>/)")
     add_sandbox_flags(p)
     group = add_model_flags(p)
     group.add_argument("--mode", choices=("sandbox", "llm"), help="sandbox (default) or llm")

@@ -17,6 +17,7 @@ from lis_tui.screens.approve_command import CommandApprovalScreen
 from lis_tui.screens.files import FilesScreen
 from lis_tui.screens.review import ReviewScreen
 from lis_tui.screens.setup import SetupScreen
+from lis_tui.widgets.blocks import NoticeBlock
 from lis_tui.widgets.messages import AgentEvent, RunCrashed
 from lis_tui.widgets.plain import notify_plain
 from lis_tui.widgets.prompt import PromptInput
@@ -145,21 +146,28 @@ class MainScreen(Screen):
         self.app.push_screen(CommandApprovalScreen(e.command, e.future), answered)
 
     def _on_RunFinished(self, e: ev.RunFinished) -> None:
-        self._idle()
+        self._idle(failed=e.reason == "error")
         if e.reason == "error":
             notify_plain(self, e.message, title="The run failed", severity="error", timeout=10)
         elif e.reason == "submitted":
             self.notify("The model submitted its answer.", title="Done")
 
     def on_run_crashed(self, message: RunCrashed) -> None:
-        self._idle()
-        notify_plain(self, f"{message.text}\nDetails are in {self.app.log_path or 'the log'}.",
-                     title="lis-tui failed", severity="error", timeout=15)
+        """A run that failed before it began (no sandbox, an unwritable run directory): said in the
+        transcript, where it stays, not only in a toast that goes."""
+        where = self.app.log_path or "the log"
+        self.query_one(Transcript).mount(NoticeBlock(
+            f"✘ The run failed before it started: {message.text}\nThe traceback is in {where}; "
+            "`lis-tui doctor` checks the sandbox, F4 the model.", "error"))
+        self.query_one(Transcript).scroll_end(animate=False)
+        self._idle(failed=True)
+        notify_plain(self, f"{message.text}\nDetails are in {where}.", title="lis-tui failed",
+                     severity="error", timeout=15)
 
-    def _idle(self) -> None:
+    def _idle(self, failed: bool = False) -> None:
         self.busy = False
         self.query_one(StatusBar).stop_clock()
-        self.query_one(StatusBar).change(sandbox=self._state())
+        self.query_one(StatusBar).change(sandbox="failed" if failed else self._state())
         if self.replayed is None:
             prompt = self.query_one(PromptInput)
             prompt.set_mode("follow-up" if self.conversation.messages else "task")

@@ -494,3 +494,41 @@ def test_files_panel_lists_the_output_and_previews_a_file(tmp_path):
     paths, preview = run(scenario())
     assert paths[:2] == ["/testbed/output/answer.txt", "/testbed/output/notes.md"]
     assert preview.startswith("/testbed/output/notes.md")
+
+
+def test_a_run_that_cannot_start_says_so_in_the_transcript(tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")  # the run directory would have to go inside a file
+
+    async def scenario():
+        with FakeOpenAI([submit()]) as server:
+            config = load_config(overrides={"model.model": "m", "model.base_url": server.base_url,
+                                            "model.max_retries": 0}, env={}, paths=[])
+            app = create_app(config, SandboxSpec(rootfs="host"), output_dir=blocker / "run", task="do it")
+            async with app.run_test(size=(100, 30)) as pilot:
+                await wait_for(pilot, lambda: app.screen.query(NoticeBlock))
+                await pilot.pause(0.2)
+                return texts(app, NoticeBlock), str(app.screen.query_one(StatusBar).status.sandbox), server.chat_requests
+
+    notices, state, requests = run(scenario())
+    assert any("failed before it started" in n and "not-a-directory" in n for n in notices), notices
+    assert state == "failed" and not requests  # no model call was paid for
+
+
+@pytest.mark.sandbox
+def test_the_app_keeps_its_runs_in_the_state_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+
+    async def scenario():
+        with FakeOpenAI([reply(tool_calls=[bash("echo 1 > /testbed/output/answer.txt")]), submit()]) as server:
+            config = load_config(overrides={"model.model": "m", "model.base_url": server.base_url,
+                                            "model.max_retries": 0}, env={}, paths=[])
+            app = create_app(config, SandboxSpec(rootfs="host"), task="write the answer")
+            async with app.run_test(size=(100, 30)) as pilot:
+                await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
+
+    run(scenario())
+    runs = list((tmp_path / "state" / "lis-tui" / "runs").iterdir())
+    assert len(runs) == 1 and (runs[0] / "trajectory.json").exists()
+    assert not (tmp_path / "lis-output").exists()
