@@ -8,7 +8,7 @@ __all__ = ["rollout", "build_tasks", "read_items"]
 
 def __getattr__(name: str) -> Any:  # lazy: `lis-tui --help` and the task builder need no agent
     if name == "rollout":
-        from lis_tui.rl.rollout import rollout  # noqa: PLC0415
+        from lis_tui.rl.runner import rollout  # noqa: PLC0415
 
         return rollout
     if name == "build_tasks":
