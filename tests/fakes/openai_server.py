@@ -406,12 +406,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- answers ---------------------------------------------------------------
     def _completion(self, request: Request, r: Reply) -> dict:
-        return {
+        answer = {
             **self._envelope(request, "chat.completion"),
             "choices": [{"index": 0, "message": _message(r), "finish_reason": _finish(r),
                          "logprobs": None}],
             "usage": r.usage or _default_usage(r, request),
         }
+        if request.body.get("logprobs"):
+            _add_tokens(answer, request.body, r)
+        return answer
 
     def _envelope(self, request: Request, kind: str) -> dict:
         model = request.body.get("model") or self.fake.model
@@ -477,6 +480,48 @@ def _deltas(r: Reply):
         for piece in _pieces(c.arguments, r.chunk_size):
             yield {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, None
     yield {}, _finish(r)
+
+
+# -- tokens as vLLM returns them ----------------------------------------------------------------
+# A byte-level stand-in for a tokenizer and chat template: each message renders as
+# <|role|>BODY<|end|> and the prompt ends with <|assistant|>, so, as with real templates, a
+# prompt is the previous prompt plus the previous completion plus the new (environment) messages.
+
+def render_message(message: dict) -> str:
+    """A message as the fake chat template writes it (the assistant's body is its completion)."""
+    return f"<|{message.get('role')}|>{_body(message)}<|end|>"
+
+
+def _body(message: dict) -> str:
+    calls = "".join(f"<call>{(c.get('function') or {}).get('name')}"
+                    f"{(c.get('function') or {}).get('arguments')}</call>"
+                    for c in message.get("tool_calls") or [])
+    content = message.get("content")
+    return (content if isinstance(content, str) else "") + calls
+
+
+def token_ids(text: str) -> list[int]:
+    """The fake tokenizer: one token a UTF-8 byte."""
+    return list(text.encode("utf-8"))
+
+
+def fake_logprob(index: int) -> float:
+    return -0.01 * (index % 7 + 1)
+
+
+def _add_tokens(answer: dict, body: dict, r: Reply) -> None:
+    """logprobs (with `token_id:N` tokens when asked), and vLLM's `return_token_ids` fields."""
+    prompt = token_ids("".join(render_message(m) for m in body.get("messages") or []) + "<|assistant|>")
+    completion = token_ids(_body(_message(r)) + "<|end|>")
+    as_ids = body.get("return_tokens_as_token_ids")
+    choice = answer["choices"][0]
+    choice["logprobs"] = {"content": [
+        {"token": f"token_id:{t}" if as_ids else chr(t), "logprob": fake_logprob(i),
+         "bytes": [t], "top_logprobs": []} for i, t in enumerate(completion)]}
+    if body.get("return_token_ids"):
+        answer["prompt_token_ids"], choice["token_ids"] = prompt, completion
+    if r.usage is None:
+        answer["usage"] = _usage(len(prompt), len(completion))
 
 
 def _error_body(message: str, status: int) -> dict:

@@ -1,0 +1,222 @@
+"""Group rollouts for GRPO-style training: n episodes of every task, each in its own sandbox.
+
+    from lis_tui.rl import rollout
+    outcome = rollout("tasks.jsonl", policy_url="http://localhost:8000/v1", model="M", n=8,
+                      output="out")
+
+This is the bench runner (`BenchRunner`) with three changes: the n samples of a task run side by
+side, each episode's line also carries its messages and per-turn tokens, and when a group's
+last sample ends its GRPO advantages are computed. The output folder holds:
+- rollouts.jsonl: one line per episode, appended as it ends (what --resume reads; `advantage`
+  is null there when the group was not complete yet);
+- groups.jsonl: one line per completed group (rewards, mean, std, advantages, zero_variance);
+- train.jsonl: every completed group's episodes with their advantage filled in, rewritten at the
+  end of each run: the file a trainer reads. docs/rollouts.md describes the format.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from isolation import SandboxSpec
+from lis_tui.bench.episode import Episode, EpisodeContext, dumps, run_episode
+from lis_tui.bench.runner import BenchOptions, BenchRunner
+from lis_tui.bench.tasks import Task, load_tasks
+from lis_tui.config import Config, load_config
+from lis_tui.rl.turns import TOKEN_REQUEST, RecordingModel, sequence, turns_from
+from lis_tui.trajectory import write_atomic
+
+EPS = 1e-6
+
+
+@dataclass
+class RolloutOptions:
+    """How to roll out a task set."""
+
+    output: Path
+    n: int = 8
+    """Samples (episodes) per task: the GRPO group size."""
+    concurrency: int | None = None
+    """Episodes at once; default n (one group at a time)."""
+    limit: int | None = None
+    resume: bool = False
+    token_ids: bool = True
+    """Ask the server for logprobs and token ids (vLLM); turn off for servers that reject them."""
+    progress: TextIO | None = field(default_factory=lambda: sys.stderr)
+
+
+@dataclass
+class RolloutOutcome:
+    episodes: list[dict[str, Any]]
+    """train.jsonl's lines: the episodes of complete groups, with advantages."""
+    groups: list[dict[str, Any]]
+    incomplete: list[str]
+    """Tasks whose group misses samples (crashed or interrupted): --resume runs them."""
+    interrupted: bool
+    output: Path
+
+
+def advantages(rewards: list[float], eps: float = EPS) -> tuple[list[float], float, float, bool]:
+    """GRPO: (r - mean) / (std + eps), std the sample (n-1) deviation as in verl; zero-variance
+    groups (every reward equal, or one sample) get 0 and are marked, as they carry no signal."""
+    mean = sum(rewards) / len(rewards)
+    if len(rewards) < 2 or max(rewards) == min(rewards):
+        return [0.0] * len(rewards), mean, 0.0, True
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1))
+    return [(r - mean) / (std + eps) for r in rewards], mean, std, False
+
+
+class RolloutContext(EpisodeContext):
+    """The bench's episode context, whose clients record what the server sent."""
+
+    def client(self) -> Any:
+        recorder = RecordingModel(super().client())
+        self._local.recorder = recorder
+        return recorder
+
+    def take_raw(self) -> list[dict]:
+        recorder, self._local.recorder = getattr(self._local, "recorder", None), None
+        return recorder.raw if recorder is not None else []
+
+
+class RolloutRunner(BenchRunner):
+    """Runs n samples of every task; `cancel()` may come from any thread."""
+
+    def __init__(self, tasks: list[Task], config: Config, spec: SandboxSpec | None,
+                 options: RolloutOptions, judge: Any = None) -> None:
+        if options.n < 1:
+            raise ValueError("-n must be at least 1 (8 is usual for GRPO)")
+        if options.token_ids:
+            config.model = replace(config.model, extra_body={**TOKEN_REQUEST,
+                                                             **config.model.extra_body})
+        bench = BenchOptions(output=options.output, concurrency=options.concurrency or options.n,
+                             repeat=options.n, limit=options.limit, resume=options.resume,
+                             progress=options.progress)
+        super().__init__(tasks, config, spec, bench, judge)
+        self.rollout_options = options
+        self.results_path = options.output / "rollouts.jsonl"
+        if self.results_path.exists() and not options.resume:
+            raise ValueError(f"{self.results_path} exists: pass --resume to continue that run, or "
+                             "choose another --output")
+        self.ctx = RolloutContext(config, spec or SandboxSpec(), options.output, judge)
+        self.groups_path = options.output / "groups.jsonl"
+        self._groups_lock = threading.Lock()
+        self._rewards: dict[str, dict[int, float]] = {}
+        self._written: set[str] = set()
+
+    def episodes(self) -> list[Episode]:
+        """A task's n samples next to each other, so its group completes early."""
+        return [Episode(t, "sandbox", r) for t in self.tasks for r in range(self.options.repeat)]
+
+    def run_rollouts(self) -> RolloutOutcome:
+        self.options.output.mkdir(parents=True, exist_ok=True)
+        self._written = self._written_groups()
+        for record in self.read_results():
+            if not record.get("crashed") and record.get("task_id") is not None:
+                self._rewards.setdefault(record["task_id"], {})[record["sample"]] = record["reward"]
+        outcome = self.run()
+        return self.finish(outcome.interrupted)
+
+    def finish(self, interrupted: bool = False) -> RolloutOutcome:
+        """Write the groups a kill left unwritten, then train.jsonl; returns what is there."""
+        records = {r["key"]: r for r in self.read_results() if not r.get("crashed")}
+        with self._groups_lock:
+            self._written = self._written_groups()
+            for task in self.tasks:
+                keys = [f"{task.id}|sandbox|{s}" for s in range(self.options.repeat)]
+                if task.id not in self._written and all(k in records for k in keys):
+                    self._write_group(task.id, [float(records[k]["reward"]) for k in keys])
+            groups = {g["group_id"]: g for g in self._read_lines(self.groups_path)}
+        train = []
+        for task in self.tasks:
+            group = groups.get(task.id)
+            for sample, adv in enumerate(group["advantages"] if group else ()):
+                record = records[f"{task.id}|sandbox|{sample}"]
+                train.append({**record, "advantage": adv, "zero_variance": group["zero_variance"]})
+        write_atomic(self.rollout_options.output / "train.jsonl",
+                     "".join(dumps(r) + "\n" for r in train))
+        incomplete = [t.id for t in self.tasks if t.id not in groups]
+        return RolloutOutcome(train, [groups[t.id] for t in self.tasks if t.id in groups],
+                              incomplete, interrupted, self.rollout_options.output)
+
+    # -- one episode ---------------------------------------------------------------------------
+    def _one(self, episode: Episode, progress: Any) -> None:
+        self.ctx._local.recorder = None  # an episode that crashes before its agent has none
+        record = run_episode(episode, self.ctx)
+        raw = self.ctx.take_raw()
+        if record is None:
+            return
+        record = self._rollout_line(episode, record, raw)
+        with self._write_lock:
+            with self.results_path.open("a", encoding="utf-8") as f:
+                f.write(dumps(record) + "\n")
+            progress.add(record)
+        if not record["crashed"]:
+            self._maybe_complete(episode, float(record["reward"]))
+
+    def _rollout_line(self, episode: Episode, record: dict, raw: list[dict]) -> dict[str, Any]:
+        trajectory = self._trajectory(record)
+        turns = turns_from(raw)
+        model = sum(t["model_tokens"] or 0 for t in turns)
+        env = sum(t["environment_tokens"] or 0 for t in turns)
+        return {**record, "task_id": episode.task.id, "group_id": episode.task.id,
+                "sample": episode.repeat, "advantage": None, "zero_variance": None,
+                "messages": trajectory.get("messages", []), "tools": trajectory.get("tools", []),
+                "usage": {"model_tokens": model, "environment_tokens": env,
+                          "environment_share": round(env / (model + env), 4) if model + env else 0.0},
+                "turns": turns, "sequence": sequence(turns)}
+
+    def _trajectory(self, record: dict) -> dict[str, Any]:
+        try:
+            return json.loads((self.options.output / record["trajectory"]).read_text("utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    # -- groups --------------------------------------------------------------------------------
+    def _maybe_complete(self, episode: Episode, reward: float) -> None:
+        # Kept in memory, so a group's completion costs nothing however long rollouts.jsonl is.
+        with self._groups_lock:
+            group = self._rewards.setdefault(episode.task.id, {})
+            group[episode.repeat] = reward
+            if len(group) == self.options.repeat and episode.task.id not in self._written:
+                self._write_group(episode.task.id, [group[s] for s in range(self.options.repeat)])
+
+    def _write_group(self, task_id: str, rewards: list[float]) -> None:
+        advs, mean, std, zero = advantages(rewards)
+        line = {"group_id": task_id, "task_id": task_id, "n": len(rewards), "rewards": rewards,
+                "mean": mean, "std": std, "advantages": advs, "zero_variance": zero}
+        with self.groups_path.open("a", encoding="utf-8") as f:
+            f.write(dumps(line) + "\n")
+        self._written.add(task_id)
+
+    def _written_groups(self) -> set[str]:
+        return {g.get("group_id") for g in self._read_lines(self.groups_path)}
+
+    @staticmethod
+    def _read_lines(path: Path) -> list[dict]:
+        if not path.exists():
+            return []
+        lines = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                lines.append(json.loads(line))
+            except ValueError:  # torn by a kill mid-write
+                continue
+        return lines
+
+
+def rollout(tasks: str | Path | list[Task], *, policy_url: str, model: str = "", n: int = 8,
+            output: str | Path, config: Config | None = None, spec: SandboxSpec | None = None,
+            **options: Any) -> RolloutOutcome:
+    """Roll out a task set (a file, a built-in name, or Tasks) against a policy server."""
+    config = config or load_config()
+    config.model = replace(config.model, base_url=policy_url, model=model or config.model.model)
+    task_list = tasks if isinstance(tasks, list) else load_tasks(tasks)
+    runner = RolloutRunner(task_list, config, spec,
+                           RolloutOptions(output=Path(output), n=n, **options))
+    return runner.run_rollouts()

@@ -1,0 +1,165 @@
+"""`lis-tui rollout` end to end: real sandboxes, the real openai client, the scripted server
+returning logprobs and token ids as vLLM does, scripted rewards per group."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fakes.openai_server import FakeOpenAI, call, delay, reply, submit, token_ids
+from lis_tui.bench.tasks import load_tasks
+from lis_tui.config import load_config
+from lis_tui.rl import rollout
+from lis_tui.rl.runner import advantages
+
+pytestmark = pytest.mark.sandbox
+ROOT = Path(__file__).resolve().parents[2]
+# How many of a group's samples answer right: all (zero variance), half, none (zero variance).
+RIGHT = {"t0": 4, "t1": 2, "t2": 0}
+
+
+def write_tasks(path, ids=("t0", "t1", "t2")):
+    path.write_text("".join(json.dumps({
+        "id": i, "problem_statement": f"Task {i}: what word is in the document?",
+        "ground_truth": "heron", "documents": {"01-note.txt": "The word is heron."}}) + "\n"
+        for i in ids))
+    return path
+
+
+def scripted_policy(right=RIGHT):
+    """Reads the document, writes the right answer for the first `right[task]` samples of a
+    task to start, a wrong one for the rest, then submits."""
+    started, lock = {}, threading.Lock()
+
+    def answer(request):
+        task = next(m["content"] for m in request.messages if m["role"] == "user")
+        task_id = task.split("Task ", 1)[1].split(":", 1)[0]
+        outputs = request.tool_outputs
+        if not outputs:
+            with lock:
+                k = started[task_id] = started.get(task_id, 0) + 1
+            word = "heron" if k <= right.get(task_id, 0) else "crane"
+            return reply("Reading.", [call("execute_bash", {
+                "command": f"cat /testbed/documents/01-note.txt; echo {word} > /testbed/output/answer.txt"})])
+        return submit()
+    return answer
+
+
+def config_for(server):
+    return load_config(env={}, paths=[], overrides={
+        "model.base_url": server.base_url, "model.model": "m", "model.max_retries": 0})
+
+
+def test_groups_advantages_messages_and_loss_masks(tmp_path):
+    tasks = write_tasks(tmp_path / "tasks.jsonl")
+    with FakeOpenAI(default=scripted_policy()) as server:
+        outcome = rollout(str(tasks), policy_url=server.base_url, model="m", n=4,
+                          output=tmp_path / "out", config=config_for(server), progress=None)
+        body = server.chat_requests[0].body
+    assert body["logprobs"] is True and body["return_tokens_as_token_ids"] is True
+    assert outcome.incomplete == [] and not outcome.interrupted
+    lines = [json.loads(x) for x in (tmp_path / "out" / "rollouts.jsonl").read_text().splitlines()]
+    assert len(lines) == 12 and sorted({(x["group_id"], x["sample"]) for x in lines}) == [
+        (t, s) for t in ("t0", "t1", "t2") for s in range(4)]
+    groups = {g["group_id"]: g for g in outcome.groups}
+    assert groups["t0"]["zero_variance"] and groups["t2"]["zero_variance"]
+    assert groups["t0"]["advantages"] == [0.0] * 4 and not groups["t1"]["zero_variance"]
+    assert sorted(groups["t1"]["rewards"]) == [0.0, 0.0, 1.0, 1.0]
+    train = [json.loads(x) for x in (tmp_path / "out" / "train.jsonl").read_text().splitlines()]
+    assert len(train) == 12
+    for episode in train:
+        expected = 0.866 if episode["reward"] == 1.0 else -0.866
+        if episode["group_id"] == "t1":
+            assert episode["advantage"] == pytest.approx(expected, abs=1e-3)
+        assert [m["role"] for m in episode["messages"]] == [
+            "system", "user", "assistant", "tool", "assistant", "tool"]
+        assert episode["messages"][2]["tool_calls"][0]["function"]["name"] == "execute_bash"
+        assert "The word is heron." in episode["messages"][3]["content"]
+        check_tokens(episode)
+
+
+def check_tokens(episode):
+    first, second = episode["turns"]
+    assert first["environment_tokens"] == 0 and first["environment_token_ids"] == []
+    assert first["loss_mask"] == [1] * len(first["completion_token_ids"])
+    env = bytes(second["environment_token_ids"]).decode()
+    assert env.startswith("<|tool|>The word is heron.") and env.endswith("<|assistant|>")
+    assert second["environment_tokens"] == len(second["environment_token_ids"])
+    assert second["loss_mask"] == [0] * len(env) + [1] * len(second["completion_token_ids"])
+    assert bytes(second["completion_token_ids"]).decode() == '<call>submit{}</call><|end|>'
+    assert all(lp < 0 for lp in second["completion_logprobs"])
+    seq = episode["sequence"]
+    model_text = bytes(i for i, m in zip(seq["response_token_ids"], seq["loss_mask"]) if m).decode()
+    assert "<call>execute_bash" in model_text and "heron." not in model_text.split("<|end|>")[1]
+    assert len(seq["logprobs"]) == len(seq["loss_mask"]) == len(seq["response_token_ids"])
+    rendered_prompt = bytes(seq["prompt_token_ids"]).decode()
+    assert rendered_prompt.startswith("<|system|>") and rendered_prompt.endswith("<|assistant|>")
+    usage = episode["usage"]
+    assert usage["environment_tokens"] == len(env) and usage["model_tokens"] == sum(
+        len(t["completion_token_ids"]) for t in episode["turns"])
+    assert token_ids("é") == [0xC3, 0xA9]  # the fake tokenizer is bytes: decoding above is exact
+
+
+def test_without_token_ids_the_usage_split_remains(tmp_path):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", ids=("t1",))
+    with FakeOpenAI(default=scripted_policy()) as server:
+        outcome = rollout(str(tasks), policy_url=server.base_url, model="m", n=2,
+                          output=tmp_path / "out", config=config_for(server), progress=None,
+                          token_ids=False)
+        assert "logprobs" not in server.chat_requests[0].body
+    episode = outcome.episodes[0]
+    assert episode["sequence"] is None and "token_ids" not in episode["turns"][0]
+    assert episode["turns"][1]["environment_tokens"] > 0 and episode["usage"]["model_tokens"] > 0
+
+
+def test_advantage_formula():
+    advs, mean, std, zero = advantages([1.0, 0.0, 0.0, 0.0])
+    assert mean == 0.25 and std == pytest.approx(0.5) and not zero
+    assert advs[0] == pytest.approx(1.5, abs=1e-4) and advs[1] == pytest.approx(-0.5, abs=1e-4)
+    assert advantages([1.0])[3] and advantages([0.5, 0.5])[0] == [0.0, 0.0]
+
+
+def rollout_cli(tasks, server, out, *extra):
+    return subprocess.Popen(
+        [sys.executable, "-m", "lis_tui.cli", "rollout", str(tasks), "--policy-url", server.base_url,
+         "--model", "m", "-n", "4", "-j", "4", "--output", str(out), *extra],
+        cwd=out.parent, env={**os.environ, "PYTHONPATH": str(ROOT),
+                             "XDG_CONFIG_HOME": str(out.parent / "config"),
+                             "LIS_SCRATCH": str(out.parent / "scratch")},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_resume_after_kill_9_completes_every_group_once(tmp_path):
+    ids = tuple(f"t{i}" for i in range(6))
+    tasks = write_tasks(tmp_path / "tasks.jsonl", ids)
+    policy = scripted_policy({i: 2 for i in ids})
+    out = tmp_path / "out"
+    with FakeOpenAI(default=lambda r: delay(0.1, policy(r))) as server:
+        proc = rollout_cli(tasks, server, out)
+        lines = out / "rollouts.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not lines.exists() or
+                                               len(lines.read_text().splitlines()) < 6):
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+        before = len(lines.read_text().splitlines())
+        assert 6 <= before < 24
+        resumed = rollout_cli(tasks, server, out, "--resume")
+        _, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err
+    records = [json.loads(x) for x in lines.read_text().splitlines() if x.strip()]
+    keys = [r["key"] for r in records if not r["crashed"]]
+    assert sorted(keys) == sorted(f"{t}|sandbox|{s}" for t in ids for s in range(4))  # each once
+    groups = [json.loads(x) for x in (out / "groups.jsonl").read_text().splitlines()]
+    assert sorted(g["group_id"] for g in groups) == sorted(ids)
+    assert all(sorted(g["rewards"]) == [0.0, 0.0, 1.0, 1.0] for g in groups)
+    train = (out / "train.jsonl").read_text().splitlines()
+    assert len(train) == 24 and "6 groups complete" in err
