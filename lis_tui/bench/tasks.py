@@ -70,8 +70,17 @@ def load_tasks(source: str | Path, default_reward: Any = None) -> list[Task]:
         tasks = _load_dir(path)
     else:
         file_reward, items = _read_items(path)
-        default_reward = default_reward or file_reward
-        tasks = [_task(item, path, f"{path}: task {n + 1}") for n, item in enumerate(items)]
+        return tasks_from_items(items, path, str(path), default_reward or file_reward)
+    return _finish(tasks, path, default_reward)
+
+
+def tasks_from_items(items: list, base: Path, label: str, default_reward: Any) -> list[Task]:
+    """Tasks from rows already read (JSON objects); `base` anchors relative folders."""
+    tasks = [_task(item, base, f"{label}: task {n + 1}") for n, item in enumerate(items)]
+    return _finish(tasks, label, default_reward)
+
+
+def _finish(tasks: list[Task], path: Any, default_reward: Any) -> list[Task]:
     tasks = [t if t.reward is not None else _with_reward(t, default_reward) for t in tasks]
     for task in tasks:
         try:
@@ -196,7 +205,7 @@ def _with_reward(task: Task, reward: Any) -> Task:
     return replace(task, reward=reward or "normalized")
 
 
-def _check_unique(tasks: list[Task], path: Path) -> None:
+def _check_unique(tasks: list[Task], path: Any) -> None:
     seen: set[str] = set()
     for task in tasks:
         if task.id in seen:
