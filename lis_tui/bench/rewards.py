@@ -185,8 +185,11 @@ def _math_verify(got: str, want: str) -> bool | None:
     except ImportError:
         return None
     try:
-        gold, pred = parse(f"${want}$"), parse(f"${got}$")
-        return bool(gold and pred and verify(gold, pred))
+        # Its default timeouts use SIGALRM, which only the main thread may set: bench scores
+        # in worker threads, where they would raise and every verdict would be lost.
+        gold = parse(f"${want}$", parsing_timeout=None)
+        pred = parse(f"${got}$", parsing_timeout=None)
+        return bool(gold and pred and verify(gold, pred, timeout_seconds=None))
     except Exception:  # math-verify raises on odd LaTeX; fall back to our comparison
         return None
 
