@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up lis-tui in ./.venv. Idempotent: run it again after a pull.
 #   ./install.sh         the tool
-#   ./install.sh --dev   the tool and what its tests need
+#   ./install.sh --dev   the tool and what its tests need (the [paper] scorers too)
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")"
 
@@ -58,7 +58,7 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys' 2>/dev/null; 
 fi
 say "installing lis-tui into .venv"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-if [ "$dev" = 1 ]; then target=".[dev]"; else target="."; fi
+if [ "$dev" = 1 ]; then target=".[dev,paper]"; else target="."; fi
 .venv/bin/python -m pip install -q -e "$target" 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -c 'import lis_tui, isolation, tools' || { echo "install.sh: the install did not take; see pip's output above" >&2; exit 1; }
 

@@ -345,7 +345,8 @@ class Agent:
         return self.tools.schemas if self.tools is not None and self.config.mode != "llm" else None
 
     def _first_messages(self, task: str) -> list[dict]:
-        values = {**self.prompt_values, "task": task}
+        # {problem_statement} is the paper's package's name for the task in its prompt files
+        values = {**self.prompt_values, "task": task, "problem_statement": task}
         p = self.prompts
         system, user = (p.llm_system, p.llm_instance) if self.config.mode == "llm" \
             else (p.system, p.instance)

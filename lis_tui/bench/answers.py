@@ -72,6 +72,38 @@ def extract_choice(text: str, choices: str = "ABCDEFGHIJ") -> str | None:
     return letters.pop() if len(letters) == 1 else None
 
 
+_LETTER_LIST = re.compile(r"\(?\**([A-Z])\**\)?(?:\s*(?:,|;|/|&|\band\b|\bor\b)?\s*\(?\**([A-Z])"
+                          r"\**\)?)*(?![A-Za-z0-9])")
+_SAID_START = re.compile(r"(?:answers?|options?|choices?)\s*(?:is|are|:)?\s*[:\-]?\s*\**",
+                         re.IGNORECASE)
+
+
+def extract_choices(text: str, choices: str = "ABCDEFGHIJ") -> set[str]:
+    """Every letter the answer picks: "A or D", "A, D", "AD", "Answer: (B) and (C)" read as
+    lists; a single pick as `extract_choice` reads it; empty when it picks none."""
+    allowed = set(choices.upper())
+    text = text.strip().rstrip(".")
+    if re.fullmatch(r"[A-Z]{2,10}", text) and set(text) <= allowed:  # "AD", as MCQ keys are
+        return set(text)
+    whole = _letter_list(text, allowed, full=True)
+    if whole:
+        return whole
+    said = [found for m in _SAID_START.finditer(text)
+            if (found := _letter_list(text[m.end():], allowed, full=False))]
+    if said:
+        return said[-1]
+    one = extract_choice(text, choices)
+    return {one} if one else set()
+
+
+def _letter_list(text: str, allowed: set[str], full: bool) -> set[str]:
+    found = _LETTER_LIST.match(text)
+    if not found or (full and found.end() != len(text)):
+        return set()
+    letters = set(re.findall(r"(?<![A-Za-z])[A-Z](?![A-Za-z])", found.group(0)))
+    return letters if letters and letters <= allowed else set()
+
+
 def final_answer(reply: str) -> str:
     """What follows the last `ANSWER:` of a reply (lines after it too, a code fence taken off),
     or the whole reply when there is none."""

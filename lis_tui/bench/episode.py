@@ -13,14 +13,14 @@ import tarfile
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from isolation import Sandbox, SandboxSpec
 from lis_tui.agent import INPUT_DIR, OUTPUT_DIR, Agent
 from lis_tui.bench.answers import final_answer
 from lis_tui.bench.capability import KINDS, CapabilityCounter
-from lis_tui.bench.rewards import score
+from lis_tui.bench.rewards import MATH_REWARDS, math_verify_missing, parse_reward, score
 from lis_tui.bench.tasks import Task
 from lis_tui.config import Config
 from lis_tui.events import Listeners, RunFinished
@@ -154,7 +154,7 @@ def _drive(episode: Episode, ctx: EpisodeContext, listeners: Listeners) -> tuple
     if episode.mode == "llm":
         agent = make_agent(None, {})
         try:
-            finished = agent.run(llm_prompt(task))
+            finished = agent.run(paper_llm_prompt(task) if task.layout else llm_prompt(task))
         finally:
             ctx.track("agents", agent, False)
         return finished, final_answer(finished.answer)
@@ -179,6 +179,12 @@ def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any) -> tuple[RunFi
             return finished, _answer(sandbox, task, finished)
         finally:
             ctx.track("sandboxes", sandbox, False)
+
+
+def paper_llm_prompt(task: Task) -> str:
+    from lis_tui.bench.paper.suites import llm_prompt as paper_prompt  # noqa: PLC0415
+
+    return paper_prompt(task)
 
 
 def llm_prompt(task: Task) -> str:
@@ -210,8 +216,10 @@ def stage_files(sandbox: Sandbox, task: Task) -> None:
     if not task.has_files:
         return
     buffer = io.BytesIO()
+    # A paper suite puts the row's files where the paper did (e.g. /testbed/documents)
+    inputs = _under_testbed(task.layout.input_dir) if task.layout else "input"
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for prefix, files, folder in (("input", task.input_files, task.input_dir),
+        for prefix, files, folder in ((inputs, task.input_files, task.input_dir),
                                       ("documents", task.documents, task.documents_dir)):
             if folder is not None:
                 tar.add(str(folder), arcname=prefix)
@@ -226,11 +234,16 @@ def stage_files(sandbox: Sandbox, task: Task) -> None:
         raise RuntimeError(f"could not place the task's files in the sandbox: {result.stderr.strip()}")
 
 
+def _under_testbed(path: str) -> str:
+    return str(PurePosixPath(path).relative_to("/testbed"))
+
+
 def _answer(sandbox: Sandbox, task: Task, finished: RunFinished) -> str:
-    if task.answer_file == "answer.txt" or not sandbox.running:
+    if (task.answer_file == "answer.txt" and not task.layout) or not sandbox.running:
         return finished.answer
+    path = task.layout.answer_path if task.layout else f"{OUTPUT_DIR}/{task.answer_file}"
     try:
-        return sandbox.read_file(f"{OUTPUT_DIR}/{task.answer_file}").decode("utf-8", "replace")
+        return sandbox.read_file(path).decode("utf-8", "replace").strip()
     except OSError:
         return ""
 
@@ -239,10 +252,14 @@ def _prompt_values(task: Task, spec: SandboxSpec) -> dict[str, str]:
     from lis_tui.api import NETWORK_NOTES  # noqa: PLC0415
 
     has_input = bool(task.input_files or task.input_dir)
-    note = f"see `ls {INPUT_DIR}`" if has_input else "it is empty: this task came with no files"
+    input_dir = task.layout.input_dir if task.layout else INPUT_DIR
+    note = f"see `ls {input_dir}`" if has_input else "it is empty: this task came with no files"
     if task.documents or task.documents_dir:
         note += f"; the task's documents are in {DOCUMENTS_DIR}"
-    return {"input_note": note, "network_note": NETWORK_NOTES.get(spec.network, "")}
+    values = {"input_note": note, "network_note": NETWORK_NOTES.get(spec.network, "")}
+    if task.layout:  # the prompt names the suite's folders, so answer.txt lands where it is read
+        values.update(input_dir=input_dir, output_dir=task.layout.output_dir)
+    return values
 
 
 def _header(episode: Episode, ctx: EpisodeContext) -> dict[str, Any]:
@@ -262,7 +279,15 @@ def _record(episode: Episode, ctx: EpisodeContext, folder: Path, finished: RunFi
     return _line(episode, folder, started, counter, answer=answer, reward=reward,
                  finish_reason=finished.reason, message=finished.message, steps=finished.steps,
                  tokens=(u.prompt_tokens, u.completion_tokens, u.environment_tokens),
-                 reward_error=reward_error)
+                 reward_error=reward_error, notes=_scorer_notes(episode.task))
+
+
+def _scorer_notes(task: Task) -> list[str]:
+    """What the scorer ran without (shown in the summary: such scores undercount)."""
+    if parse_reward(task.reward)[0] in MATH_REWARDS and math_verify_missing():
+        return ["scored without math-verify (pip install 'lis-tui[paper]'): equal expressions "
+                "written differently, like \\sqrt{12} and 2\\sqrt{3}, count as wrong"]
+    return []
 
 
 def _crashed(episode: Episode, folder: Path, exc: Exception, started: float,
@@ -276,7 +301,7 @@ def _crashed(episode: Episode, folder: Path, exc: Exception, started: float,
 def _line(episode: Episode, folder: Path, started: float, counter: CapabilityCounter, *,
           answer: str, reward: float, finish_reason: str, message: str, steps: int,
           tokens: tuple[int, int, int], crashed: bool = False,
-          reward_error: str = "") -> dict[str, Any]:
+          reward_error: str = "", notes: list[str] | None = None) -> dict[str, Any]:
     """One line of results.jsonl."""
     return {"key": episode.key, "id": episode.task.id, "mode": episode.mode,
             "repeat": episode.repeat, "domain": episode.task.domain, "answer": answer,
@@ -285,7 +310,7 @@ def _line(episode: Episode, folder: Path, started: float, counter: CapabilityCou
             "tokens": dict(zip(("prompt", "completion", "environment"), tokens)),
             "wall_time": round(time.monotonic() - started, 3),
             "capability": {k: counter.counts[k] for k in KINDS}, "crashed": crashed,
-            "reward_error": reward_error,
+            "reward_error": reward_error, "notes": notes or [],
             "trajectory": str(Path("episodes") / folder.name / "trajectory.json")}
 
 

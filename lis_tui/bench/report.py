@@ -34,7 +34,8 @@ def markdown(summary: dict[str, Any]) -> str:
         return "# lis-tui bench\n\nNo episodes finished yet.\n"
     title = md_text(summary.get("title") or "lis-tui bench")
     parts = [f"# {title}\n\n{summary['episodes']} episodes.\n", _accuracy_table(summary),
-             _mode_table(summary), _capability_table(summary), _error_table(summary)]
+             _mode_table(summary), _capability_table(summary), _error_table(summary),
+             "".join(f"Note: {md_text(n)}\n" for n in summary.get("notes") or ())]
     return "\n".join(p for p in parts if p)
 
 

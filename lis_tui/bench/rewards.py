@@ -11,7 +11,7 @@ import string
 from fractions import Fraction
 from typing import Any, Callable
 
-from lis_tui.bench.answers import extract_boxed, extract_choice, parse_number
+from lis_tui.bench.answers import extract_boxed, extract_choices, parse_number
 
 
 class RewardError(ValueError):
@@ -53,16 +53,44 @@ def numeric(answer: str, truth: str, tolerance: float = 1e-6, abs_tolerance: flo
 
 
 def choice(answer: str, truth: str, choices: str = "ABCDEFGHIJ", **_: Any) -> float:
-    """A multiple-choice letter: "B", "(B)", "B) ...", "Answer: B"; two letters score 0."""
-    return float(extract_choice(answer, choices) == truth.strip().strip("()").upper())
+    """Multiple-choice letters: "B", "(B)", "Answer: B", "A or D", "AD". One right letter:
+    exactly that letter (two picks score 0). Several ("AD", "A, D"): F1 over the letters."""
+    want = choice_letters(truth, choices)
+    got = extract_choices(answer, choices)
+    if len(want) <= 1:
+        return float(bool(want) and got == want)
+    return letters_f1(got, want)
+
+
+def choice_letters(truth: str, choices: str = "ABCDEFGHIJ") -> set[str]:
+    """The letters of a choice ground truth: "B", "(B)", "AD", "A, D", '["A", "D"]'."""
+    allowed = set(choices.upper())
+    words = re.findall(r"[A-Za-z]+", truth)
+    joined = "".join(words).upper()
+    if words and all(w.isupper() for w in words) and set(joined) <= allowed:
+        return set(joined)
+    first = re.match(r"\s*\(?([A-Za-z])\b", truth)  # "B) SO2": the key's own letter
+    return {first.group(1).upper()} & allowed if first else set()
+
+
+def letters_f1(got: set[str], want: set[str]) -> float:
+    """F1 of the picked letters against the right ones (the paper's multiple-choice score)."""
+    hit = len(got & want)
+    if not hit:
+        return 0.0
+    precision, recall = hit / len(got), hit / len(want)
+    return 2 * precision * recall / (precision + recall)
 
 
 def boxed(answer: str, truth: str, **_: Any) -> float:
-    r"""The last \boxed{} of the answer equals the truth: math-verify when installed, else
-    after light LaTeX normalisation, numbers compared exactly."""
+    r"""The last \boxed{} of the answer (the whole answer when it has none, as the paper's
+    scorer does) equals the truth: math-verify when installed, else after light LaTeX
+    normalisation, numbers compared exactly."""
     got = extract_boxed(answer)
-    want = extract_boxed(truth) or truth
     if got is None:
+        got = answer.strip().strip("$").strip()
+    want = extract_boxed(truth) or truth
+    if not got:
         return 0.0
     verified = _math_verify(got, want)
     if verified is not None:
@@ -88,9 +116,10 @@ REWARDS: dict[str, Callable[..., float]] = {
     "exact": exact, "normalized": normalized, "numeric": numeric, "choice": choice,
     "boxed": boxed, "contains": contains, "json": json_equal,
 }
-REWARD_NAMES = (*REWARDS, "judge")
-"""Every reward; `judge` needs a judge model (`lis_tui.bench.judge.Judge`)."""
-_FIRST_PARAM = {"numeric": "tolerance", "choice": "choices", "judge": "prompt"}
+REWARD_NAMES = (*REWARDS, "judge", "paper")
+"""Every reward; `judge` needs a judge model (`lis_tui.bench.judge.Judge`); `paper:SUITE` is a
+paper suite's scorer (`lis_tui.bench.paper`)."""
+_FIRST_PARAM = {"numeric": "tolerance", "choice": "choices", "judge": "prompt", "paper": "suite"}
 
 
 def parse_reward(spec: Any) -> tuple[str, dict[str, Any]]:
@@ -118,9 +147,24 @@ def score(answer: str, task: Any, judge: Any = None) -> float:
             raise RewardError(f"task {task.id!r} has a judge reward but no judge model is set; "
                               "pass --judge-model (and --judge-base-url)")
         return judge.grade(task, answer, params)
+    if name == "paper":
+        from lis_tui.bench.paper import scorer  # noqa: PLC0415 (only paper suites need it)
+
+        return scorer(str(params.get("value") or params.get("suite")))(answer or "", task)
     reward = REWARDS[name]
-    return max((reward(answer or "", _text(t), **params) for t in truths if t is not None),
-               default=0.0)
+    return max((reward(answer or "", _text(t), row=task, **params) for t in truths
+                if t is not None), default=0.0)
+
+
+MATH_REWARDS = {"boxed"}
+"""Rewards that compare mathematics: weaker without math-verify (a note in the summary says so)."""
+
+
+def math_verify_missing() -> bool:
+    """True when math-verify is not installed (`pip install 'lis-tui[paper]'`)."""
+    import importlib.util  # noqa: PLC0415
+
+    return importlib.util.find_spec("math_verify") is None
 
 
 def _text(truth: Any) -> str:
@@ -141,8 +185,11 @@ def _math_verify(got: str, want: str) -> bool | None:
     except ImportError:
         return None
     try:
-        gold, pred = parse(f"${want}$"), parse(f"${got}$")
-        return bool(gold and pred and verify(gold, pred))
+        # Its default timeouts use SIGALRM, which only the main thread may set: bench scores
+        # in worker threads, where they would raise and every verdict would be lost.
+        gold = parse(f"${want}$", parsing_timeout=None)
+        pred = parse(f"${got}$", parsing_timeout=None)
+        return bool(gold and pred and verify(gold, pred, timeout_seconds=None))
     except Exception:  # math-verify raises on odd LaTeX; fall back to our comparison
         return None
 

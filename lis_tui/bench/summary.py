@@ -19,7 +19,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         set(by_mode) - {"sandbox", "llm"})
     domains = sorted({r.get("domain", "general") for r in records})
     summary = {"episodes": len(records), "modes": modes, "domains": domains,
-               "per_mode": {m: _mode(by_mode[m], domains) for m in modes}}
+               "per_mode": {m: _mode(by_mode[m], domains) for m in modes},
+               "notes": sorted({n for r in records for n in r.get("notes") or ()})}
     if "sandbox" in by_mode and "llm" in by_mode:
         summary["comparison"] = _compare(summary["per_mode"]["sandbox"], summary["per_mode"]["llm"])
     return summary

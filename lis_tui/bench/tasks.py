@@ -1,10 +1,13 @@
 """Task files: a JSON list (or {"reward": ..., "tasks": [...]}), JSONL, or a task directory.
 
 Each task has the fields of the LLM-in-Sandbox package: `id`, `problem_statement`,
-`ground_truth`, `input_files` (name -> content, placed in /testbed/input), and optionally
+`ground_truth`, `input_files` (name -> content, placed in /testbed/input; a JSON object or, as in the published
+files, a JSON string of one; null contents are skipped), and optionally
 `domain`, `reward` and `documents_dir` (a host directory copied to /testbed/documents). Ours add
 `documents` (name -> content, also in /testbed/documents) and `answer_file` (score this file of
 /testbed/output instead of answer.txt).
+
+Any other field (`qa_type`, `instruction_id_list`, ...) is kept in `Task.extra` for the scorer.
 
 The directory form holds one folder per task: `task.toml` (the same fields) and an optional
 `input/` (copied to /testbed/input) and `documents/` folder.
@@ -50,6 +53,10 @@ class Task:
     """Host directory copied to /testbed/input (the task-directory form's `input/`)."""
     answer_file: str = "answer.txt"
     """The file under /testbed/output whose text is scored."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """The row's other fields (`qa_type`, `instruction_id_list`, ...), for the scorer."""
+    layout: Any = None
+    """A paper suite's directory layout (`lis_tui.bench.paper.Layout`); None for ours."""
 
     @property
     def has_files(self) -> bool:
@@ -63,8 +70,17 @@ def load_tasks(source: str | Path, default_reward: Any = None) -> list[Task]:
         tasks = _load_dir(path)
     else:
         file_reward, items = _read_items(path)
-        default_reward = default_reward or file_reward
-        tasks = [_task(item, path, f"{path}: task {n + 1}") for n, item in enumerate(items)]
+        return tasks_from_items(items, path, str(path), default_reward or file_reward)
+    return _finish(tasks, path, default_reward)
+
+
+def tasks_from_items(items: list, base: Path, label: str, default_reward: Any) -> list[Task]:
+    """Tasks from rows already read (JSON objects); `base` anchors relative folders."""
+    tasks = [_task(item, base, f"{label}: task {n + 1}") for n, item in enumerate(items)]
+    return _finish(tasks, label, default_reward)
+
+
+def _finish(tasks: list[Task], path: Any, default_reward: Any) -> list[Task]:
     tasks = [t if t.reward is not None else _with_reward(t, default_reward) for t in tasks]
     for task in tasks:
         try:
@@ -112,10 +128,6 @@ def _json(text: str, path: Path, line: int | None) -> Any:
 def _task(item: Any, base: Path, where: str) -> Task:
     if not isinstance(item, dict):
         raise TaskError(f"{where}: a task must be a JSON object, not {type(item).__name__}")
-    unknown = set(item) - KNOWN_FIELDS
-    if unknown:
-        raise TaskError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; the fields are "
-                        f"{', '.join(sorted(KNOWN_FIELDS))}")
     if "id" not in item or "problem_statement" not in item:
         raise TaskError(f"{where}: `id` and `problem_statement` are required")
     where = f"{where} ({item['id']})"
@@ -129,15 +141,24 @@ def _task(item: Any, base: Path, where: str) -> Task:
         domain=str(item.get("domain") or "general"), reward=item.get("reward"),
         documents_dir=_host_dir(item.get("documents_dir"), base, "documents_dir", where),
         input_dir=_host_dir(item.get("input_dir"), base, "input_dir", where),
-        answer_file=_relative(item.get("answer_file") or "answer.txt", "answer_file", where))
+        answer_file=_relative(item.get("answer_file") or "answer.txt", "answer_file", where),
+        extra={k: v for k, v in item.items() if k not in KNOWN_FIELDS})
 
 
 def _files(value: Any, name: str, where: str) -> dict[str, str]:
+    if isinstance(value, str):  # the published Parquet/JSON rows hold the mapping as a string
+        try:
+            value = json.loads(value) if value.strip() else None
+        except ValueError as exc:
+            raise TaskError(f"{where}: `{name}` is a string but not JSON ({exc}); give an object "
+                            "mapping file names to their text, or that object as a JSON string")
     if value is None:
         return {}
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+    if not isinstance(value, dict) or not all(isinstance(v, (str, type(None)))
+                                              for v in value.values()):
         raise TaskError(f"{where}: `{name}` must map file names to their text")
-    return {_relative(k, name, where): v for k, v in value.items()}
+    # null contents: the paper's harness skips them (a column union in the published files)
+    return {_relative(k, name, where): v for k, v in value.items() if v is not None}
 
 
 def _relative(name: str, field_name: str, where: str) -> str:
@@ -184,7 +205,7 @@ def _with_reward(task: Task, reward: Any) -> Task:
     return replace(task, reward=reward or "normalized")
 
 
-def _check_unique(tasks: list[Task], path: Path) -> None:
+def _check_unique(tasks: list[Task], path: Any) -> None:
     seen: set[str] = set()
     for task in tasks:
         if task.id in seen:

@@ -30,7 +30,12 @@ def add_parsers(sub) -> None:
                        description="Run every task of a set as episodes (each in its own fresh "
                                    "sandbox), score the answers, and write a report.",
                        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("tasks", metavar="TASKS", help="demo, smoke, a .json/.jsonl file or a task folder")
+    p.add_argument("tasks", metavar="TASKS", help="demo, smoke, a .json/.jsonl file, a task folder, "
+                   "or paper:SUITE (then DATA)")
+    p.add_argument("data", metavar="DATA", nargs="?", help="with paper:SUITE: a .json/.jsonl/"
+                   ".parquet file or folder in the paper's schema, or hf:NAME:CONFIG[:SPLIT]")
+    p.add_argument("--suite", metavar="SUITE", help="score TASKS as this paper suite (math, "
+                   "physics, chem, biomed, long_context, instruct_follow, instruct_pretrain)")
     p.add_argument("--mode", choices=("sandbox", "llm", "both"), default="sandbox",
                    help="sandbox: the agent with tools (default); llm: one reply, files inlined; "
                         "both: each task both ways, with the difference reported")
@@ -89,7 +94,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any]:
         from lis_tui.bench.rewards import parse_reward  # noqa: PLC0415
 
         parse_reward(args.reward)  # a typo fails here even when every task names its own
-    tasks = load_tasks(args.tasks, default_reward=args.reward)
+    tasks = _tasks(args, load_tasks)
     overrides = {"model.model": args.model, "model.base_url": args.base_url,
                  "model.temperature": args.temperature, "agent.max_steps": args.max_steps,
                  "agent.wall_time": args.wall_time, "agent.prompts": args.prompts,
@@ -106,6 +111,25 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any]:
                            resume=args.resume, progress=None if args.quiet else sys.stderr)
     judge = _judge(args, config, tasks)
     return BenchRunner(tasks, config, spec, options, judge), judge
+
+
+def _tasks(args: argparse.Namespace, load_tasks: Any) -> list:
+    """The tasks: our task file, or a paper suite over DATA (paper:SUITE DATA, --suite)."""
+    suite, data = args.suite, args.tasks
+    if args.tasks.startswith("paper:"):
+        suite, data = args.tasks[len("paper:"):], args.data
+        if not data:
+            raise ValueError(f"{args.tasks} needs DATA: lis-tui bench {args.tasks} rows.parquet "
+                             "(or a .json/.jsonl file, a folder, hf:NAME:CONFIG[:SPLIT])")
+    elif args.data:
+        raise ValueError(f"DATA ({args.data}) goes with paper:SUITE; for a task file give TASKS only")
+    if not suite:
+        return load_tasks(args.tasks, default_reward=args.reward)
+    if args.reward:
+        raise ValueError("--reward does not apply to a paper suite: the suite sets the scorer")
+    from lis_tui.bench.paper import load_suite  # noqa: PLC0415
+
+    return load_suite(suite, data)
 
 
 def _judge(args: argparse.Namespace, config: Any, tasks: list) -> Any:
@@ -142,7 +166,7 @@ def _unreachable(config: Any) -> str:
 
 def _default_output(tasks: str) -> str:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return str(Path("lis-bench") / f"{Path(tasks).stem}-{stamp}")
+    return str(Path("lis-bench") / f"{Path(tasks.replace(':', '-')).stem}-{stamp}")
 
 
 def _report(args: argparse.Namespace, runner: Any, outcome: Any) -> int:

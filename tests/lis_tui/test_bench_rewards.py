@@ -46,7 +46,7 @@ def graded(reward, truth, answer, **extra):
     ("boxed", r"\frac{3}{4}", r"\boxed{\dfrac{3}{4}}", 1.0),
     ("boxed", "1/2", r"\boxed{\frac{1}{2}}", 1.0),
     ("boxed", "400", r"\boxed{401}", 0.0),
-    ("boxed", "400", "400", 0.0),                   # no \boxed{}: nothing to grade
+    ("boxed", "400", "400", 1.0),                   # no \boxed{}: the raw answer, as the paper
     ("boxed", "400", r"\boxed{40}0", 0.0),
     ("contains", "Paris", "The capital of France is Paris.", 1.0),
     ("contains", "Paris", "Parisian cafés", 0.0),

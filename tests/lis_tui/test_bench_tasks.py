@@ -60,7 +60,7 @@ def test_documents_dir_is_relative_to_the_task_file(tmp_path):
     ("[1, 2]", "must be a JSON object"),
     ('{"id": 1}', "expected a JSON list"),
     ("[{\"id\": \"a\"}]", "`id` and `problem_statement` are required"),
-    ('[{"id": "a", "problem_statement": "p", "answer": "x"}]', "unknown field(s) answer"),
+    ('[{"id": "a", "problem_statement": "p", "input_files": "{oops"}]', "is a string but not JSON"),
     ('[{"id": "a", "problem_statement": "p", "reward": "fuzzy"}]', "unknown reward 'fuzzy'"),
     ('[{"id": "a", "problem_statement": "p", "input_files": {"../x": "y"}}]', "without `..`"),
     ('[{"id": "a", "problem_statement": "p", "input_files": {"x": 3}}]', "map file names"),

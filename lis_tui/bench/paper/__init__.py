@@ -1,0 +1,10 @@
+"""The paper's seven evaluation suites: layout, scorer and baseline prompt of each.
+
+    tasks = load_suite("chem", "chem.parquet")      # or "hf:NAME:CONFIG[:SPLIT]"
+
+The table of layouts is docs/paper-suites.md; keep the two in step.
+"""
+from lis_tui.bench.paper.data import load_rows
+from lis_tui.bench.paper.suites import SUITES, Layout, Suite, check_extras, load_suite, scorer
+
+__all__ = ["SUITES", "Layout", "Suite", "check_extras", "load_rows", "load_suite", "scorer"]

@@ -1,0 +1,126 @@
+"""`lis-tui bench paper:SUITE DATA` end to end: rows in the published schema for every suite,
+real sandboxes, a scripted model answering right and wrong, the score of each row."""
+import json
+from dataclasses import replace
+
+import pytest
+
+from fakes.openai_server import FakeOpenAI, call, reply, submit
+from lis_tui.bench.judge import Judge
+from lis_tui.bench.paper import load_suite
+from lis_tui.bench.runner import BenchOptions, BenchRunner
+from test_bench_runner import bench_cli, config_for
+
+pytestmark = pytest.mark.sandbox
+DOCS = json.dumps({"report.txt": "The plant opened in 1987.", "empty.txt": None})
+IF_KW = [{"num_words": 3, "relation": "less than"}, {}]
+# suite -> rows; `say` is what the scripted model answers, `doc` an answer read from a document
+# in the sandbox (so a right score proves the suite put the documents where it says), `want`
+# the expected reward.
+ROWS = {
+    "math": [{"id": "m1", "problem_statement": "Compute sqrt(12).", "ground_truth": r"2\sqrt{3}",
+              "say": r"\boxed{\sqrt{12}}", "want": 1.0},
+             {"id": "m2", "problem_statement": "Compute 2+2.", "ground_truth": "4", "say": "5",
+              "want": 0.0}],
+    "physics": [{"id": "p1", "problem_statement": "g in m/s^2?", "ground_truth": "9.81",
+                 "say": r"\boxed{9.8}", "want": 1.0},
+                {"id": "p2", "problem_statement": "c in km/s?", "ground_truth": "299792",
+                 "say": "", "want": 0.0}],
+    "biomed": [{"id": "b1", "problem_statement": "Which is a kinase? (A) PKA (B) Hb",
+                "ground_truth": "A", "say": "Answer: A", "want": 1.0},
+               {"id": "b2", "problem_statement": "Pick both enzymes. (A) PKA (B) Hb (C) Taq",
+                "ground_truth": "AC", "say": "A", "want": 2 / 3}],
+    "long_context": [{"id": "l1", "problem_statement": "When did the plant open?",
+                      "ground_truth": "The plant opened in 1987.", "input_files": DOCS,
+                      "doc": "report.txt", "want": 1.0},
+                     {"id": "l2", "problem_statement": "Who built the plant?",
+                      "ground_truth": "Acme", "input_files": DOCS, "say": "Globex", "want": 0.0}],
+    "instruct_follow": [
+        {"id": "f1", "problem_statement": "Greet me in under 3 words, no commas.", "ground_truth": "",
+         "instruction_id_list": ["length_constraints:number_words", "punctuation:no_comma"],
+         "kwargs": IF_KW, "say": "hello there", "want": 1.0},
+        {"id": "f2", "problem_statement": "Greet me briefly, no commas.", "ground_truth": "",
+         "instruction_id_list": ["length_constraints:number_words", "punctuation:no_comma"],
+         "kwargs": IF_KW, "say": "hello, friend", "want": 0.0}],
+    "instruct_pretrain": [
+        {"id": "i1", "problem_statement": "Year it opened? Read the report.", "qa_type": "open",
+         "ground_truth": "The plant opened in 1987.", "input_files": DOCS, "doc": "report.txt",
+         "want": 1.0},
+        {"id": "i2", "problem_statement": "Which are true? (A) x (B) y (C) z", "qa_type": "multiple",
+         "ground_truth": "AB", "say": "A or B", "want": 1.0},
+        {"id": "i3", "problem_statement": "Which is true? (A) x (B) y", "qa_type": "single",
+         "ground_truth": "B", "say": "A or B", "want": 0.0}],
+}
+
+
+def scripted(rows):
+    """Sandbox mode: read the document or write the answer to /testbed/answer.txt, submit.
+    LLM mode: reply with it. As the judge: CORRECT when the answer is the reference."""
+    def answer(request):
+        text = next(m["content"] for m in request.messages if m["role"] == "user")
+        if "Reference answer:" in text:
+            ref = text.split("<reference>\n")[1].split("\n</reference>")[0]
+            got = text.split("<answer>\n")[1].split("\n</answer>")[0]
+            return reply("CORRECT" if got.strip() == ref.strip() else "INCORRECT")
+        row = next(r for r in rows if r["problem_statement"] in text)
+        said = row.get("say", "The plant opened in 1987.")
+        if not request.tool_names:
+            return reply(said)
+        if request.tool_outputs:
+            return submit()
+        if "doc" in row:
+            return reply(tool_calls=[call("execute_bash", {
+                "command": f"cat /testbed/documents/{row['doc']} > /testbed/answer.txt"})])
+        return reply(tool_calls=[call("str_replace_editor", {
+            "command": "create", "path": "/testbed/answer.txt", "file_text": said})])
+    return answer
+
+
+def test_every_suite_scores_each_row_as_the_paper_defines(tmp_path):
+    tasks, rows = [], [r for suite in ROWS.values() for r in suite]
+    for suite, suite_rows in ROWS.items():
+        path = tmp_path / f"{suite}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in suite_rows))
+        tasks += load_suite(suite, str(path))
+    with FakeOpenAI(default=scripted(rows)) as server:
+        config = config_for(server)
+        judge = Judge(replace(config.model, model="judge", stream=False))
+        runner = BenchRunner(tasks, config, None, BenchOptions(
+            output=tmp_path / "out", modes=("sandbox", "llm"), concurrency=2, progress=None),
+            judge)
+        results = runner.run().results
+        judge.close()
+    want = {r["id"]: r["want"] for r in rows}
+    got = {(r["id"], r["mode"]): r["reward"] for r in results}
+    assert not [r for r in results if r["crashed"] or r["reward_error"]]
+    for (row_id, mode), reward in got.items():
+        assert reward == pytest.approx(want[row_id]), (row_id, mode)
+    assert len(got) == 2 * len(rows)
+
+
+def test_chem_from_parquet_through_the_cli_with_suite(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+    rows = [{"id": "c1", "domain": "chem", "problem_statement": "Largest molar mass? (A) CO2 (B) SO2",
+             "ground_truth": "B", "input_files": "{}", "say": "The answer is B."},
+            {"id": "c2", "domain": "chem", "problem_statement": "Noble gas? (A) Ne (B) N2",
+             "ground_truth": "A", "input_files": "{}", "say": "A or B"}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "chem.parquet")
+    out = tmp_path / "out"
+    with FakeOpenAI(default=scripted(rows)) as server:
+        proc = bench_cli(tmp_path / "chem.parquet", server, out, "--suite", "chem", "--mode", "both")
+        _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {(r["id"], r["mode"]): r["reward"] for r in results} == {
+        ("c1", "sandbox"): 1.0, ("c1", "llm"): 1.0, ("c2", "sandbox"): 0.0, ("c2", "llm"): 0.0}
+
+
+def test_a_suite_asks_for_data_and_names_the_suites(tmp_path):
+    from lis_tui.bench.tasks import TaskError
+    with pytest.raises(TaskError, match="the suites are math, physics"):
+        load_suite("algebra", str(tmp_path))
+    with pytest.raises(TaskError, match="no .json, .jsonl or .parquet"):
+        load_suite("chem", str(tmp_path))
+    with pytest.raises(TaskError, match="hf:NAME:CONFIG"):
+        load_suite("chem", "hf:only-a-name")
