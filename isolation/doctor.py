@@ -198,6 +198,9 @@ def run_checks() -> list[Check]:
                + [check_limits(), check_cgroups(), check_rootfs()])
     if path and all(c.status != "fail" for c in checks):
         checks.append(check_sandbox())
+        if checks[-1].status == "ok":  # inside a container that lets sandboxes run: nothing to fix
+            checks = [Check(c.name, "ok", f"{c.detail}; sandboxes work in it") if c.name == "container" else c
+                      for c in checks]
     return checks
 
 

