@@ -46,21 +46,46 @@ def mid_run() -> dict:
                  "tool_calls": [bash("c2", "python3 sieve.py", "168")]}]}
 
 
+async def _replayed(pilot) -> None:
+    """The replay is drawn and scrolled to its end before a modal goes over it: on a loaded
+    machine (CI) the scroll can come late, and a snapshot taken before it shows the top."""
+    from lis_tui.widgets.transcript import Transcript
+
+    for _ in range(300):
+        await pilot.pause(0.01)
+        transcript = pilot.app.screen.query_one(Transcript)
+        if transcript.max_scroll_y > 0 and transcript.scroll_y >= transcript.max_scroll_y:
+            break
+
+
+async def _settled(pilot) -> None:
+    """The modal is mounted and has focused its button, for the same reason."""
+    for _ in range(300):
+        await pilot.pause(0.01)
+        if pilot.app.focused is not None and pilot.app.screen.is_modal:
+            break
+    await pilot.pause(0.05)
+
+
 def test_main_screen_mid_run(snap_compare):
-    assert snap_compare(create_app(replay=mid_run()), terminal_size=SIZE)
+    assert snap_compare(create_app(replay=mid_run()), terminal_size=SIZE, run_before=_replayed)
 
 
 def test_network_modal(snap_compare):
     async def ask(pilot):
         request = NetworkRequest("pypi.org", 443, "CONNECT")
+        await _replayed(pilot)
         await pilot.app.push_screen(NetworkApprovalScreen(request, "pip install sympy"))
+        await _settled(pilot)
 
     assert snap_compare(create_app(replay=mid_run()), terminal_size=SIZE, run_before=ask)
 
 
 def test_command_modal(snap_compare):
     async def ask(pilot):
+        await _replayed(pilot)
         await pilot.app.push_screen(CommandApprovalScreen("rm -rf /testbed/output/*"))
+        await _settled(pilot)
 
     assert snap_compare(create_app(replay=mid_run()), terminal_size=SIZE, run_before=ask)
 
