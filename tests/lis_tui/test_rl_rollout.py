@@ -160,6 +160,8 @@ def test_resume_after_kill_9_completes_every_group_once(tmp_path):
     assert sorted(keys) == sorted(f"{t}|sandbox|{s}" for t in ids for s in range(4))  # each once
     groups = [json.loads(x) for x in (out / "groups.jsonl").read_text().splitlines()]
     assert sorted(g["group_id"] for g in groups) == sorted(ids)
-    assert all(sorted(g["rewards"]) == [0.0, 0.0, 1.0, 1.0] for g in groups)
+    # The scripted policy answers right for a task's first two starts; a sample killed after it
+    # started spent one of those, so a resumed group may hold fewer right answers: 4 rewards each.
+    assert all(len(g["rewards"]) == 4 and set(g["rewards"]) <= {0.0, 1.0} for g in groups)
     train = (out / "train.jsonl").read_text().splitlines()
     assert len(train) == 24 and "6 groups complete" in err
