@@ -23,6 +23,7 @@ import openai
 
 from lis_tui.config import ModelConfig
 from lis_tui.model_reply import ModelReply, StreamAssembler, ToolCall, Usage, reply_from_completion  # noqa: F401
+from lis_tui.tokens import estimate_usage
 
 PLACEHOLDER_KEY = "sk-no-key-required"
 WORKER_IDLE = 120.0  # seconds an idle call worker waits for the next call before it ends
@@ -190,6 +191,12 @@ class ModelClient:
         raise AssertionError("unreachable")
 
     def _request(self, call: _Call, messages: list[dict], tools: list[dict] | None) -> ModelReply:
+        reply = self._ask(call, messages, tools)
+        if reply.usage is None:  # e.g. llama.cpp streaming: never leave the counters at 0
+            reply.usage = estimate_usage(messages, tools, reply)
+        return reply
+
+    def _ask(self, call: _Call, messages: list[dict], tools: list[dict] | None) -> ModelReply:
         # client.post, not chat.completions.create: create() walks every message against its
         # TypedDicts, about 0.4 ms a message (90 ms a call at 200 messages), to send the same JSON.
         # cast_to=object: the reply stays plain JSON; building the pydantic models cost ~1 ms a call.

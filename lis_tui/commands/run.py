@@ -118,8 +118,9 @@ def _summary(result: Any, out: TextIO) -> None:
     if result.finish_reason == "error":
         print(safe_terminal_text(f"lis-tui run: {result.message}"), file=out)
     steps = f"{result.steps} step{'' if result.steps == 1 else 's'}"
-    line = (f"{result.finish_reason} after {steps}; tokens: {u.prompt_tokens:,} prompt, "
-            f"{u.completion_tokens:,} completion, ~{u.environment_tokens:,} from tools; "
+    guess = "~" if u.estimated else ""  # the server reported no usage: counted here
+    line = (f"{result.finish_reason} after {steps}; tokens: {guess}{u.prompt_tokens:,} prompt, "
+            f"{guess}{u.completion_tokens:,} completion, ~{u.environment_tokens:,} from tools; "
             f"saved in {result.output_dir}")
     if result.finish_reason in LIMIT_REASONS and result.message:
         line = f"{result.message}. {line}"
@@ -155,7 +156,7 @@ def step_line(step: Any) -> str:
         "(no tool call: reminded to use one)" if step.nudged
         else "(reply)" if replied else f"(no reply: {step.stopped})")
     usage = step.usage
-    tokens = f"{usage.prompt_tokens:,}+{usage.completion_tokens:,}" if usage else "?"
+    tokens = f"{'~' * usage.estimated}{usage.prompt_tokens:,}+{usage.completion_tokens:,}" if usage else "?"
     return (f"step {step.step:>3}  {tools}  | model {step.model_duration:.2f}s "
             f"tokens {tokens} env ~{step.environment_tokens:,}")
 

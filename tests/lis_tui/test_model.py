@@ -265,3 +265,23 @@ def test_cancel_during_backoff():
 def test_core_modules_do_not_load_textual():
     code = "import sys, lis_tui.model, lis_tui.config; sys.exit('textual' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_server_that_sends_no_usage_gets_an_estimate_never_zero(stream):
+    long_task = [{"role": "user", "content": "add 1 and 2, " * 50}]
+    on_delta = (lambda *a: None) if stream else None
+    with FakeOpenAI([reply("the answer is 3", [call("submit", {})])], send_usage=False) as server:
+        out = make(server).complete(long_task, TOOLS, on_delta=on_delta)
+        body = server.chat_requests[0].body
+    if stream:
+        assert body["stream_options"] == {"include_usage": True}  # asked for, and still none came
+    assert out.usage.estimated
+    assert out.usage.prompt_tokens > len(long_task[0]["content"]) // 8  # the messages and schemas
+    assert out.usage.completion_tokens >= 4  # "the answer is 3" and the call
+
+
+def test_reported_usage_is_not_an_estimate():
+    with FakeOpenAI([reply("x", usage=(10, 2))]) as server:
+        out = make(server).complete(USER, on_delta=lambda *a: None)
+    assert out.usage == Usage(10, 2) and not out.usage.estimated
