@@ -156,12 +156,18 @@ def test_bad_key_error_names_the_variable():
     assert info.value.attempts == 1
 
 
-def test_connection_refused():
-    url = free_url()
+@pytest.mark.parametrize("url", [free_url(), "http://no-such-host.invalid/v1"])
+def test_unreachable_server_gets_one_quick_retry_not_the_backoff(url):
+    notices = []
+    # a backoff this long would run past the test's timeout: only the quick retry may happen
+    client = make(url, max_retries=5, retry_base_delay=60, retry_max_delay=60)
+    client.on_retry = notices.append
     with pytest.raises(ModelError, match="could not reach model server") as info:
-        make(url, max_retries=2).complete(USER)
-    assert url in str(info.value) and "refused" in str(info.value).lower()
-    assert info.value.status is None and info.value.attempts == 3
+        client.complete(USER)
+    assert url in str(info.value) and "is the server running?" in str(info.value)
+    assert any(word in str(info.value).lower() for word in ("refused", "name", "resolution"))
+    assert info.value.status is None and info.value.attempts == 2
+    assert [(n.attempt, n.delay <= 0.5) for n in notices] == [(1, True)]
 
 
 def test_dropped_connection_is_retried():
