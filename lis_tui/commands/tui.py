@@ -76,14 +76,13 @@ def cmd_tui(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from lis_tui.replay import load_trajectory  # noqa: PLC0415
 
-    if (refused := needs_terminal("replay")) is not None:
-        return refused
-
     try:
         doc = load_trajectory(args.trajectory)
-    except ValueError as exc:
+    except ValueError as exc:  # a wrong path first: that answer needs no terminal
         print(f"lis-tui replay: {exc}", file=sys.stderr)
         return 2
+    if (refused := needs_terminal("replay")) is not None:
+        return refused
     from lis_tui.app import create_app  # noqa: PLC0415
 
     create_app(replay=doc, log_path=log_to_file()).run()

@@ -44,11 +44,10 @@ def test_a_lone_unknown_word_is_an_unknown_command_even_on_a_terminal(tmp_path, 
     assert hint in done.stderr and "lis-tui -- " in done.stderr
 
 
-@pytest.mark.parametrize("args", [["do a thing"], ["--", "docter"], ["-t", "docter"], ["replay", "x"]])
+@pytest.mark.parametrize("args", [["do a thing"], ["--", "docter"], ["-t", "docter"]])
 def test_without_a_terminal_the_app_refuses_and_names_run(tmp_path, args):
     with FakeOpenAI(default=submit()) as server:
-        flags = [] if args[0] == "replay" else ["--base-url", server.base_url]
-        done = lis(tmp_path, *flags, *args)
+        done = lis(tmp_path, "--base-url", server.base_url, *args)
         assert server.requests == []
     assert done.returncode == 2 and done.stdout == ""  # not one escape code
     assert "needs a terminal" in done.stderr and 'lis-tui run "TASK"' in done.stderr
