@@ -57,10 +57,24 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys' 2>/dev/null; 
   "$python" -m venv .venv || { echo "install.sh: '$python -m venv' failed; on Debian/Ubuntu: sudo apt-get install python3-venv" >&2; exit 1; }
 fi
 say "installing lis-tui into .venv"
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+# pip's progress and its build backend's notices go to a log, shown only when pip fails.
+log=$(mktemp "${TMPDIR:-/tmp}/lis-install.XXXXXX")
+trap 'rm -f "$log"' EXIT
+.venv/bin/python -m pip install -q --upgrade pip >"$log" 2>&1 || true  # an old pip still works
 if [ "$dev" = 1 ]; then target=".[dev,paper]"; else target="."; fi
-.venv/bin/python -m pip install -q -e "$target" 2>&1 | grep -v '^WARNING: Location' || true
-.venv/bin/python -c 'import lis_tui, isolation, tools' || { echo "install.sh: the install did not take; see pip's output above" >&2; exit 1; }
+if ! .venv/bin/python -m pip install -q -e "$target" >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "install.sh: 'pip install -e $target' failed (its output is above); fix that and run ./install.sh again" >&2
+  exit 1
+fi
+.venv/bin/python -c 'import lis_tui, isolation, tools' || { cat "$log" >&2; echo "install.sh: the install did not take; see pip's output above" >&2; exit 1; }
 
 say "lis-tui doctor"
-.venv/bin/lis-tui doctor
+code=0
+.venv/bin/lis-tui doctor || code=$?
+if [ "$code" = 0 ]; then
+  say "try next: .venv/bin/lis-tui exec -- uname -a   (a sandbox), then: .venv/bin/lis-tui   (the app; it asks for a model server)"
+else
+  say "fix what doctor names above, then check again: .venv/bin/lis-tui doctor   and try: .venv/bin/lis-tui exec -- uname -a"
+fi
+exit "$code"

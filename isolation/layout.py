@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,16 @@ from .bwrap import Bind, Mount, Overlay, Special
 from .spec import SandboxError, SandboxSpec
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The host rootfs is read-only and has no package database of ours: Python and npm packages go to
+# the sandbox's own /root (user site, npm prefix), and apt answers with the way to a rootfs that has one.
+# No PIP_USER: pip already falls back to a user install when site-packages is read-only, and
+# PIP_USER=1 would break `pip install` in every venv the model makes ("Can not perform a '--user'
+# install"); PIP_BREAK_SYSTEM_PACKAGES lets it past PEP 668, which guards a tree we cannot touch anyway.
+SHIMS = "/run/lis-tui/bin"
+HOST_PATH = f"/root/.local/bin:{SHIMS}:{PATH}"
+HOST_ENV = {"PIP_ROOT_USER_ACTION": "ignore", "PIP_BREAK_SYSTEM_PACKAGES": "1", "NPM_CONFIG_PREFIX": "/root/.local"}
+APT_FIX = ("{name}: the host rootfs has no package manager (it is the host's read-only /usr); "
+           "pip install works here. For apt, ask the user to run: lis-tui rootfs build ubuntu --preset paper")
 
 
 @dataclass
@@ -19,10 +30,14 @@ class RootPlan:
 
     mounts: list[Mount]
     shell: str
+    host: bool = False
+    """The `host` rootfs: user-site pip, npm under /root/.local, apt answered by a shim."""
 
     def environment(self, spec: SandboxSpec) -> dict[str, str]:
         env = {"PATH": PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",
                "HOSTNAME": spec.hostname, "SHELL": f"/bin/{self.shell}"}
+        if self.host:
+            env.update(HOST_ENV, PATH=HOST_PATH)
         env.update(spec.env or {})
         return env
 
@@ -53,10 +68,24 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dic
     tmp = spec.limits.tmp_size if info.version >= (0, 10) else None  # bwrap's --size came in 0.10
     mounts += [Special("proc", "/proc"), Bind("/dev/null", "/proc/keys"), Bind("/dev/null", "/proc/key-users"),
                Special("dev", "/dev"), Special("tmpfs", "/tmp", tmp), Special("tmpfs", "/run", tmp and min(tmp, 64 << 20))]
+    if root_dir is None:  # after /run's tmpfs, which holds its mount point
+        mounts.append(Bind(str(_apt_shims(scratch)), SHIMS))
     mounts += _testbed(spec, scratch, info)
     mounts += _masked_sockets(spec, workspace or {})
     shell = "bash" if _has(check, "usr/bin/bash", "bin/bash") else "sh"
-    return RootPlan(mounts, shell)
+    return RootPlan(mounts, shell, host=root_dir is None)
+
+
+def _apt_shims(scratch: Path) -> Path:
+    """apt-get, apt and friends for the host rootfs: one line naming the fix, apt's exit code 100.
+    (The real ones fail on the read-only host /var with errors a model cannot act on.)"""
+    shims = scratch / "shims"
+    shims.mkdir(exist_ok=True)
+    for name in ("apt-get", "apt", "apt-cache"):
+        path = shims / name
+        path.write_text(f"#!/bin/sh\necho {shlex.quote(APT_FIX.format(name=name))} >&2\nexit 100\n")
+        path.chmod(0o755)
+    return shims
 
 
 def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo) -> list[Mount]:

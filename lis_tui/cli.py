@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         adder = getattr(module, "add_parsers", None) or getattr(module, "add_parser")
         adder(sub)
     parser.commands = set(sub.choices)
+    parser.app_parser = sub.choices.get("tui")
     return parser
 
 
@@ -41,10 +43,40 @@ def _opens_app(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
     return first is None or first not in parser.commands
 
 
+def _lone_word(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The task, when it is one word given bare: far likelier a mistyped command than a task.
+    A task after `--` or `-t`, or one with a space, is meant."""
+    takes_value = {option for action in parser.app_parser._actions if action.nargs != 0  # noqa: SLF001
+                   for option in action.option_strings}
+    tokens = iter(argv)
+    for token in tokens:
+        if token == "--":
+            return None
+        if token.startswith("-"):
+            if token in takes_value:
+                next(tokens, None)
+            continue
+        return token if len(token.split()) == 1 else None
+    return None
+
+
+def _unknown_command(parser: argparse.ArgumentParser, word: str) -> int:
+    close = difflib.get_close_matches(word, sorted(parser.commands - {"tui"}), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    print(f"lis-tui: unknown command {word!r}{hint}. A task needs a space, or `--` or -t: "
+          f"lis-tui -- {word}. Commands: lis-tui --help", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     if _opens_app(parser, argv):
+        word = _lone_word(parser, argv)
+        if word is not None:
+            from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
+
+            return _unknown_command(parser, safe_terminal_text(word))
         argv = ["tui", *argv]
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

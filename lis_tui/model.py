@@ -8,12 +8,14 @@ can be interrupted at any moment (`cancel()` from another thread, or Ctrl-C), an
 from __future__ import annotations
 
 import email.utils
+import errno
 import http
 import itertools
 import json
 import os
 import queue
 import random
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -23,9 +25,14 @@ import openai
 
 from lis_tui.config import ModelConfig
 from lis_tui.model_reply import ModelReply, StreamAssembler, ToolCall, Usage, reply_from_completion  # noqa: F401
+from lis_tui.tokens import estimate_usage
 
 PLACEHOLDER_KEY = "sk-no-key-required"
 WORKER_IDLE = 120.0  # seconds an idle call worker waits for the next call before it ends
+# Nothing listening, no such host, no route: a second try a moment later catches a server that was
+# just starting; a minute of backoff would only hide the mistake (a wrong port, no network).
+UNREACHABLE_RETRIES = 1
+UNREACHABLE_DELAY = 0.5
 OnDelta = Callable[[str, str], None]
 """Called with (kind, text): kind is "text", "reasoning", or "reset" (a retry starts over)."""
 
@@ -178,9 +185,13 @@ class ModelClient:
                 failure = exc
             if call.cancelled.is_set():
                 raise ModelCancelled(f"model call to {self.config.base_url} cancelled")
-            if not _retryable(failure) or attempt > self.config.max_retries:
+            unreachable = _unreachable(failure)
+            limit = min(UNREACHABLE_RETRIES, self.config.max_retries) if unreachable else self.config.max_retries
+            if not _retryable(failure) or attempt > limit:
                 raise self._error(failure, attempt) from failure
-            notice = RetryNotice(attempt, self._delay(attempt, failure), _describe(failure))
+            delay = self._delay(attempt, failure)
+            notice = RetryNotice(attempt, min(delay, UNREACHABLE_DELAY) if unreachable else delay,
+                                 _describe(failure))
             call.events.put(("retry", notice))
             if call.sent_deltas:
                 call.sent_deltas = False
@@ -190,6 +201,12 @@ class ModelClient:
         raise AssertionError("unreachable")
 
     def _request(self, call: _Call, messages: list[dict], tools: list[dict] | None) -> ModelReply:
+        reply = self._ask(call, messages, tools)
+        if reply.usage is None:  # e.g. llama.cpp streaming: never leave the counters at 0
+            reply.usage = estimate_usage(messages, tools, reply)
+        return reply
+
+    def _ask(self, call: _Call, messages: list[dict], tools: list[dict] | None) -> ModelReply:
         # client.post, not chat.completions.create: create() walks every message against its
         # TypedDicts, about 0.4 ms a message (90 ms a call at 200 messages), to send the same JSON.
         # cast_to=object: the reply stays plain JSON; building the pydantic models cost ~1 ms a call.
@@ -312,6 +329,21 @@ def _retryable(exc: Exception) -> bool:
     # a stream cut mid-way surfaces as the HTTP library's own error, not openai's
     return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in (
         "httpx", "httpx2", "httpcore", "httpcore2", "h11")
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Connection refused, a name that does not resolve, no route: waiting will not fix these."""
+    if isinstance(exc, openai.APITimeoutError):
+        return False
+    seen: BaseException | None = exc
+    for _ in range(8):  # openai -> httpx -> httpcore -> the socket's own error
+        if seen is None:
+            return False
+        if isinstance(seen, (ConnectionRefusedError, socket.gaierror)) or getattr(seen, "errno", None) in (
+                errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _retry_after(exc: Exception) -> float | None:

@@ -17,11 +17,13 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts the server reported for one call."""
+    """Token counts the server reported for one call, or counted locally when it reported none."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    estimated: bool = False
+    """Counted here (lis_tui/tokens.py), not by the server."""
 
     @property
     def total_tokens(self) -> int:
@@ -31,7 +33,7 @@ class Usage:
     def __add__(self, other: Usage) -> Usage:
         return Usage(self.prompt_tokens + other.prompt_tokens,
                      self.completion_tokens + other.completion_tokens,
-                     self.cached_tokens + other.cached_tokens)
+                     self.cached_tokens + other.cached_tokens, self.estimated or other.estimated)
 
 
 @dataclass

@@ -63,7 +63,7 @@ def replay_events(doc: dict[str, Any]) -> Iterator[Event]:
 def _step(raw: dict[str, Any]) -> StepRecord:
     usage = raw.get("usage") or {}
     tokens = Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0,
-                   usage.get("cached_tokens") or 0) if usage.get("prompt_tokens") is not None \
+                   usage.get("cached_tokens") or 0, bool(usage.get("estimated"))) if usage.get("prompt_tokens") is not None \
         else None
     return StepRecord(step=int(raw.get("step", 0)), started=float(raw.get("started") or 0.0),
                       duration=float(raw.get("duration") or 0.0),

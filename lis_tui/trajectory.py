@@ -114,6 +114,7 @@ def step_dict(step: StepRecord) -> dict[str, Any]:
         "usage": {"prompt_tokens": usage.prompt_tokens if usage else None,
                   "completion_tokens": usage.completion_tokens if usage else None,
                   "cached_tokens": usage.cached_tokens if usage else None,
+                  "estimated": bool(usage and usage.estimated),
                   "environment_tokens": step.environment_tokens},
         "tool_calls": [{**vars(t), "duration": round(t.duration, 6)} for t in step.tool_calls],
     }

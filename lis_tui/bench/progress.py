@@ -1,6 +1,8 @@
-"""The live progress line on stderr: done/total, accuracy so far, episodes per minute, ETA."""
+"""The live progress line on stderr: done/total, episodes running, accuracy so far, episodes per
+minute, ETA. It shows from the first episode's start, not its end: a first episode can take minutes."""
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, TextIO
 
@@ -10,17 +12,31 @@ class Progress:
 
     def __init__(self, out: TextIO | None, total: int, already: int = 0, every: float = 2.0):
         self.out, self.total, self.every = out, total, every
-        self.done = self.correct = self.failed = 0
+        self.done = self.correct = self.failed = self.running = 0
         self.already = already
+        self._lock = threading.Lock()  # episodes start and end in the runner's threads
         self.started = time.monotonic()
         self._last = 0.0
         self._tty = bool(out is not None and getattr(out, "isatty", lambda: False)())
 
+    def begin(self) -> None:
+        """Count one episode starting; the first start shows the line at once, anywhere."""
+        with self._lock:
+            self.running += 1
+            first = self._last == 0.0
+        self.show(final=first, end="\n" if first and not self._tty else "")
+
+    def end(self) -> None:
+        """Count one episode leaving (finished, cancelled or crashed)."""
+        with self._lock:
+            self.running -= 1
+
     def add(self, record: dict[str, Any]) -> None:
         """Count one finished episode and show the line."""
-        self.done += 1
-        self.correct += bool(record.get("correct"))
-        self.failed += record.get("finish_reason") == "error"
+        with self._lock:
+            self.done += 1
+            self.correct += bool(record.get("correct"))
+            self.failed += record.get("finish_reason") == "error"
         self.show()
 
     def line(self) -> str:
@@ -33,17 +49,20 @@ class Progress:
         finished = self.already + self.done
         filled = round(20 * finished / self.total) if self.total else 20
         return (f"{'#' * filled}{'.' * (20 - filled)} "
-                f"[{finished:>{len(str(self.total))}}/{self.total}] "
+                f"[{finished:>{len(str(self.total))}}/{self.total}] running {self.running} | "
                 f"acc {accuracy} | {rate:6.1f} ep/min | ETA {eta}{errors}")
 
-    def show(self, final: bool = False) -> None:
+    def show(self, final: bool = False, end: str | None = None) -> None:
+        """Redraw (terminal) or print (elsewhere, at most every `every` seconds unless `final`)."""
         if self.out is None:
             return
         now = time.monotonic()
-        if not (final or self._tty or now - self._last >= self.every):
-            return
-        self._last = now
-        end = "\n" if final or not self._tty else ""
+        with self._lock:
+            if not (final or self._tty or now - self._last >= self.every):
+                return
+            self._last = now
+        if end is None:
+            end = "\n" if final or not self._tty else ""
         print(("\r\x1b[K" if self._tty else "") + self.line(), end=end, file=self.out, flush=True)
 
 

@@ -122,6 +122,7 @@ class BenchRunner:
             while pending:
                 try:
                     done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
+                    progress.show()  # rate and ETA move while long episodes run
                     for future in done:
                         if not future.cancelled():
                             future.result()  # a bug in our bookkeeping must not pass silently
@@ -145,7 +146,11 @@ class BenchRunner:
         self.cancel(hard)
 
     def _one(self, episode: Episode, progress: Progress) -> None:
-        record = run_episode(episode, self.ctx)
+        progress.begin()
+        try:
+            record = run_episode(episode, self.ctx)
+        finally:
+            progress.end()
         if record is None:
             return
         with self._write_lock:

@@ -61,8 +61,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             spec = spec_from_args(args)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _interrupt)
-        result = run_task(task, config=config, spec=spec, output_dir=args.output_dir,
-                          listener=None if args.quiet else StepLog(sys.stderr))
+        log = None if args.quiet else StepLog(sys.stderr)
+        try:
+            result = run_task(task, config=config, spec=spec, output_dir=args.output_dir, listener=log)
+        finally:
+            if log is not None:
+                log.live.close()  # however the run ended, its live line goes
     except (ConfigError, ValueError) as exc:
         print(safe_terminal_text(f"lis-tui run: {exc}"), file=sys.stderr)
         return 2
@@ -118,8 +122,9 @@ def _summary(result: Any, out: TextIO) -> None:
     if result.finish_reason == "error":
         print(safe_terminal_text(f"lis-tui run: {result.message}"), file=out)
     steps = f"{result.steps} step{'' if result.steps == 1 else 's'}"
-    line = (f"{result.finish_reason} after {steps}; tokens: {u.prompt_tokens:,} prompt, "
-            f"{u.completion_tokens:,} completion, ~{u.environment_tokens:,} from tools; "
+    guess = "~" if u.estimated else ""  # the server reported no usage: counted here
+    line = (f"{result.finish_reason} after {steps}; tokens: {guess}{u.prompt_tokens:,} prompt, "
+            f"{guess}{u.completion_tokens:,} completion, ~{u.environment_tokens:,} from tools; "
             f"saved in {result.output_dir}")
     if result.finish_reason in LIMIT_REASONS and result.message:
         line = f"{result.message}. {line}"
@@ -129,15 +134,24 @@ def _summary(result: Any, out: TextIO) -> None:
 
 
 class StepLog:
-    """The live log: one line per step, and a line per retry of the model server."""
+    """The live log: one line per step, and a line per retry of the model server; on a terminal,
+    a line below them saying what the running step does and for how long."""
 
     def __init__(self, out: TextIO) -> None:
+        from lis_tui.commands.live import LiveLine  # noqa: PLC0415
+
         self.out = out
+        self.live = LiveLine(out)
 
     def on_event(self, event: Any) -> None:
         from lis_tui import events  # noqa: PLC0415
 
-        if isinstance(event, events.StepFinished):
+        if isinstance(event, events.ModelRequest):
+            self.live.show(f"step {event.step:>3}  waiting for the model")
+        elif isinstance(event, events.ToolStarted):
+            self.live.show(f"step {event.step:>3}  {_running(event.call.name, event.arguments or {})}")
+        elif isinstance(event, events.StepFinished):
+            self.live.clear()
             self._line(step_line(event.record))
         elif isinstance(event, events.ModelRetry):
             self._line(f"      model server: {event.reason}; retry {event.attempt} in "
@@ -145,7 +159,16 @@ class StepLog:
 
     def _line(self, text: str) -> None:
         # Commands, paths and the server's reasons are the model's (or its server's) words.
-        print(safe_terminal_text(text), file=self.out, flush=True)
+        self.live.print(safe_terminal_text(text))
+
+
+def _running(name: str, args: dict) -> str:
+    """`execute_bash python3 x.py`, `str_replace_editor create /testbed/a.py`: the tool at work."""
+    if name == "execute_bash":
+        return f"{name} {' '.join(str(args.get('command', '')).split())}"
+    if name == "str_replace_editor":
+        return f"{name} {args.get('command', '?')} {args.get('path', '?')}"
+    return name
 
 
 def step_line(step: Any) -> str:
@@ -155,7 +178,7 @@ def step_line(step: Any) -> str:
         "(no tool call: reminded to use one)" if step.nudged
         else "(reply)" if replied else f"(no reply: {step.stopped})")
     usage = step.usage
-    tokens = f"{usage.prompt_tokens:,}+{usage.completion_tokens:,}" if usage else "?"
+    tokens = f"{'~' * usage.estimated}{usage.prompt_tokens:,}+{usage.completion_tokens:,}" if usage else "?"
     return (f"step {step.step:>3}  {tools}  | model {step.model_duration:.2f}s "
             f"tokens {tokens} env ~{step.environment_tokens:,}")
 

@@ -13,7 +13,9 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("tui", help="open the app: give tasks, watch the model work, approve",
                        description="Open the terminal app. With TASK it starts at once; "
                                    "otherwise type a task at the prompt. F1 lists the keys.")
-    p.add_argument("task", nargs="?", help="a task to start at once")
+    p.add_argument("task", nargs="?", help="a task to start at once (one word: after -- or with -t)")
+    p.add_argument("-t", "--task", dest="task_option", metavar="TASK",
+                   help="a task to start at once, even a single word")
     p.add_argument("--output-dir", metavar="DIR", help="where the session's trajectory.json, "
                    "answer.txt and files/ go (default $XDG_STATE_HOME/lis-tui/runs/<time>-<id>/)")
     add_sandbox_flags(p)
@@ -31,8 +33,22 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_replay)
 
 
+def needs_terminal(command: str) -> int | None:
+    """Exit code 2 and why, when stdin or stdout is not a terminal: the app would write escape
+    codes into a file and wait forever for keys."""
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        return None
+    print(f"lis-tui {command}: the app needs a terminal (stdin and stdout); without one, use "
+          '`lis-tui run "TASK"`', file=sys.stderr)
+    return 2
+
+
 def cmd_tui(args: argparse.Namespace) -> int:
     from lis_tui.config import ConfigError, configured_rootfs, load_config  # noqa: PLC0415
+
+    if (refused := needs_terminal("tui")) is not None:
+        return refused
+    args.task = args.task_option or args.task
 
     overrides = {"model.model": args.model, "model.base_url": args.base_url,
                  "agent.max_steps": args.max_steps, "agent.mode": args.mode,
@@ -62,9 +78,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     try:
         doc = load_trajectory(args.trajectory)
-    except ValueError as exc:
+    except ValueError as exc:  # a wrong path first: that answer needs no terminal
         print(f"lis-tui replay: {exc}", file=sys.stderr)
         return 2
+    if (refused := needs_terminal("replay")) is not None:
+        return refused
     from lis_tui.app import create_app  # noqa: PLC0415
 
     create_app(replay=doc, log_path=log_to_file()).run()

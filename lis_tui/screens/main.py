@@ -131,7 +131,9 @@ class MainScreen(Screen):
         if e.usage is not None:
             self._tokens = (self._tokens[0] + e.usage.prompt_tokens,
                             self._tokens[1] + e.usage.completion_tokens)
-            self.query_one(StatusBar).change(tokens_in=self._tokens[0], tokens_out=self._tokens[1])
+            estimated = e.usage.estimated or self.query_one(StatusBar).status.tokens_estimated
+            self.query_one(StatusBar).change(tokens_in=self._tokens[0], tokens_out=self._tokens[1],
+                                             tokens_estimated=estimated)
 
     def _on_ApprovalNeeded(self, e: ev.ApprovalNeeded) -> None:
         block = self.query_one(Transcript).last_tool

@@ -29,6 +29,8 @@ class Status:
     max_steps: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_estimated: bool = False
+    """The server reported no usage: the counts are ours (shown with a ~)."""
     session: str = "-"
 
 
@@ -79,7 +81,7 @@ def status_text(s: Status, elapsed: float) -> Text:
         (model, "bold"), f" · {rootfs} · sandbox {s.sandbox} ", (f" {badge} ", style),
         " ", (" APPROVE ON " if s.approvals else " approve off ",
               "bold reverse" if s.approvals else ""),
-        f" · {step} · tok {s.tokens_in:,}↑ {s.tokens_out:,}↓ · {minutes:02d}:{seconds:02d}"
+        f" · {step} · tok {'~' if s.tokens_estimated else ''}{s.tokens_in:,}↑ {s.tokens_out:,}↓ · {minutes:02d}:{seconds:02d}"
         f" · {safe_terminal_text(s.session)}",
     ]
     return Text.assemble(*parts)

@@ -203,7 +203,9 @@ class FakeOpenAI:
 
     def __init__(self, script: list[Entry] | None = None, *, default: Entry | None = None,
                  models: list[str] | None = None, model: str = "fake-model",
-                 api_key: str | None = None):
+                 api_key: str | None = None, send_usage: bool = True):
+        self.send_usage = send_usage
+        """False: like llama.cpp's server, no usage in any answer, even when asked for."""
         self.script: list[Entry] = list(script or [])
         self.default = default
         self.models = models or [model]
@@ -412,6 +414,8 @@ class _Handler(BaseHTTPRequestHandler):
                          "logprobs": None}],
             "usage": r.usage or _default_usage(r, request),
         }
+        if not self.fake.send_usage:
+            del answer["usage"]
         if request.body.get("logprobs"):
             _add_tokens(answer, request.body, r)
         return answer
@@ -436,7 +440,7 @@ class _Handler(BaseHTTPRequestHandler):
                     {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})
                 if r.chunk_delay and self.fake._stopping.wait(r.chunk_delay):
                     return
-            if include_usage:
+            if include_usage and self.fake.send_usage:
                 usage = r.usage or _default_usage(r, request)
                 self._event({**envelope, "choices": [], "usage": usage})
             self._chunk(b"data: [DONE]\n\n")

@@ -45,10 +45,10 @@ class Recorder:
         return [e for e in self.events if isinstance(e, kind)]
 
 
-def run(script, tmp_path, task="add 1 and 2", default=None, listener=None, **kw):
+def run(script, tmp_path, task="add 1 and 2", default=None, listener=None, send_usage=True, **kw):
     agent_settings = {k: kw.pop(k) for k in list(kw) if k in (
         "max_steps", "max_no_action", "max_context_tokens", "wall_time", "mode", "prompts")}
-    with FakeOpenAI(script, default=default) as server:
+    with FakeOpenAI(script, default=default, send_usage=send_usage) as server:
         result = run_task(task, config=config_for(server, **agent_settings),
                           output_dir=tmp_path / "out", listener=listener, **kw)
         requests = server.chat_requests
@@ -279,6 +279,20 @@ def test_streaming_sends_deltas(tmp_path):
         stream=True)
     text = "".join(e.text for e in recorder.of(events.ModelDelta) if e.kind == "text")
     assert text == "let me see"
+
+
+def test_streaming_without_usage_counts_tokens_as_an_estimate(tmp_path):
+    from lis_tui.widgets.status import Status, status_text  # what the app's status line shows
+
+    result, _, trajectory = run([reply("looking", [bash("echo hi")]), submit()], tmp_path,
+                                stream=True, send_usage=False)
+    usage = result.usage
+    assert usage.estimated and usage.prompt_tokens > 100 and usage.completion_tokens > 0
+    assert trajectory["totals"]["estimated"] is True
+    assert all(step["usage"]["estimated"] and step["usage"]["prompt_tokens"] for step in trajectory["steps"])
+    line = status_text(Status(tokens_in=usage.prompt_tokens, tokens_out=usage.completion_tokens,
+                              tokens_estimated=True), 0).plain
+    assert f"tok ~{usage.prompt_tokens:,}↑" in line
 
 
 def test_vanilla_mode_is_one_call_without_tools_or_sandbox(tmp_path):

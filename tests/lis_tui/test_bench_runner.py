@@ -262,3 +262,48 @@ def test_every_smoke_task_is_solvable_in_both_modes(tmp_path):
     assert "part-06.txt" in docs
     llm = json.loads((tmp_path / "episodes" / "doc-crates-1.llm.0" / "trajectory.json").read_text())
     assert "Corrections: an earlier draft" in llm["messages"][-2]["content"]  # inlined documents
+
+
+class _Lines:
+    """A non-terminal stderr stand-in that says when a line appears."""
+
+    def __init__(self):
+        import threading
+        self.text, self.changed = "", threading.Condition()
+
+    def write(self, text):
+        with self.changed:
+            self.text += text
+            self.changed.notify_all()
+
+    def flush(self):
+        pass
+
+    def wait_for(self, needle, timeout=30.0):
+        with self.changed:
+            return self.changed.wait_for(lambda: needle in self.text, timeout)
+
+
+def test_progress_shows_running_episodes_before_any_ends(tmp_path):
+    import threading
+
+    release = threading.Event()
+
+    def held(request):  # no episode may end until the test has seen the first progress line
+        release.wait(60)
+        return submit()
+
+    tasks = [Task(f"t{i}", f"What is {i} + {i}? (task t{i})", str(2 * i), reward="numeric") for i in range(3)]
+    out = _Lines()
+    with FakeOpenAI(default=held) as server:
+        worker = threading.Thread(target=run_bench, args=(tasks, server, tmp_path / "out"),
+                                  kwargs={"progress": out, "concurrency": 2})
+        worker.start()
+        try:
+            assert out.wait_for("[0/3] running "), out.text
+            first = out.text.splitlines()[0]
+        finally:
+            release.set()
+            worker.join(60)
+    assert "[0/3] running 1 | acc   -" in first or "[0/3] running 2 | acc   -" in first
+    assert out.text.splitlines()[-1].startswith("#" * 20 + " [3/3] running 0")

@@ -156,12 +156,18 @@ def test_bad_key_error_names_the_variable():
     assert info.value.attempts == 1
 
 
-def test_connection_refused():
-    url = free_url()
+@pytest.mark.parametrize("url", [free_url(), "http://no-such-host.invalid/v1"])
+def test_unreachable_server_gets_one_quick_retry_not_the_backoff(url):
+    notices = []
+    # a backoff this long would run past the test's timeout: only the quick retry may happen
+    client = make(url, max_retries=5, retry_base_delay=60, retry_max_delay=60)
+    client.on_retry = notices.append
     with pytest.raises(ModelError, match="could not reach model server") as info:
-        make(url, max_retries=2).complete(USER)
-    assert url in str(info.value) and "refused" in str(info.value).lower()
-    assert info.value.status is None and info.value.attempts == 3
+        client.complete(USER)
+    assert url in str(info.value) and "is the server running?" in str(info.value)
+    assert any(word in str(info.value).lower() for word in ("refused", "name", "resolution"))
+    assert info.value.status is None and info.value.attempts == 2
+    assert [(n.attempt, n.delay <= 0.5) for n in notices] == [(1, True)]
 
 
 def test_dropped_connection_is_retried():
@@ -265,3 +271,23 @@ def test_cancel_during_backoff():
 def test_core_modules_do_not_load_textual():
     code = "import sys, lis_tui.model, lis_tui.config; sys.exit('textual' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_server_that_sends_no_usage_gets_an_estimate_never_zero(stream):
+    long_task = [{"role": "user", "content": "add 1 and 2, " * 50}]
+    on_delta = (lambda *a: None) if stream else None
+    with FakeOpenAI([reply("the answer is 3", [call("submit", {})])], send_usage=False) as server:
+        out = make(server).complete(long_task, TOOLS, on_delta=on_delta)
+        body = server.chat_requests[0].body
+    if stream:
+        assert body["stream_options"] == {"include_usage": True}  # asked for, and still none came
+    assert out.usage.estimated
+    assert out.usage.prompt_tokens > len(long_task[0]["content"]) // 8  # the messages and schemas
+    assert out.usage.completion_tokens >= 4  # "the answer is 3" and the call
+
+
+def test_reported_usage_is_not_an_estimate():
+    with FakeOpenAI([reply("x", usage=(10, 2))]) as server:
+        out = make(server).complete(USER, on_delta=lambda *a: None)
+    assert out.usage == Usage(10, 2) and not out.usage.estimated

@@ -284,3 +284,48 @@ def test_sigint_mid_run_keeps_a_valid_trajectory_and_leaves_no_process(tmp_path)
     assert [s["step"] for s in saved["steps"]] == [1, 2]
     assert "Interrupted" in saved["steps"][1]["tool_calls"][0]["output"]
     assert not _pids_matching(marker) and not _pids_matching(str(scratch))
+
+
+# -- the live line ------------------------------------------------------------------------------
+
+def test_on_a_terminal_the_running_step_is_shown_while_it_runs(tmp_path):
+    import threading
+
+    (tmp_path / "lis-tui.toml").write_text(QUICK_RETRIES)
+    seen, changed = [b""], threading.Condition()
+    command = f"true '{HOSTILE}'; echo done"
+
+    def held(request):  # the first reply waits until the test saw the model call on screen
+        with changed:
+            assert changed.wait_for(lambda: b"waiting for the model" in seen[0], 30)
+        return reply(tool_calls=[bash(command)])
+
+    master, slave = pty.openpty()  # stderr, where the log goes, is a terminal
+    with FakeOpenAI([held, submit()]) as server:
+        proc = subprocess.Popen(argv(server.base_url, "--output-dir", "out", "a task"), cwd=tmp_path,
+                                env=env_for(tmp_path), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=slave)
+        os.close(slave)
+        while True:
+            try:
+                data = os.read(master, 1 << 16)
+            except OSError:  # EIO: every writer of the terminal is gone
+                break
+            if not data:
+                break
+            with changed:
+                seen[0] += data
+                changed.notify_all()
+        os.close(master)
+        assert proc.wait(timeout=60) == 0
+    text = seen[0].decode()
+    assert "step   1  waiting for the model  0s" in text
+    assert f"step   1  execute_bash true '{SHOWN[0]}" in text  # the command, made safe
+    assert raw_in(text.replace("\r\x1b[K", "")) == []  # our erase, and nothing of the model's raw
+
+
+def test_into_a_pipe_there_is_no_live_line(tmp_path):
+    with FakeOpenAI([reply(tool_calls=[bash("echo hi")]), submit()]) as server:
+        done = lis_run(tmp_path, server.base_url, "a task")
+    assert done.returncode == 0, done.stderr
+    assert "waiting for the model" not in done.stderr and "\r" not in done.stderr
