@@ -40,7 +40,8 @@ def test_host_home_tmp_and_run_are_invisible(sandbox, tmp_path):
     try:
         r = sandbox.exec(f"ls -a /tmp /root /run /var/run {home} 2>/dev/null; find / -name '{marker}*' 2>/dev/null")
         assert marker not in r.stdout
-        assert sandbox.exec("ls -A /run /tmp /root").stdout.split() == ["/root:", "/run:", "/tmp:"]
+        # /run holds only lis-tui's own (the apt stand-ins of the host rootfs)
+        assert sandbox.exec("ls -A /run /tmp /root").stdout.split() == ["/root:", "/run:", "lis-tui", "/tmp:"]
     finally:
         for path in created:
             os.unlink(path)
@@ -67,7 +68,9 @@ def test_environment_is_clean(monkeypatch):
     assert "secret" not in " ".join(env.values())
     assert env["ASKED_FOR"] == "yes" and env["HOME"] == "/root"
     assert set(env) <= {"PATH", "HOME", "USER", "LOGNAME", "LANG", "HOSTNAME", "SHELL", "PWD", "SHLVL", "_",
-                        "OLDPWD", "ASKED_FOR"}
+                        "OLDPWD", "ASKED_FOR",
+                        # the host rootfs: pip and npm install into the sandbox's own /root
+                        "PIP_BREAK_SYSTEM_PACKAGES", "PIP_ROOT_USER_ACTION", "NPM_CONFIG_PREFIX"}
 
 
 @pytest.mark.parametrize("target", ["/usr/lis-test", "/etc/lis-test", "/bin/lis-test", "/lib/lis-test"])
