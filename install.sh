@@ -16,7 +16,7 @@ done
 
 say() { printf '\033[1m==>\033[0m %s\n' "$*"; }
 
-# System packages: nsenter/setpriv (util-linux), mmdebstrap + uidmap to build rootfs,
+# System packages: util-linux (unshare, which mmdebstrap uses), mmdebstrap + uidmap to build rootfs,
 # python3-venv for the virtual environment, tmux and curl/git for the tests.
 packages=(util-linux mmdebstrap uidmap python3-venv)
 [ "$dev" = 1 ] && packages+=(tmux curl git)
