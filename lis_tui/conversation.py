@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from isolation import Sandbox, SandboxError, SandboxSpec
-from isolation.records import state_dir
 from tools.shell import ShellError
 from lis_tui import api
 from lis_tui.agent import ANSWER_PATH, Agent
@@ -22,17 +21,13 @@ from lis_tui.config import Config, save_network_allow
 from lis_tui.events import Listeners, RunFinished, RunStarted, RunUsage, ToolStarted
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
+from lis_tui.runs import app_runs_dir
 from lis_tui.trajectory import TrajectoryWriter, export_output
 
 
 log = logging.getLogger(__name__)
 FOLLOW_UP = ("{task}\n\n(This continues the task above, in the same computer. When you are done, "
              f"update {ANSWER_PATH} if the answer changed and call `submit` again.)")
-
-
-def runs_dir() -> Path:
-    """Where the app keeps its runs: $XDG_STATE_HOME/lis-tui/runs."""
-    return state_dir() / "runs"
 
 
 class FollowUpAgent(Agent):
@@ -196,7 +191,7 @@ class Conversation:
     def _open_writer(self) -> TrajectoryWriter:
         if self._writer is None:
             # The app's runs live in the state directory, not wherever it was started (--output-dir wins).
-            self.out = api.prepare_output_dir(self.output_dir or api.new_run_dir(runs_dir()))
+            self.out = api.prepare_output_dir(self.output_dir or api.new_run_dir(app_runs_dir()))
             header = api.trajectory_header(self.config, self.spec, self.out)
             self._writer = TrajectoryWriter(self.out / "trajectory.json", header)
         return self._writer
