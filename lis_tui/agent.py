@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 WORKING_DIR, INPUT_DIR, OUTPUT_DIR = "/testbed", "/testbed/input", "/testbed/output"
 ANSWER_PATH = f"{OUTPUT_DIR}/answer.txt"
 PROMPT_VALUES = {"working_dir": WORKING_DIR, "input_dir": INPUT_DIR, "output_dir": OUTPUT_DIR,
-                 "input_note": "if the task has any", "network_note": ""}
+                 "input_note": "if the task has any", "network_note": "", "environment_note": ""}
 NUDGE = ("Your reply called no tool. Work on the task with `execute_bash` or `str_replace_editor`; "
          f"once the answer is in {ANSWER_PATH} (or the files the task asks for are in "
          f"{OUTPUT_DIR}), call `submit`.")

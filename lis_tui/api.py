@@ -27,6 +27,7 @@ from lis_tui.config import Config, configured_rootfs, load_config, sandbox_limit
 from lis_tui.events import LIMIT_REASONS, Listeners, RunFinished, RunUsage
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
+from lis_tui.prompts.environment import environment_note
 from lis_tui.trajectory import TrajectoryWriter, export_output
 
 DOCUMENTS_DIR = "/testbed/documents"
@@ -216,7 +217,8 @@ def prompt_values(spec: SandboxSpec | None) -> dict[str, str]:
     note = f"see `ls {INPUT_DIR}`" if given else "it is empty: this task came with no files"
     if getattr(spec, "documents_dir", None) is not None:
         note += f"; the task's documents are in {DOCUMENTS_DIR}"
-    return {"input_note": note, "network_note": NETWORK_NOTES.get(spec.network, "")}
+    return {"input_note": note, "network_note": NETWORK_NOTES.get(spec.network, ""),
+            "environment_note": environment_note(spec.rootfs)}
 
 
 def trajectory_header(config: Config, spec: SandboxSpec | None, out: Path) -> dict[str, Any]:

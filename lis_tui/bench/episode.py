@@ -250,13 +250,15 @@ def _answer(sandbox: Sandbox, task: Task, finished: RunFinished) -> str:
 
 def _prompt_values(task: Task, spec: SandboxSpec) -> dict[str, str]:
     from lis_tui.api import NETWORK_NOTES  # noqa: PLC0415
+    from lis_tui.prompts.environment import environment_note  # noqa: PLC0415
 
     has_input = bool(task.input_files or task.input_dir)
     input_dir = task.layout.input_dir if task.layout else INPUT_DIR
     note = f"see `ls {input_dir}`" if has_input else "it is empty: this task came with no files"
     if task.documents or task.documents_dir:
         note += f"; the task's documents are in {DOCUMENTS_DIR}"
-    values = {"input_note": note, "network_note": NETWORK_NOTES.get(spec.network, "")}
+    values = {"input_note": note, "network_note": NETWORK_NOTES.get(spec.network, ""),
+              "environment_note": environment_note(spec.rootfs)}
     if task.layout:  # the prompt names the suite's folders, so answer.txt lands where it is read
         values.update(input_dir=input_dir, output_dir=task.layout.output_dir)
     return values
