@@ -20,6 +20,8 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHIMS = "/run/lis-tui/bin"
 HOST_PATH = f"/root/.local/bin:{SHIMS}:{PATH}"
 HOST_ENV = {"PIP_ROOT_USER_ACTION": "ignore", "PIP_BREAK_SYSTEM_PACKAGES": "1", "NPM_CONFIG_PREFIX": "/root/.local"}
+HOST_UV = ("/usr/local/bin/uv", "/usr/bin/uv")
+"""Where a host's uv is seen inside the host rootfs (the host's own ~/.local/bin is not there)."""
 APT_FIX = ("{name}: the host rootfs has no package manager (it is the host's read-only /usr); "
            "pip install works here. For apt, ask the user to run: lis-tui rootfs build ubuntu --preset paper")
 
@@ -78,14 +80,39 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dic
 
 def _apt_shims(scratch: Path) -> Path:
     """apt-get, apt and friends for the host rootfs: one line naming the fix, apt's exit code 100.
-    (The real ones fail on the read-only host /var with errors a model cannot act on.)"""
+    (The real ones fail on the read-only host /var with errors a model cannot act on.) And uv,
+    where the host has one: see uv_shim."""
     shims = scratch / "shims"
     shims.mkdir(exist_ok=True)
-    for name in ("apt-get", "apt", "apt-cache"):
+    scripts = {name: f"#!/bin/sh\necho {shlex.quote(APT_FIX.format(name=name))} >&2\nexit 100\n"
+               for name in ("apt-get", "apt", "apt-cache")}
+    real_uv = next((path for path in HOST_UV if os.access(path, os.X_OK)), None)
+    if real_uv:
+        scripts["uv"] = uv_shim(real_uv)
+    for name, script in scripts.items():
         path = shims / name
-        path.write_text(f"#!/bin/sh\necho {shlex.quote(APT_FIX.format(name=name))} >&2\nexit 100\n")
+        path.write_text(script)
         path.chmod(0o755)
     return shims
+
+
+def uv_shim(real: str) -> str:
+    """A `uv` that sends `uv pip install|uninstall` outside any venv to /root/.local, as pip's user
+    install does: uv has no user scheme, and the host's /usr is read-only. In a venv (VIRTUAL_ENV,
+    a .venv uv finds), or with --system/--python/--prefix/--target given, it is the real uv."""
+    return f"""#!/bin/sh
+# Written by lis-tui for the host rootfs.
+real={shlex.quote(real)}
+case "$1 $2" in "pip install"|"pip uninstall")
+  case " $* " in *" --system"*|*" --python"*|*" -p "*|*" --prefix"*|*" --target"*|*" -t "*) ;; *)
+    py=$("$real" python find 2>/dev/null)
+    case "$py" in /usr/*|/bin/*)
+      verb=$2; shift 2; exec "$real" pip "$verb" --python "$py" --prefix /root/.local "$@";;
+    esac;;
+  esac;;
+esac
+exec "$real" "$@"
+"""
 
 
 def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo) -> list[Mount]:
