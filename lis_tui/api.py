@@ -28,6 +28,7 @@ from lis_tui.events import LIMIT_REASONS, Listeners, RunFinished, RunUsage
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
 from lis_tui.prompts.environment import environment_note
+from lis_tui.runs import RUN_OUTPUT
 from lis_tui.trajectory import TrajectoryWriter, export_output
 
 DOCUMENTS_DIR = "/testbed/documents"
@@ -201,7 +202,7 @@ def new_run_dir(parent: Path | str) -> Path:
 def prepare_output_dir(path: str | Path | None) -> Path:
     """The run's directory: `path`, or ./lis-output/<UTC time>-<id>/; refuses one in use."""
     if path is None:
-        path = new_run_dir("lis-output")
+        path = new_run_dir(RUN_OUTPUT)
     out = Path(path).expanduser().absolute()
     if (out / "trajectory.json").exists() or (out / "files").exists():
         raise ValueError(f"{out} already holds a run; choose another --output-dir or remove it")
