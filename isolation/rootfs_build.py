@@ -139,9 +139,8 @@ def _keyring_args(scratch: Path) -> list[str]:
     reads is what was verified, and readable to mmdebstrap's subordinate uids). A directory sets
     apt's trusted parts, a file its trusted keyring (else the host's /etc/apt/trusted.gpg counts);
     mmdebstrap's signed-by guess is skipped, as it would add the host's keyring for the suite."""
-    keyring = write_keyring(scratch / "ubuntu-keyring")
-    first = keyring / next(iter(UBUNTU_ARCHIVE_KEYS))
-    return [f"--keyring={keyring}", f"--keyring={first}", "--skip=check/signed-by"]
+    files = write_keyring(scratch / "ubuntu-keyring")
+    return [f"--keyring={files[0].parent}", f"--keyring={files[0]}", "--skip=check/signed-by"]
 
 
 def _pump(pipe: BinaryIO, log: collections.deque, progress: Progress | None) -> None:

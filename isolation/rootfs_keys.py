@@ -43,15 +43,19 @@ def ubuntu_archive_keys() -> dict[str, bytes]:
     return keys
 
 
-def write_keyring(directory: Path) -> Path:
+def write_keyring(directory: Path) -> list[Path]:
     """Write the verified keys into `directory` (made readable to all: mmdebstrap's apt runs as
-    a subordinate uid) for `mmdebstrap --keyring=DIR`; returns the directory."""
+    a subordinate uid), one binary `.gpg` file each, the form every apt version reads; returns
+    the files."""
     directory.mkdir(mode=0o755)
     directory.chmod(0o755)
+    files = []
     for name, data in ubuntu_archive_keys().items():
-        (directory / name).write_bytes(data)
-        (directory / name).chmod(0o644)
-    return directory
+        file = directory / (Path(name).stem + ".gpg")
+        file.write_bytes(_dearmor(data))
+        file.chmod(0o644)
+        files.append(file)
+    return files
 
 
 def fingerprints(armored: bytes) -> list[str]:

@@ -44,6 +44,11 @@ def test_our_fingerprints_agree_with_gpg(tmp_path):
                    for i, line in enumerate(shown) if line.startswith("pub:")]
         assert fingerprints(file.read_bytes()) == primary, file
     assert len(files) >= 2
+    written = rootfs_keys.write_keyring(tmp_path / "keyring")  # the binary copies a build hands to apt
+    shown = subprocess.run(["gpg", "--homedir", str(tmp_path), "--show-keys", "--with-colons", *map(str, written)],
+                           capture_output=True, text=True, check=True).stdout
+    assert [line.split(":")[9] for line in shown.splitlines() if line.startswith("fpr:")] == \
+        list(UBUNTU_ARCHIVE_KEYS.values())
 
 
 def test_a_changed_or_missing_key_is_refused_with_the_fix(tmp_path, monkeypatch):
