@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from isolation import Sandbox, SandboxSpec  # noqa: E402
-from isolation.rootfs_facts import _cached  # noqa: E402
+from isolation.rootfs.facts import _cached  # noqa: E402
 from lis_tui.prompts.environment import environment_note  # noqa: E402
 
 

@@ -104,8 +104,8 @@ def check_tools() -> list[Check]:
 def check_ubuntu_build() -> Check:
     """Whether `lis-tui rootfs build ubuntu` can run here: mmdebstrap, and Ubuntu's archive keys
     (shipped with lis-tui, so no ubuntu-keyring is needed on the host) with the right fingerprints."""
-    from .rootfs_errors import RootfsError  # noqa: PLC0415
-    from .rootfs_keys import ubuntu_archive_keys  # noqa: PLC0415
+    from .rootfs.errors import RootfsError  # noqa: PLC0415
+    from .rootfs.keys import ubuntu_archive_keys  # noqa: PLC0415
 
     try:
         keys = ubuntu_archive_keys()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from isolation import SandboxError
-from isolation.rootfs_facts import RootfsFacts, rootfs_facts
+from isolation.rootfs.facts import RootfsFacts, rootfs_facts
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from isolation import Sandbox, SandboxSpec
-from isolation.rootfs_facts import NOTABLE, RootfsFacts, read_facts, rootfs_facts
+from isolation.rootfs.facts import NOTABLE, RootfsFacts, read_facts, rootfs_facts
 
 PROBE = ("import importlib.util, json, shutil, sys\n"
          "names = " + repr(sorted(NOTABLE)) + "\n"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from isolation import rootfs_keys
+from isolation.rootfs import keys as rootfs_keys
 from isolation.doctor import check_ubuntu_build
 from isolation.rootfs import HOST, RootfsError, RootfsStore
-from isolation.rootfs_keys import UBUNTU_ARCHIVE_KEYS, fingerprints, ubuntu_archive_keys
+from isolation.rootfs.keys import UBUNTU_ARCHIVE_KEYS, fingerprints, ubuntu_archive_keys
 from lis_tui.commands import rootfs as rootfs_cli
 
 UBUNTU_2018 = "F6ECB3762474EDA9D21B7022871920D1991BC93C"  # the key `NO_PUBKEY 871920D1991BC93C` names

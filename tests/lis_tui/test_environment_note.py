@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fakes.openai_server import FakeOpenAI, submit
-from isolation.rootfs_facts import RootfsFacts
+from isolation.rootfs.facts import RootfsFacts
 from lis_tui.prompts.environment import describe, environment_note
 
 REPO = Path(__file__).resolve().parents[2]

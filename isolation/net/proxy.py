@@ -10,10 +10,10 @@ import threading
 import time
 from typing import Callable, Iterable, Mapping
 
-from .netaddr import is_internal
-from .netpolicy import NetworkPolicy
-from .proxyconn import Connection, Refused, RequestRecord
-from .proxyhttp import response
+from .addr import is_internal
+from .policy import NetworkPolicy
+from .conn import Connection, Refused, RequestRecord
+from .http import response
 
 HEADER_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 30.0

@@ -12,7 +12,7 @@ import base64
 import hashlib
 from pathlib import Path
 
-from .rootfs_errors import RootfsError
+from .errors import RootfsError
 
 KEY_DIR = Path(__file__).resolve().parent / "keyrings"
 UBUNTU_ARCHIVE_KEYS = {

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .rootfs_errors import UnsafeArchive
-from .rootfs_safe import SafeRoot
+from .errors import UnsafeArchive
+from .safe import SafeRoot
 
 NOTABLE = {"numpy": "numpy", "scipy": "scipy", "pandas": "pandas", "sympy": "sympy",
            "matplotlib": "matplotlib", "sklearn": "scikit-learn", "torch": "torch", "mpmath": "mpmath",
@@ -74,7 +74,7 @@ def _cached(root: Path, host: bool, stamp: int) -> RootfsFacts:
 
 
 def _store_path(name: str) -> Path:
-    from .rootfs import RootfsStore  # noqa: PLC0415
+    from . import RootfsStore  # noqa: PLC0415
 
     return RootfsStore().resolve(name).path
 

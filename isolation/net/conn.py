@@ -13,8 +13,8 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, NoReturn
 
-from .netpolicy import Decision, refusal_text
-from .proxyhttp import MAX_HEAD, Destination, HttpError, destination, forward_head, parse_request_head, \
+from .policy import Decision, refusal_text
+from .http import MAX_HEAD, Destination, HttpError, destination, forward_head, parse_request_head, \
     response, rewrite_response_head
 from .relay import Pump
 

@@ -18,10 +18,10 @@ import threading
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from .rootfs_errors import RootfsError
-from .rootfs_keys import UBUNTU_ARCHIVE_KEYS, write_keyring
-from .rootfs_safe import process_alive, remove_tree
-from .rootfs_tar import ExtractStats, extract
+from .errors import RootfsError
+from .keys import UBUNTU_ARCHIVE_KEYS, write_keyring
+from .safe import process_alive, remove_tree
+from .tar import ExtractStats, extract
 
 Progress = Callable[[str], None]
 
