@@ -278,7 +278,8 @@ def _record(episode: Episode, ctx: EpisodeContext, folder: Path, finished: RunFi
     u = finished.usage
     return _line(episode, folder, started, counter, answer=answer, reward=reward,
                  finish_reason=finished.reason, message=finished.message, steps=finished.steps,
-                 tokens=(u.prompt_tokens, u.completion_tokens, u.environment_tokens),
+                 tokens=(u.prompt_tokens, u.completion_tokens, u.environment_tokens,
+                         u.last_prompt_tokens + u.last_completion_tokens),
                  reward_error=reward_error, notes=_scorer_notes(episode.task))
 
 
@@ -295,19 +296,20 @@ def _crashed(episode: Episode, folder: Path, exc: Exception, started: float,
     message = f"the episode crashed: {type(exc).__name__}: {exc}"
     (folder / "error.txt").write_text(message + "\n", encoding="utf-8")
     return _line(episode, folder, started, counter, answer="", reward=0.0, finish_reason="error",
-                 message=message, steps=counter.steps, tokens=(0, 0, 0), crashed=True)
+                 message=message, steps=counter.steps, tokens=(0, 0, 0, 0), crashed=True)
 
 
 def _line(episode: Episode, folder: Path, started: float, counter: CapabilityCounter, *,
           answer: str, reward: float, finish_reason: str, message: str, steps: int,
-          tokens: tuple[int, int, int], crashed: bool = False,
+          tokens: tuple[int, int, int, int], crashed: bool = False,
           reward_error: str = "", notes: list[str] | None = None) -> dict[str, Any]:
-    """One line of results.jsonl."""
+    """One line of results.jsonl; `tokens.trajectory` is the last call's prompt and reply."""
     return {"key": episode.key, "id": episode.task.id, "mode": episode.mode,
-            "repeat": episode.repeat, "domain": episode.task.domain, "answer": answer,
+            "repeat": episode.repeat, "domain": episode.task.domain,
+            "suite": episode.task.extra.get("paper_suite", ""), "answer": answer,
             "correct": reward >= 1.0, "reward": reward, "finish_reason": finish_reason,
             "message": message, "steps": steps,
-            "tokens": dict(zip(("prompt", "completion", "environment"), tokens)),
+            "tokens": dict(zip(("prompt", "completion", "environment", "trajectory"), tokens)),
             "wall_time": round(time.monotonic() - started, 3),
             "capability": {k: counter.counts[k] for k in KINDS}, "crashed": crashed,
             "reward_error": reward_error, "notes": notes or [],

@@ -170,9 +170,11 @@ def _default_output(tasks: str) -> str:
 
 
 def _report(args: argparse.Namespace, runner: Any, outcome: Any) -> int:
-    from lis_tui.bench.report import write_reports  # noqa: PLC0415
+    from lis_tui.bench.report import run_info, write_reports  # noqa: PLC0415
 
-    summary = write_reports(outcome.results, runner.options.output, title=f"lis-tui bench {args.tasks}")
+    model = runner.ctx.config.model
+    summary = write_reports(outcome.results, runner.options.output, title=f"lis-tui bench {args.tasks}",
+                            run=run_info(model.model, model.base_url))
     if not args.quiet:
         from lis_tui.bench.report import markdown  # noqa: PLC0415
 
