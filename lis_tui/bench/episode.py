@@ -140,8 +140,8 @@ def run_episode(episode: Episode, ctx: EpisodeContext) -> dict[str, Any] | None:
 
 
 def _drive(episode: Episode, ctx: EpisodeContext, listeners: Listeners) -> tuple[RunFinished, str]:
-    config = replace(ctx.config.agent, mode=episode.mode)
     task = episode.task
+    config = replace(ctx.config.agent, mode=episode.mode, observation=observation_for(ctx.config, task))
 
     def make_agent(tools: Any, values: dict[str, str]) -> Agent:
         agent = Agent(ctx.client(), tools, config, listener=listeners, prompt_values=values,
@@ -158,10 +158,18 @@ def _drive(episode: Episode, ctx: EpisodeContext, listeners: Listeners) -> tuple
         finally:
             ctx.track("agents", agent, False)
         return finished, final_answer(finished.answer)
-    return _in_sandbox(task, ctx, make_agent)
+    return _in_sandbox(task, ctx, make_agent, config.observation == "paper")
 
 
-def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any) -> tuple[RunFinished, str]:
+def observation_for(config: Config, task: Task) -> str:
+    """The observation format: as configured when it was set, else the paper's for its suites."""
+    if config.sources.get("agent.observation", "default") != "default" or not task.layout:
+        return config.agent.observation
+    return "paper"
+
+
+def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any,
+                stderr_apart: bool) -> tuple[RunFinished, str]:
     from tools import Toolbox  # noqa: PLC0415 (llm-only runs need no tools)
     from tools.shell import Shell  # noqa: PLC0415
 
@@ -169,7 +177,8 @@ def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any) -> tuple[RunFi
         ctx.track("sandboxes", sandbox, True)
         try:
             stage_files(sandbox, task)
-            toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=ctx.config.sandbox.timeout))
+            toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=ctx.config.sandbox.timeout,
+                                                   separate_stderr=stderr_apart))
             agent = make_agent(toolbox, _prompt_values(task, ctx.spec))
             try:
                 finished = agent.run(task.problem_statement)

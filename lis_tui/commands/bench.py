@@ -51,7 +51,12 @@ def add_parsers(sub) -> None:
     add_sandbox_flags(p)
     group = add_model_flags(p)
     group.add_argument("--temperature", type=float, metavar="T", help="sampling temperature")
-    group.add_argument("--prompts", metavar="FILE", help="a TOML file replacing built-in prompts")
+    group.add_argument("--prompts", metavar="FILE", help="a TOML file replacing built-in prompts, "
+                       "or llm-in-sandbox:SUITE for that suite's prompts from the installed "
+                       "llm-in-sandbox package")
+    group.add_argument("--observation", choices=("lis-tui", "paper"), help="how tool results read: "
+                       "ours, or the paper harness's (exit code, stdout and stderr apart, steps "
+                       "left); paper suites default to paper")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line, no table")
     p.set_defaults(func=cmd_bench)
 
@@ -98,6 +103,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any]:
     overrides = {"model.model": args.model, "model.base_url": args.base_url,
                  "model.temperature": args.temperature, "agent.max_steps": args.max_steps,
                  "agent.wall_time": args.wall_time, "agent.prompts": args.prompts,
+                 "agent.observation": args.observation,
                  "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     config = load_config(args.profile, overrides)
     modes = ("sandbox", "llm") if args.mode == "both" else (args.mode,)

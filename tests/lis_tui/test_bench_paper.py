@@ -153,3 +153,41 @@ def test_a_suite_asks_for_data_and_names_the_suites(tmp_path):
         load_suite("chem", str(tmp_path))
     with pytest.raises(TaskError, match="hf:NAME:CONFIG"):
         load_suite("chem", "hf:only-a-name")
+
+
+def probing(seen):
+    """Sandbox mode: a command that writes to both streams and fails, the answer, submit; every
+    request's messages are kept in `seen`."""
+    def answer(request):
+        seen.append(request.messages)
+        step = len(request.tool_outputs)
+        if step == 0:
+            return reply(tool_calls=[call("execute_bash", {"command": "echo hi; ls /nope"})])
+        if step == 1:
+            return reply(tool_calls=[call("str_replace_editor", {
+                "command": "create", "path": "/testbed/answer.txt", "file_text": r"\boxed{4}"})])
+        return submit()
+    return answer
+
+
+@pytest.mark.parametrize("chosen", [None, "lis-tui"])
+def test_a_paper_suite_answers_tools_in_the_papers_frame_unless_told_otherwise(tmp_path, chosen):
+    path = tmp_path / "math.jsonl"
+    path.write_text(json.dumps({"id": "m", "problem_statement": "2+2?", "ground_truth": "4"}) + "\n")
+    seen = []
+    with FakeOpenAI(default=probing(seen)) as server:
+        config = config_for(server, max_steps=5, **({"observation": chosen} if chosen else {}))
+        runner = BenchRunner(load_suite("math", str(path)), config, None, BenchOptions(
+            output=tmp_path / "out", progress=None))
+        (result,) = runner.run().results
+    assert result["reward"] == 1.0 and result["suite"] == "math"
+    first, second = seen[0][-1]["content"], seen[1][-1]["content"]
+    missing = "ls: cannot access '/nope': No such file or directory"
+    if chosen is None:
+        assert first.endswith("\nSteps Remaining: 5")
+        assert second == ("Exit code: Error: Exit code 2\nExecution output of \\[execute_bash]:\n"
+                          f"\\[STDOUT]\nhi\n\\[STDERR]\n{missing}\nSteps Remaining: 4")
+        assert seen[2][-1]["content"].startswith("Execution output of \\[str_replace_editor]:")
+    else:
+        assert "Steps Remaining" not in first
+        assert second == f"hi\n{missing}\n[exit code 2]"
