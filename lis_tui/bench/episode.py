@@ -154,7 +154,7 @@ def _drive(episode: Episode, ctx: EpisodeContext, listeners: Listeners) -> tuple
     if episode.mode == "llm":
         agent = make_agent(None, {})
         try:
-            finished = agent.run(paper_llm_prompt(task) if task.layout else llm_prompt(task))
+            finished = agent.run(_llm_task(task, ctx.config.agent.prompts))
         finally:
             ctx.track("agents", agent, False)
         return finished, final_answer(finished.answer)
@@ -188,6 +188,18 @@ def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any,
             return finished, _answer(sandbox, task, finished)
         finally:
             ctx.track("sandboxes", sandbox, False)
+
+
+def _llm_task(task: Task, prompts: str) -> str:
+    """What `llm` mode sends: the package's own baseline prompt with `--prompts llm-in-sandbox:S`,
+    the paper suite's, or ours."""
+    from lis_tui.prompts.package import is_package_ref, vanilla_prompt  # noqa: PLC0415
+
+    if is_package_ref(prompts):
+        row = {**task.extra, "id": task.id, "domain": task.domain, "ground_truth": task.ground_truth,
+               "problem_statement": task.problem_statement, "input_files": dict(task.input_files)}
+        return vanilla_prompt(prompts)(row)
+    return paper_llm_prompt(task) if task.layout else llm_prompt(task)
 
 
 def paper_llm_prompt(task: Task) -> str:

@@ -58,7 +58,7 @@ def add_parsers(sub) -> None:
                        "ours, or the paper harness's (exit code, stdout and stderr apart, steps "
                        "left); paper suites default to paper")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line, no table")
-    p.set_defaults(func=cmd_bench)
+    p.set_defaults(func=cmd_bench, late_positional="data")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -106,6 +106,9 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any]:
                  "agent.observation": args.observation,
                  "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     config = load_config(args.profile, overrides)
+    from lis_tui.prompts import load_prompts  # noqa: PLC0415
+
+    load_prompts(config.agent.prompts or None)  # a bad --prompts stops here, not in every episode
     modes = ("sandbox", "llm") if args.mode == "both" else (args.mode,)
     spec = None
     if "sandbox" in modes:
