@@ -13,7 +13,8 @@ from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, spec_fr
 from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
-TASKS is a built-in set (demo: four small tasks; smoke: ~30 tasks that need the sandbox), a JSON
+TASKS is a built-in set (demo: four small tasks of our own, not the paper's data; smoke: ~30
+tasks that need the sandbox), paper:SUITE DATA (docs/paper-suites.md), a JSON
 list or JSONL file of tasks (id, problem_statement, ground_truth, input_files, domain, reward,
 documents_dir), or a folder of task folders (task.toml + input/).
 
