@@ -8,9 +8,10 @@ import urllib.parse
 from tools.terminal_text import safe_terminal_text
 
 COLOURS = ("#3b6fb6", "#e0823d", "#4a9a5b", "#a44a9a")
-_STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:960px;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.3em .6em;
-text-align:right}td:first-child,th:first-child{text-align:left}th{background:#f2f2f2}
+_STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;display:block;overflow-x:auto;max-width:100%;
+font-size:.92em}td,th{border:1px solid #ccc;padding:.3em .6em;
+text-align:right;white-space:nowrap}td:first-child,th:first-child{text-align:left}th{background:#f2f2f2;white-space:normal}
 svg{margin:1em 0;display:block}.head{color:#555}.head dt{font-weight:bold;float:left;
 width:5em}.head dd{margin:0 0 .2em 5em}td.text{text-align:left;max-width:28em;overflow-wrap:anywhere;
 white-space:pre-wrap}"""

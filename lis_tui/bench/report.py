@@ -84,8 +84,7 @@ def _group_table(s: dict[str, Any]) -> str:
         return ""
     by = s["group_by"]
     header = [by, *(f"{m} acc" for m in modes), "sandbox − llm",
-              *(f"{m} tokens" for m in modes), "tokens sandbox/llm",
-              "trajectory sandbox/llm",
+              *(f"{m} tokens" for m in modes), "tokens ratio", "trajectory ratio",
               *(k.replace("_", " ") for k in KINDS)]
     rows = []
     for name, g in s["groups"].items():
@@ -100,10 +99,11 @@ def _group_table(s: dict[str, Any]) -> str:
                      *(_pct(box["capability"][k]) if box else "-" for k in KINDS)])
     return (f"## Per {by}: sandbox against LLM\n\n" + _table(header, rows) +
             "\nacc: share of episodes scored correct. tokens: prompt + completion over all "
-            "model calls, per episode. trajectory: the last call's prompt and reply, the whole "
-            "conversation counted once (in summary.json per mode) (the paper reports sandbox mode at 0.5-0.8x LLM mode's total "
-            "tokens, and up to 8x fewer on long context). Capability columns: share of sandbox "
-            "steps that computed, managed files or fetched external resources.\n")
+            "model calls, mean per episode; ratio: sandbox / llm (the paper reports 0.5-0.8x, "
+            "and up to 8x fewer on long context). trajectory ratio: the same for the whole "
+            "conversation counted once, the last call's prompt and reply (each mode's value is "
+            "in summary.json). Capability columns: share of sandbox steps that computed, "
+            "managed files or fetched external resources.\n")
 
 
 def _n_pct(mode: dict) -> str:
