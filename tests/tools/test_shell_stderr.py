@@ -62,3 +62,11 @@ def test_the_default_shell_interleaves_as_a_terminal_does(sb):
     with Shell(sb) as shell:
         r = shell.run("echo out; echo err >&2")
     assert (r.output, r.stderr) == ("out\nerr", None)
+
+
+def test_read_file_ends_gives_head_tail_and_the_count_between(sb):
+    sb.write_file("/tmp/ends.txt", b"0123456789")
+    assert sb.read_file_ends("/tmp/ends.txt", 3, 2) == (b"012", 5, b"89")
+    assert sb.read_file_ends("/tmp/ends.txt", 8, 2) == (b"0123456789", 0, b"")
+    with pytest.raises(FileNotFoundError):
+        sb.read_file_ends("/tmp/none.txt", 3, 2)
