@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from . import bwrap, diskcap, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
-                     read_in_root, write_in_root)
+                     read_ends_in_root, read_in_root, write_in_root)
 from .output import collect, ready
 from .rootfs.safe import tree_size
 from .spawn import seccomp
@@ -328,6 +328,15 @@ class Sandbox:
         if rc != 0:
             raise_shell_file_error(err, path)
         return out
+
+    def read_file_ends(self, path: str, head: int, tail: int) -> tuple[bytes, int, bytes]:
+        """A regular file's first `head` and last `tail` bytes and the count of those between,
+        in bounded memory whatever its size (see `read_file` for how paths resolve)."""
+        try:
+            return read_ends_in_root(self._require_running(), path, head, tail)
+        except InRootUnavailable:  # an old kernel: the head only, with the rest counted as cut
+            data = self.read_file(path, head + tail + 1)
+            return data[:head + tail], max(0, len(data) - head - tail), b""
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644, exclusive: bool = False) -> None:
         """Write a regular file as the sandbox would, creating missing parent directories. An

@@ -137,7 +137,8 @@ def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: st
 
     try:
         with Sandbox(spec) as sandbox:
-            toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=config.sandbox.timeout))
+            toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=config.sandbox.timeout,
+                                                   separate_stderr=config.agent.observation == "paper"))
             try:
                 finished = _drive(make_agent(toolbox), task, sandbox)
             finally:

@@ -102,7 +102,9 @@ class AgentConfig:
     mode: str = field(default="sandbox", metadata={"choices": ("sandbox", "llm")})
     """"sandbox" (the paper's method) or "llm" (one model call, no sandbox)."""
     prompts: str = ""
-    """A TOML file whose system/instance prompts replace the built-in ones."""
+    """A TOML file replacing built-in prompts, or "llm-in-sandbox:SUITE" (that package's)."""
+    observation: str = field(default="lis-tui", metadata={"choices": ("lis-tui", "paper")})
+    """Tool results as "lis-tui" words them or as the "paper" harness does (paper suites' default)."""
 
 
 @dataclass

@@ -214,8 +214,9 @@ class Conversation:
 
         self.state = "starting"
         self._sandbox = Sandbox(self.spec, network=self._policy()).start()
-        self._toolbox = Toolbox(self._sandbox, shell=Shell(self._sandbox,
-                                                           timeout=self.config.sandbox.timeout))
+        self._toolbox = Toolbox(self._sandbox, shell=Shell(
+            self._sandbox, timeout=self.config.sandbox.timeout,
+            separate_stderr=self.config.agent.observation == "paper"))
         self.state = "ready"
 
     def _policy(self) -> Any:

@@ -86,6 +86,8 @@ class RunUsage:
     environment_tokens: int = 0
     last_prompt_tokens: int = 0
     """The prompt size of the last call: how full the context was."""
+    last_completion_tokens: int = 0
+    """The last call's reply; with `last_prompt_tokens`, the whole trajectory once."""
     estimated: bool = False
     """Some counts were made locally (the server reported none): lis_tui/tokens.py."""
 
@@ -96,6 +98,7 @@ class RunUsage:
             self.completion_tokens += step.usage.completion_tokens
             self.cached_tokens += step.usage.cached_tokens
             self.last_prompt_tokens = step.usage.prompt_tokens
+            self.last_completion_tokens = step.usage.completion_tokens
             self.estimated = self.estimated or step.usage.estimated
         self.environment_tokens += step.environment_tokens
 
