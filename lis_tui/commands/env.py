@@ -1,0 +1,129 @@
+"""`lis-tui env serve`: sandboxed environments over HTTP for trainers that generate themselves."""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from lis_tui.commands.sandbox import add_sandbox_flags, spec_from_args
+from tools.terminal_text import safe_terminal_text
+
+TOKEN_ENV = "LIS_ENV_TOKEN"
+_EPILOG = """\
+Each environment is a bench episode driven from outside: POST /envs resets one on a task (its
+files placed in a fresh sandbox) and answers with the first messages and the tool schemas;
+POST /envs/ID/step takes the model's reply (an OpenAI assistant message, or the raw completion
+text with <tool_call>{...}</tool_call> or ```json blocks) and answers with the tool messages,
+`done`, and the bench's reward once done; DELETE /envs/ID ends it. See docs/env-server.md.
+
+Every request but GET /health needs `Authorization: Bearer TOKEN`: --token, else $LIS_ENV_TOKEN,
+else a fresh one printed at start. Tasks sent over HTTP bring their files as name -> text; they
+may name a host folder only inside --allow-dir. Ctrl-C or SIGTERM closes every sandbox.
+
+exit codes: 0 stopped; 2 usage or config error."""
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("env", help="environment server for RL trainers (HTTP+JSON)",
+                       description="Sandboxed RL environments for trainers that generate themselves.")
+    env_sub = p.add_subparsers(dest="env_command", metavar="SUBCOMMAND", required=True)
+    s = env_sub.add_parser("serve", help="serve environments over HTTP", epilog=_EPILOG,
+                           description="Serve sandboxed environments over HTTP+JSON (reset, step, "
+                                       "close) with a bearer token.",
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; anything else is reachable by others)")
+    s.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
+    s.add_argument("--token", metavar="T", help=f"the bearer token (default ${TOKEN_ENV}, else generated)")
+    s.add_argument("--tasks", metavar="TASKS", help="a task set whose tasks a reset may name by id")
+    s.add_argument("--allow-dir", metavar="DIR",
+                   help="a host folder that tasks sent over HTTP may take documents_dir/input_dir from")
+    s.add_argument("--max-envs", type=int, default=512, metavar="N",
+                   help="live environments at most (default 512)")
+    s.add_argument("--idle-timeout", type=float, default=600.0, metavar="S",
+                   help="close an environment after S seconds without a call (default 600)")
+    s.add_argument("--max-steps", type=int, metavar="N",
+                   help="steps per episode (default: agent.max_steps of the config)")
+    s.add_argument("--profile", metavar="P", help="a [models.P] profile (for max_tokens and limits)")
+    add_sandbox_flags(s)
+    s.add_argument("-v", "--verbose", action="store_true", help="log every request")
+    s.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        server = _build(args)
+    except (OSError, ValueError) as exc:
+        print(safe_terminal_text(f"lis-tui env serve: {exc}"), file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="lis-tui env: %(message)s")
+    host, port = server.server_address[:2]
+    print(f"lis-tui env: serving on http://{host}:{port} (at most {args.max_envs} environments)",
+          file=sys.stderr, flush=True)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()  # closes every sandbox
+    print("lis-tui env: stopped; every sandbox closed", file=sys.stderr)
+    return 0
+
+
+def _build(args: argparse.Namespace):
+    from lis_tui.bench.tasks import TaskError, load_tasks  # noqa: PLC0415 (keep --help fast)
+    from lis_tui.config import ConfigError, configured_rootfs, load_config  # noqa: PLC0415
+    from lis_tui.rl.env import SandboxEnv  # noqa: PLC0415
+    from lis_tui.rl.pool import EnvPool, PoolConfig  # noqa: PLC0415
+    from lis_tui.rl.server import EnvServer, ServerConfig  # noqa: PLC0415
+
+    if args.workspace or args.input_dir or args.documents_dir or getattr(args, "session", None):
+        raise ValueError("--workspace, --input-dir, --documents-dir and --session do not apply: "
+                         "each environment gets a fresh sandbox and its task brings its own files")
+    if args.max_envs < 1 or args.idle_timeout <= 0:
+        raise ValueError("--max-envs must be at least 1 and --idle-timeout above 0")
+    try:
+        config = load_config(args.profile, {"network.mode": args.network, "sandbox.rootfs": args.rootfs,
+                                            "agent.max_steps": args.max_steps})
+        tasks = {t.id: t for t in load_tasks(args.tasks)} if args.tasks else {}
+    except (ConfigError, TaskError) as exc:
+        raise ValueError(str(exc)) from None
+    args.rootfs = args.rootfs or configured_rootfs(config)
+    args.network = args.network or config.network.mode
+    spec = spec_from_args(args, config)
+    allow = Path(args.allow_dir).expanduser().resolve() if args.allow_dir else None
+    if allow is not None and not allow.is_dir():
+        raise ValueError(f"--allow-dir {args.allow_dir!r} is not a folder")
+    token = args.token or os.environ.get(TOKEN_ENV) or ""
+    if not token:
+        token = secrets.token_urlsafe(24)
+        print(f"lis-tui env: token (send `Authorization: Bearer TOKEN`; set {TOKEN_ENV} or --token "
+              f"to choose one):\n{token}", file=sys.stderr, flush=True)
+    _warn_if_exposed(args.host)
+    pool = EnvPool(lambda steps: SandboxEnv(config, spec, max_steps=steps),
+                   PoolConfig(args.max_envs, args.idle_timeout, config.agent.max_steps))
+    return EnvServer((args.host, args.port), pool, ServerConfig(token, tasks, allow))
+
+
+def _warn_if_exposed(host: str) -> None:
+    try:
+        loopback = all(ipaddress.ip_address(info[4][0]).is_loopback
+                       for info in socket.getaddrinfo(host, None))
+    except (OSError, ValueError):
+        loopback = False
+    if not loopback:
+        print(safe_terminal_text(
+            f"lis-tui env: WARNING: listening on {host}, which is not loopback. Anyone who can reach "
+            "this port and holds the token runs commands in sandboxes on this machine, and plain "
+            "HTTP carries the token unencrypted: prefer 127.0.0.1 with an SSH tunnel, or put TLS in "
+            "front."), file=sys.stderr, flush=True)
