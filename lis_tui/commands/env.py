@@ -63,8 +63,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(safe_terminal_text(f"lis-tui env serve: {exc}"), file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="lis-tui env: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_SafeFormatter("lis-tui env: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[handler])
     host, port = server.server_address[:2]
     print(f"lis-tui env: serving on http://{host}:{port} (at most {args.max_envs} environments)",
           file=sys.stderr, flush=True)
@@ -78,6 +79,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server.server_close()  # closes every sandbox
     print("lis-tui env: stopped; every sandbox closed", file=sys.stderr)
     return 0
+
+
+class _SafeFormatter(logging.Formatter):
+    """Log lines, tracebacks included, may quote what a client or a sandbox sent."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return safe_terminal_text(super().format(record))
 
 
 def _build(args: argparse.Namespace):

@@ -75,6 +75,8 @@ class EnvPool:
         """A new environment reset on `task`: its id and its first messages and tools."""
         steps = min(max_steps or self.config.max_steps, self.config.max_steps)
         with self._lock:  # the slot is held while the sandbox starts, so the cap is exact
+            if self._stop.is_set():
+                raise PoolFull("the server is shutting down")
             if len(self._slots) + self._starting >= self.config.max_envs:
                 raise PoolFull(f"{self.config.max_envs} environments are live, the most this server "
                                "allows: close finished ones (DELETE /envs/ID), or restart the server "
@@ -93,7 +95,12 @@ class EnvPool:
         env_id = secrets.token_hex(8)
         with self._lock:
             self._starting -= 1
-            self._slots[env_id] = _Slot(env)
+            stopped = self._stop.is_set()
+            if not stopped:
+                self._slots[env_id] = _Slot(env)
+        if stopped:  # close_all() ran while this one started: it would outlive the pool
+            env.close()
+            raise PoolFull("the server is shutting down")
         return env_id, first
 
     def step(self, env_id: str, assistant: Any) -> StepResult:

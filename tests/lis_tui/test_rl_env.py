@@ -143,6 +143,14 @@ def test_sandbox_env_runs_an_episode_and_scores_it():
     assert wait_until(lambda: not alive(pids), 5)
 
 
+def test_sandbox_env_ends_after_replies_without_a_call():
+    with SandboxEnv(max_steps=10) as env:
+        env.reset(task(2))
+        outs = [env.step("Thinking...") for _ in range(3)]
+        assert [o.done for o in outs] == [False, False, True]
+        assert outs[-1].finish_reason == "no_action" and outs[-1].reward == 0.0
+
+
 def test_sandbox_env_ends_at_max_steps_with_the_reward_of_what_is_there():
     with SandboxEnv(max_steps=2) as env:
         env.reset(task(2))
@@ -200,6 +208,13 @@ def test_raw_text_and_broken_calls_over_http_are_answered_not_crashed(tmp_path):
         with pytest.raises(EnvServerError) as err:
             served.client.step("0123abcd", SUBMIT)
         assert err.value.status == 404
+        slow = threading.Thread(target=lambda: served.client.step(env_id, bash("sleep 1")))
+        slow.start()
+        time.sleep(0.3)
+        with pytest.raises(EnvServerError) as err:  # one step at a time per environment
+            EnvClient(served.url, TOKEN).step(env_id, bash("true"))
+        assert err.value.status == 409 and "one step at a time" in str(err.value)
+        slow.join()
         ok = served.client.step(env_id, {"role": "assistant", "content": None, "tool_calls": [
             {"id": "x1", "type": "function", "function": {"name": "submit", "arguments": "{}"}}]})
         assert ok["done"] and ok["reward"] == 0.0 and ok["messages"] == [
@@ -321,3 +336,17 @@ def test_a_non_loopback_address_is_warned_about(capsys):
     assert capsys.readouterr().err == ""
     _warn_if_exposed("0.0.0.0")
     assert "WARNING" in capsys.readouterr().err
+
+
+def test_the_request_log_shows_client_strings_made_safe(tmp_path):
+    import socket
+
+    with serve(tmp_path, "-v") as served:
+        host, port = served.url[len("http://"):].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"GET /\x1b]0;pwned\x07\x1b[2J HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert b"401" in sock.recv(4096).split(b"\r\n", 1)[0]
+        served.proc.send_signal(signal.SIGTERM)
+        assert served.proc.wait(30) == 0
+        log = "".join(served.stderr)
+        assert "\\x1b]0;pwned\\x07\\x1b[2J" in log and "\x1b" not in log and "\x07" not in log
