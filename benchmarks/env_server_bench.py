@@ -36,7 +36,8 @@ from tools.shell import Shell  # noqa: E402
 
 TOKEN = "bench-token"
 TRUE = {"role": "assistant", "content": None, "tool_calls": [
-    {"id": "c", "type": "function", "function": {"name": "execute_bash", "arguments": '{"command": "true"}'}}]}
+    {"id": "c", "type": "function",
+     "function": {"name": "execute_bash", "arguments": '{"command": "true"}'}}]}
 TASK = {"id": "b", "problem_statement": "Benchmark.", "ground_truth": "x"}
 
 
@@ -106,9 +107,10 @@ def descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
     found, todo = [], list(children.get(root, []))
     while todo:
         pid = todo.pop()

@@ -26,7 +26,8 @@ TOKEN = "test-token-123"
 
 
 def bash(command: str) -> str:
-    return f'<tool_call>{{"name": "execute_bash", "arguments": {json.dumps({"command": command})}}}</tool_call>'
+    call = {"name": "execute_bash", "arguments": {"command": command}}
+    return f"<tool_call>{json.dumps(call)}</tool_call>"
 
 
 SUBMIT = '<tool_call>{"name": "submit", "arguments": {}}</tool_call>'
@@ -126,10 +127,13 @@ def test_sandbox_env_runs_an_episode_and_scores_it():
         system, user = first["messages"]
         assert system["role"] == "system" and "/testbed/output" in system["content"]
         assert "Task 1: what is the word?" in user["content"] and "/testbed/documents" in user["content"]
-        assert [t["function"]["name"] for t in first["tools"]] == ["str_replace_editor", "execute_bash", "submit"]
+        names = [t["function"]["name"] for t in first["tools"]]
+        assert names == ["str_replace_editor", "execute_bash", "submit"]
         out = env.step(bash("cat /testbed/input/note.txt /testbed/documents/a.md"))
-        assert out.messages == [{"role": "tool", "tool_call_id": "call_1_0", "content": "the word is word-1# A"}]
-        assert not out.done and out.reward is None and out.assistant["tool_calls"][0]["function"]["name"] == "execute_bash"
+        assert out.messages == [{"role": "tool", "tool_call_id": "call_1_0",
+                                 "content": "the word is word-1# A"}]
+        assert not out.done and out.reward is None
+        assert out.assistant["tool_calls"][0]["function"]["name"] == "execute_bash"
         broken = env.step('<tool_call>{"name": "execute_bash", "arguments": {"command": }</tool_call>')
         assert broken.messages[0]["role"] == "user" and "not valid JSON" in broken.messages[0]["content"]
         assert broken.info["format_error"] and not broken.done
@@ -182,7 +186,8 @@ def test_200_concurrent_environments_over_http(tmp_path):
             list(pool.map(lambda e: served.client.close(e), ids))
         assert served.client.health()["live"] == 0
         assert wait_until(lambda: not alive(server_children), 10), "sandbox processes left behind"
-        assert sandbox_processes(served.proc.pid) == []
+        # a sandbox's zygote may outlive its close by a moment; nothing may stay
+        assert wait_until(lambda: not sandbox_processes(served.proc.pid), 10), "processes left behind"
         served.proc.send_signal(signal.SIGTERM)
         assert served.proc.wait(30) == 0
 
@@ -300,13 +305,15 @@ def test_http_tasks_bring_files_by_content_not_host_paths(tmp_path):
             assert err.value.status == 400 and str(tmp_path) not in str(err.value)
         # the operator's own --tasks file may name host folders
         env_id, _ = served.client.reset("t8")
-        assert served.client.step(env_id, bash("cat /testbed/documents/key.txt"))["messages"][0]["content"] == "host secret"
+        shown = served.client.step(env_id, bash("cat /testbed/documents/key.txt"))["messages"]
+        assert shown[0]["content"] == "host secret"
         with pytest.raises(EnvServerError) as err:
             served.client.reset("nope")
         assert err.value.status == 404
     with serve(tmp_path, "--allow-dir", str(allowed)) as served:
         env_id, _ = served.client.reset({**task(10), "documents_dir": "docs"})
-        assert served.client.step(env_id, bash("cat /testbed/documents/d.txt"))["messages"][0]["content"] == "allowed doc"
+        shown = served.client.step(env_id, bash("cat /testbed/documents/d.txt"))["messages"]
+        assert shown[0]["content"] == "allowed doc"
         for outside in ("../secret", str(secret)):
             with pytest.raises(EnvServerError) as err:
                 served.client.reset({**task(11), "documents_dir": outside})
