@@ -51,7 +51,12 @@ def add_parsers(sub) -> None:
                    help="close an environment after S seconds without a call (default 600)")
     s.add_argument("--max-steps", type=int, metavar="N",
                    help="steps per episode (default: agent.max_steps of the config)")
-    s.add_argument("--profile", metavar="P", help="a [models.P] profile (for max_tokens and limits)")
+    s.add_argument("--max-body", type=int, default=64, metavar="MIB",
+                   help="largest request body in MiB (tasks bring their files in it; default 64)")
+    s.add_argument("--judge-model", metavar="M", help="model that grades tasks whose reward is `judge`")
+    s.add_argument("--judge-base-url", metavar="U",
+                   help="OpenAI-compatible server of the judge (default: the config's model server)")
+    s.add_argument("--profile", metavar="P", help="a [models.P] profile (for the judge and limits)")
     add_sandbox_flags(s)
     s.add_argument("-v", "--verbose", action="store_true", help="log every request")
     s.set_defaults(func=cmd_serve)
@@ -89,7 +94,8 @@ class _SafeFormatter(logging.Formatter):
 
 
 def _build(args: argparse.Namespace):
-    from lis_tui.bench.tasks import TaskError, load_tasks  # noqa: PLC0415 (keep --help fast)
+    from lis_tui.bench.rewards import parse_reward  # noqa: PLC0415 (keep --help fast)
+    from lis_tui.bench.tasks import TaskError, load_tasks  # noqa: PLC0415
     from lis_tui.config import ConfigError, configured_rootfs, load_config  # noqa: PLC0415
     from lis_tui.rl.env import SandboxEnv  # noqa: PLC0415
     from lis_tui.rl.pool import EnvPool, PoolConfig  # noqa: PLC0415
@@ -98,14 +104,17 @@ def _build(args: argparse.Namespace):
     if args.workspace or args.input_dir or args.documents_dir or getattr(args, "session", None):
         raise ValueError("--workspace, --input-dir, --documents-dir and --session do not apply: "
                          "each environment gets a fresh sandbox and its task brings its own files")
-    if args.max_envs < 1 or args.idle_timeout <= 0:
-        raise ValueError("--max-envs must be at least 1 and --idle-timeout above 0")
+    if args.max_envs < 1 or args.idle_timeout <= 0 or args.max_body < 1:
+        raise ValueError("--max-envs and --max-body must be at least 1 and --idle-timeout above 0")
     try:
         config = load_config(args.profile, {"network.mode": args.network, "sandbox.rootfs": args.rootfs,
                                             "agent.max_steps": args.max_steps})
         tasks = {t.id: t for t in load_tasks(args.tasks)} if args.tasks else {}
     except (ConfigError, TaskError) as exc:
         raise ValueError(str(exc)) from None
+    if not args.judge_model and any(parse_reward(t.reward)[0] == "judge" for t in tasks.values()):
+        raise ValueError("some --tasks are scored by a judge model: pass --judge-model M (and "
+                         "--judge-base-url U when the judge runs on another server)")
     args.rootfs = args.rootfs or configured_rootfs(config)
     args.network = args.network or config.network.mode
     spec = spec_from_args(args, config)
@@ -118,9 +127,18 @@ def _build(args: argparse.Namespace):
         print(f"lis-tui env: token (send `Authorization: Bearer TOKEN`; set {TOKEN_ENV} or --token "
               f"to choose one):\n{token}", file=sys.stderr, flush=True)
     _warn_if_exposed(args.host)
-    pool = EnvPool(lambda steps: SandboxEnv(config, spec, max_steps=steps),
+    judge = None
+    if args.judge_model:
+        from dataclasses import replace  # noqa: PLC0415
+
+        from lis_tui.bench.judge import Judge  # noqa: PLC0415
+
+        judge = Judge(replace(config.model, model=args.judge_model, temperature=0.0,
+                              base_url=args.judge_base_url or config.model.base_url))
+    pool = EnvPool(lambda steps: SandboxEnv(config, spec, judge, max_steps=steps),
                    PoolConfig(args.max_envs, args.idle_timeout, config.agent.max_steps))
-    return EnvServer((args.host, args.port), pool, ServerConfig(token, tasks, allow))
+    return EnvServer((args.host, args.port), pool,
+                     ServerConfig(token, tasks, allow, args.max_body << 20, judge is not None))
 
 
 def _warn_if_exposed(host: str) -> None:

@@ -21,7 +21,7 @@ from isolation import Sandbox, SandboxError, SandboxSpec
 from lis_tui.agent import OUTPUT_DIR, Agent
 from lis_tui.agent_errors import Terminating
 from lis_tui.bench.episode import _prompt_values, stage_files
-from lis_tui.bench.rewards import score
+from lis_tui.bench.rewards import parse_reward, score
 from lis_tui.bench.tasks import Task, tasks_from_items
 from lis_tui.config import Config, load_config
 from lis_tui.model_reply import ModelReply
@@ -108,6 +108,9 @@ class SandboxEnv:
         from tools.shell import Shell  # noqa: PLC0415
 
         task = task if isinstance(task, Task) else tasks_from_items([task], _cwd(), "task", None)[0]
+        if self.judge is None and parse_reward(task.reward)[0] == "judge":
+            raise ValueError(f"task {task.id!r} is scored by a judge model: pass "
+                             "SandboxEnv(judge=lis_tui.bench.judge.Judge(model_config))")
         self.close()
         sandbox = Sandbox(self.spec).start()
         try:

@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from lis_tui.bench.rewards import parse_reward
 from lis_tui.bench.tasks import Task, TaskError, tasks_from_items
 from lis_tui.rl.env import EnvError
 from lis_tui.rl.pool import EnvPool, PoolError
@@ -47,6 +48,8 @@ class ServerConfig:
     """The one host folder tasks sent over HTTP may take `documents_dir` / `input_dir` from."""
     max_body: int = 64 << 20
     """Bytes a request body may have."""
+    judge: bool = False
+    """A judge model is set up, so `judge` rewards can be scored."""
 
 
 class RequestError(Exception):
@@ -79,7 +82,16 @@ class EnvServer(ThreadingHTTPServer):
             if task is None:
                 raise RequestError(404, f"no task {str(body['task_id'])[:200]!r} in the server's "
                                         "--tasks file")
-            return task
+            return self._scorable(task)
+        return self._scorable(self._sent_task(body))
+
+    def _scorable(self, task: Task) -> Task:
+        if not self.settings.judge and parse_reward(task.reward)[0] == "judge":
+            raise RequestError(400, f"task {task.id[:200]!r} is scored by a judge model: start the "
+                                    "server with --judge-model M (and --judge-base-url U)")
+        return task
+
+    def _sent_task(self, body: dict) -> Task:
         item = body.get("task")
         if not isinstance(item, dict):
             raise RequestError(400, 'send {"task": {"id": ..., "problem_statement": ..., '

@@ -357,3 +357,25 @@ def test_the_request_log_shows_client_strings_made_safe(tmp_path):
         assert served.proc.wait(30) == 0
         log = "".join(served.stderr)
         assert "\\x1b]0;pwned\\x07\\x1b[2J" in log and "\x1b" not in log and "\x07" not in log
+
+
+def test_judge_rewards_need_a_judge_and_are_graded_by_it(tmp_path):
+    from fakes.openai_server import FakeOpenAI, reply
+
+    def grader(request):
+        answer = request.last_content.split("<answer>\n")[1].split("\n</answer>")[0]
+        return reply("CORRECT" if answer == "Paris" else "INCORRECT")
+
+    judged = {**task(12), "reward": "judge", "ground_truth": "Paris"}
+    with serve(tmp_path) as served:
+        with pytest.raises(EnvServerError) as err:
+            served.client.reset(judged)
+        assert err.value.status == 400 and "--judge-model" in str(err.value)
+    with FakeOpenAI(default=grader) as judge, \
+            serve(tmp_path, "--judge-model", "j", "--judge-base-url", judge.base_url) as served:
+        rewards = []
+        for word in ("Paris", "Lyon"):
+            env_id, _ = served.client.reset(judged)
+            out = served.client.step(env_id, bash(f"echo {word} > /testbed/output/answer.txt") + SUBMIT)
+            rewards.append(out["reward"])
+        assert rewards == [1.0, 0.0] and len(judge.chat_requests) == 2
