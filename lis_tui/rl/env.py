@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from isolation import Sandbox, SandboxError, SandboxSpec
@@ -68,7 +69,8 @@ class _FedModel:
 
     def complete(self, messages: list[dict], tools: Any = None, on_delta: Any = None) -> ModelReply:
         reply, self.reply = self.reply, None
-        assert reply is not None, "step() feeds a reply before the agent asks"
+        if reply is None:  # the agent asks once per step(), after step() has fed the reply
+            raise RuntimeError("the agent asked for a second reply within one step")
         return reply
 
     def cancel(self) -> None:
@@ -107,7 +109,7 @@ class SandboxEnv:
         from tools import Toolbox  # noqa: PLC0415
         from tools.shell import Shell  # noqa: PLC0415
 
-        task = task if isinstance(task, Task) else tasks_from_items([task], _cwd(), "task", None)[0]
+        task = task if isinstance(task, Task) else tasks_from_items([task], Path.cwd(), "task", None)[0]
         if self.judge is None and parse_reward(task.reward)[0] == "judge":
             raise ValueError(f"task {task.id!r} is scored by a judge model: pass "
                              "SandboxEnv(judge=lis_tui.bench.judge.Judge(model_config))")
@@ -189,9 +191,3 @@ class SandboxEnv:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _cwd() -> Any:
-    from pathlib import Path  # noqa: PLC0415
-
-    return Path.cwd()
