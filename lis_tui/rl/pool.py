@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import logging
 import secrets
 import threading
 import time
@@ -10,6 +11,7 @@ from typing import Any, Callable
 
 from lis_tui.rl.env import SandboxEnv, StepResult
 
+log = logging.getLogger(__name__)
 REAPED_REMEMBERED = 10_000  # ids of reaped environments kept to say "reaped" rather than "unknown"
 
 
@@ -125,7 +127,7 @@ class EnvPool:
         with self._lock:
             slots, self._slots = list(self._slots.values()), {}
         for slot in slots:
-            slot.env.close()
+            _close_quietly(slot.env)
 
     def reap(self, now: float | None = None) -> int:
         """Close the environments idle longer than the timeout; returns how many."""
@@ -139,7 +141,7 @@ class EnvPool:
             while len(self._reaped) > REAPED_REMEMBERED:
                 self._reaped.popitem(last=False)
         for slot in slots:
-            slot.env.close()
+            _close_quietly(slot.env)
         return len(slots)
 
     def _slot(self, env_id: str) -> _Slot:
@@ -156,9 +158,12 @@ class EnvPool:
 
     def _reap_loop(self) -> None:
         while not self._stop.wait(min(max(self.config.idle_timeout / 4, 0.05), 5.0)):
-            try:
-                self.reap()
-            except Exception:  # noqa: BLE001 (the reaper must outlive one bad close)
-                import logging  # noqa: PLC0415
+            self.reap()
 
-                logging.getLogger(__name__).exception("reaping idle environments failed")
+
+def _close_quietly(env: SandboxEnv) -> None:
+    """Close one environment; a failure is logged, so the others are still closed."""
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 (its sandbox is closed regardless: SandboxEnv.close)
+        log.exception("closing an environment failed")

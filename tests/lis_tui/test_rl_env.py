@@ -379,3 +379,40 @@ def test_judge_rewards_need_a_judge_and_are_graded_by_it(tmp_path):
             out = served.client.step(env_id, bash(f"echo {word} > /testbed/output/answer.txt") + SUBMIT)
             rewards.append(out["reward"])
         assert rewards == [1.0, 0.0] and len(judge.chat_requests) == 2
+
+
+def test_a_sandbox_outlives_the_thread_that_reset_it():
+    # bwrap --die-with-parent fires when the starting *thread* ends: a trainer's short-lived
+    # worker, or one HTTP connection's handler thread, must not take the sandbox with it
+    env = SandboxEnv(max_steps=10)
+    try:
+        worker = threading.Thread(target=env.reset, args=(task(13),))
+        worker.start()
+        worker.join()
+        time.sleep(0.3)
+        assert env.step(bash("cat /testbed/input/note.txt")).messages[0]["content"] == "the word is word-13"
+    finally:
+        env.close()
+
+
+def test_close_after_bash_died_between_steps():
+    with SandboxEnv(max_steps=10) as env:
+        env.reset(task(14))
+        env.step(bash("(sleep 0.2; kill -9 $$) >/dev/null 2>&1 &"))
+        time.sleep(0.8)
+        pids = [env.sandbox.pid]
+        env.close()  # no BrokenPipeError from the dead shell's reader
+        assert wait_until(lambda: not alive(pids), 5)
+
+
+def test_an_environment_reset_over_a_closed_connection_lives_on(tmp_path):
+    with serve(tmp_path) as served:
+        code, answer = curl(f"{served.url}/envs", "-X", "POST", "-d", json.dumps({"task": task(15)}),
+                            "-H", f"Authorization: Bearer {TOKEN}")
+        assert code == 201
+        time.sleep(0.3)  # curl's connection, and the server thread that served it, are gone
+        out = served.client.step(json.loads(answer)["env_id"], bash("cat /testbed/input/note.txt"))
+        assert out["messages"][0]["content"] == "the word is word-15"
+        served.proc.send_signal(signal.SIGTERM)
+        assert served.proc.wait(30) == 0
+        assert "Traceback" not in "".join(served.stderr)
