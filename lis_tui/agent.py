@@ -113,6 +113,12 @@ class Agent:
         self.emit(event)
         return event
 
+    def begin(self, task: str) -> list[dict]:
+        """Start a conversation on `task` without running it, for callers that drive `step()`
+        themselves (`lis_tui.rl.SandboxEnv`); returns the first messages."""
+        self.messages = self._first_messages(task)
+        return self.messages
+
     def step(self) -> None:
         """One model call and its tool calls; a reply without a tool call is nudged."""
         record = self._begin_step()
@@ -182,7 +188,7 @@ class Agent:
         self.emit(ModelReply(record.step, reply.text, reply.reasoning, reply.tool_calls,
                              reply.usage, record.model_duration))
         if self.config.mode != "llm" and not reply.tool_calls:
-            raise FormatError(NUDGE)
+            raise FormatError(reply.format_error or NUDGE)
         return reply
 
     def execute(self, reply: Reply, record: StepRecord) -> None:

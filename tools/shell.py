@@ -81,7 +81,10 @@ class _Drainer:
         threading.Thread(target=self._loop, name="lis-shell-drain", daemon=True).start()
 
     def stop(self) -> None:
-        os.write(self._stop_w, b"x")
+        try:
+            os.write(self._stop_w, b"x")
+        except BrokenPipeError:  # the loop already ended: bash's pty closed (bash or the sandbox died)
+            pass
         os.close(self._stop_w)
         self.room.set()
 
