@@ -13,10 +13,10 @@ The parts: netpolicy (rules, modes, approval), netaddr (what counts as this mach
 from __future__ import annotations
 
 from .netaddr import is_internal
-from .netpolicy import ANSWERS, Decision, HostRule, NetworkError, NetworkPolicy, NetworkRequest, refusal_text
+from .netpolicy import ANSWERS, CredentialUse, Decision, HostRule, NetworkError, NetworkPolicy, NetworkRequest, refusal_text
 from .proxy import NO_PROXY, PROXY_PORT, EgressProxy, ProxyHandle, default_proxy, proxy_env
 from .proxyconn import RequestRecord
 
-__all__ = ["ANSWERS", "Decision", "EgressProxy", "HostRule", "NO_PROXY", "NetworkError", "NetworkPolicy",
+__all__ = ["ANSWERS", "CredentialUse", "Decision", "EgressProxy", "HostRule", "NO_PROXY", "NetworkError", "NetworkPolicy",
            "NetworkRequest", "PROXY_PORT", "ProxyHandle", "RequestRecord", "default_proxy", "is_internal",
            "proxy_env", "refusal_text"]
