@@ -36,6 +36,11 @@ def _crypto():
     return x509, hashes, serialization, ec
 
 
+def require_crypto() -> None:
+    """NetworkError with the pip line when `cryptography` (the `tls` extra) is missing."""
+    _crypto()
+
+
 def default_ca_dir() -> Path:
     from ..records import state_dir  # noqa: PLC0415
 
