@@ -76,6 +76,10 @@ class EgressProxy:
                 self._ca = SandboxCA()
             return self._ca
 
+    @ca.setter
+    def ca(self, ca) -> None:
+        self._ca = ca
+
     def attach(self, sandbox, policy: NetworkPolicy, label: str = "",
                credentials: CredentialSet | None = None) -> ProxyHandle:
         """Open the proxy port inside `sandbox`'s network namespace (`sandbox.listen`: a socket

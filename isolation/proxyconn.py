@@ -210,7 +210,8 @@ class Connection:
         try:
             await _within(proxy.connect_timeout, upstream.handshake())
         except (ssl.SSLError, OSError, asyncio.TimeoutError) as exc:
-            why = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or str(exc) or "timed out"
+            why = (f"certificate verify failed: {exc.verify_message}" if isinstance(exc, ssl.SSLCertVerificationError)
+                   else getattr(exc, "reason", None) or str(exc) or "timed out")
             record.status, record.error = 502, f"TLS to {dest.host} failed: {why}"
             await self.answer(502, f"The proxy could not open a verified TLS connection to {dest.host} ({why}); "
                                    "it sends the credential only to the real server.\n",
