@@ -116,8 +116,7 @@ class NetworkConfig:
     deny: list[str] = field(default_factory=list)
     """Hosts always refused; checked before the allow list."""
     credentials: dict = field(default_factory=dict)
-    """Headers the proxy adds per host, their values from ${env:NAME} or ${file:PATH}, e.g.
-    [network.credentials."api.github.com"] header = "Authorization" value = "Bearer ${env:GITHUB_TOKEN}"."""
+    """Per host, a header the proxy adds: [network.credentials."HOST"] header = "Authorization", value = "Bearer ${env:VAR}" (or ${file:PATH})."""
 
 
 SECTIONS: dict[str, type] = {
