@@ -27,6 +27,9 @@ class TlsStream:
         self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
         if initial:
             self._in.write(initial)
+        self._wire = bytearray(READ)
+        self._wire_view = memoryview(self._wire)
+        self._plain_view = memoryview(bytearray(READ))
         self.tls = context.wrap_bio(self._in, self._out, server_side=server_side,
                                     server_hostname=server_hostname)
 
@@ -46,24 +49,25 @@ class TlsStream:
         """Up to `limit` plaintext bytes (all that is ready, at least one); b"" after close_notify;
         TlsClosed when the TCP connection ended without one."""
         while True:
-            chunks, size = [], 0
+            # Records are decrypted into one buffer of ours: ssl.read(n) without a buffer would
+            # allocate n bytes per record, and a large n costs an mmap and munmap each time.
+            size, view = 0, self._plain_view[:limit]
             try:
-                while size < limit:
-                    data = self.tls.read(limit - size)
-                    if not data:  # close_notify came (ssl returns b"" for it, or raises below)
-                        return b"".join(chunks)
-                    chunks.append(data)
-                    size += len(data)
+                while size < len(view):
+                    got = self.tls.read(len(view) - size, view[size:])
+                    if not got:  # close_notify came (ssl returns 0 for it, or raises below)
+                        return bytes(view[:size])
+                    size += got
             except ssl.SSLWantReadError:
                 pass
             except ssl.SSLZeroReturnError:
-                if not chunks:
+                if not size:
                     return b""
             except ssl.SSLEOFError:
-                if not chunks:
+                if not size:
                     raise TlsClosed("the connection ended without a TLS close_notify") from None
-            if chunks:
-                return b"".join(chunks)
+            if size:
+                return bytes(view[:size])
             await self._flush()  # a key update or session ticket may want an answer
             if not await self._fill():
                 self._in.write_eof()
@@ -86,10 +90,10 @@ class TlsStream:
             pass
 
     async def _fill(self) -> bool:
-        data = await self._loop.sock_recv(self.sock, READ)
-        if data:
-            self._in.write(data)
-        return bool(data)
+        got = await self._loop.sock_recv_into(self.sock, self._wire)
+        if got:
+            self._in.write(self._wire_view[:got])
+        return bool(got)
 
     async def _flush(self) -> None:
         data = self._out.read()
