@@ -170,3 +170,24 @@ def test_the_cli_refuses_to_start_with_a_missing_variable(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "api.github.com" in r.stderr and f"export {ENV}_MISSING=" in r.stderr
     assert Path(tmp_path).joinpath("lis-output").exists() is False
+
+
+def test_run_logs_each_request_that_got_a_credential_never_the_value(tmp_path, servers):
+    from fakes.openai_server import FakeOpenAI, call, reply, submit
+
+    plain = servers["plain"]
+    plain.headers.clear()
+    (tmp_path / "lis-tui.toml").write_text(
+        f'[model]\nmodel = "m"\n[network]\nmode = "on"\nallow = ["{plain.hostport}"]\n'
+        f'[network.credentials."{plain.hostport}"]\nheader = "X-Api-Key"\nvalue = "${{env:{ENV}}}"\nhttp = true\n')
+    command = f"curl -sS {plain.url}/hello {plain.url}/hello"
+    env = {**os.environ, ENV: SECRET, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    with FakeOpenAI([reply(tool_calls=[call("execute_bash", {"command": command})]), submit()]) as server:
+        done = subprocess.run([sys.executable, "-c", "import sys; from lis_tui.cli import main; sys.exit(main())",
+                               "run", "--base-url", server.base_url, "--rootfs", "host", "--output-dir", "out", "go"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if "credential added" in line]
+    assert lines == [f"      network: credential added for {HOST} (X-Api-Key, GET)"] * 2, done.stderr
+    assert _sent(plain, "X-Api-Key") == [[SECRET]] * 2
+    saved = "".join(p.read_text(errors="replace") for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert SECRET not in done.stderr + done.stdout + saved
