@@ -59,3 +59,18 @@ def test_a_missing_file_is_a_clear_error(tmp_path):
     creds = _one({"header": "Authorization", "value": f"${{file:{tmp_path}/nope}}"})
     with pytest.raises(NetworkError, match="does not exist; write the token there"):
         resolve(creds, env={})
+
+
+def test_without_cryptography_credentials_stop_the_start_with_the_pip_line(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "c.toml").write_text('[network.credentials."api.github.com"]\nheader = "Authorization"\n'
+                                     'value = "Bearer ${env:TOK}"\n')
+    code = ("import sys; sys.modules['cryptography'] = None\n"  # as if the extra were not installed
+            "from lis_tui.config import ConfigError, load_config, network_credentials\n"
+            f"config = load_config(env={{}}, paths=[{str(tmp_path / 'c.toml')!r}])\n"
+            "try:\n    network_credentials(config)\nexcept ConfigError as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"TOK": "x", "PATH": "/usr/bin"},
+                         timeout=60)
+    assert "pip install 'lis-tui[tls]'" in out.stdout, out.stdout + out.stderr
