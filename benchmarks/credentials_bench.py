@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "isolation")]
 from isolation import Sandbox, SandboxSpec  # noqa: E402
 from isolation.net.ca import SandboxCA  # noqa: E402
 from isolation.net.credentials import Credential  # noqa: E402
-from isolation.proxy import default_proxy  # noqa: E402
+from isolation.net.proxy import default_proxy  # noqa: E402
 from netfixtures import HOST, make_test_ca  # noqa: E402
 
 SERVER = r'''

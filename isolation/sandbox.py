@@ -19,13 +19,13 @@ from . import bwrap, diskcap, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
                      read_in_root, write_in_root)
 from .output import collect, ready
-from .rootfs_safe import tree_size
+from .rootfs.safe import tree_size
 from .spawn import seccomp
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
 
 if TYPE_CHECKING:
-    from .netpolicy import NetworkPolicy
-    from .proxy import ProxyHandle
+    from .net.policy import NetworkPolicy
+    from .net.proxy import ProxyHandle
 
 # pid 1 of the sandbox (bwrap --as-pid-1, so that no process of bwrap's, a host binary, is inside).
 # It says it runs on stdout (the readiness pipe), then reads stdin, a pipe whose write end only
@@ -197,7 +197,7 @@ class Sandbox:
 
     def _network_policy(self) -> NetworkPolicy:
         if self.policy is None:
-            from .netpolicy import NetworkPolicy  # noqa: PLC0415 (no network, no asyncio import)
+            from .net.policy import NetworkPolicy  # noqa: PLC0415 (no network, no asyncio import)
 
             self.policy = NetworkPolicy(self.spec.network, self.spec.allow_hosts, self.spec.deny_hosts)
         return self.policy
@@ -208,7 +208,7 @@ class Sandbox:
         if not self.spec.credentials:
             return None
         from .net.credentials import CredentialSet, resolve  # noqa: PLC0415
-        from .proxy import default_proxy  # noqa: PLC0415
+        from .net.proxy import default_proxy  # noqa: PLC0415
 
         self._credentials = CredentialSet(resolve(self.spec.credentials))
         bundle = default_proxy().ca.bundle()
@@ -218,7 +218,7 @@ class Sandbox:
         return trust / "ca-bundle.pem"
 
     def _open_network(self) -> None:
-        from .proxy import default_proxy  # noqa: PLC0415
+        from .net.proxy import default_proxy  # noqa: PLC0415
 
         self.network = default_proxy().attach(self, self.policy, label=f"sandbox {self._record.id}",
                                               credentials=self._credentials)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import records
-from .rootfs_safe import tree_size
+from .rootfs.safe import tree_size
 from .spec import Limits, SandboxError, SandboxSpec
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

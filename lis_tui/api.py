@@ -133,7 +133,7 @@ def _run(task: str, config: Config, spec: SandboxSpec | None, prompts: Prompts,
 def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: str,
                     out: Path, listeners: Listeners) -> tuple[RunFinished | str, dict]:
     """The agent's result, or the error that kept it from starting, and the exported files."""
-    from isolation.network import NetworkPolicy  # noqa: PLC0415
+    from isolation.net import NetworkPolicy  # noqa: PLC0415
     from tools import Toolbox  # noqa: PLC0415 (keeps `import lis_tui.api` light for llm mode)
     from tools.shell import Shell, ShellError  # noqa: PLC0415
 

@@ -409,7 +409,7 @@ def sandbox_limits(config: Config):
 def credentials_from(table: Mapping, *, path: Path | None = None, line: int | None = None) -> tuple:
     """[network.credentials] as isolation Credentials (references, no secrets); ConfigError if malformed."""
     from isolation.net.credentials import parse_credentials  # noqa: PLC0415
-    from isolation.netpolicy import NetworkError  # noqa: PLC0415
+    from isolation.net.policy import NetworkError  # noqa: PLC0415
 
     try:
         return parse_credentials(table)
@@ -421,11 +421,13 @@ def network_credentials(config: Config) -> tuple:
     """The configured credentials, checked now: each variable set, each file readable, and the
     `cryptography` package there, so a mistake stops lis-tui at start (naming the host and the fix)
     rather than a request later. ConfigError otherwise."""
+    if not config.network.credentials:
+        return ()
     credentials = credentials_from(config.network.credentials)
     if credentials:
         from isolation.net.ca import require_crypto  # noqa: PLC0415
         from isolation.net.credentials import resolve  # noqa: PLC0415
-        from isolation.netpolicy import NetworkError  # noqa: PLC0415
+        from isolation.net.policy import NetworkError  # noqa: PLC0415
 
         try:
             require_crypto()

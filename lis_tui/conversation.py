@@ -221,7 +221,7 @@ class Conversation:
 
     def _policy(self) -> Any:
         """The sandbox's network policy: the lists from config and flags, the person as approver."""
-        from isolation.network import NetworkPolicy  # noqa: PLC0415
+        from isolation.net import NetworkPolicy  # noqa: PLC0415
 
         net, spec = self.config.network, self.spec
         return NetworkPolicy(self.network, allow=[*net.allow, *spec.allow_hosts],

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from isolation import Sandbox, SandboxError, SandboxSpec
-from isolation.netpolicy import NetworkPolicy, NetworkRequest
+from isolation.net.policy import NetworkPolicy, NetworkRequest
 from tools import TOOL_SCHEMAS, Toolbox, ToolResult
 
 REVIEW_TOOLS = [

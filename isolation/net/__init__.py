@@ -1,1 +1,24 @@
-"""The sandbox's network: the egress proxy, its policy, and the credentials it adds for named hosts."""
+"""Network access for sandboxes: an egress proxy inside each sandbox's namespace, under a per-host policy.
+
+    policy = NetworkPolicy("ask", allow=["pypi.org", "*.pythonhosted.org"], decide=ask_the_user,
+                           on_allow_always=save_network_allow)
+    handle = default_proxy().attach(sandbox, policy)       # port 3128 inside, served from here
+    env = handle.environment(sandbox.env)                  # HTTP(S)_PROXY, NO_PROXY, git, npm
+    handle.set_mode("off")                                 # live; closes open tunnels
+    handle.records()                                       # the request log, for the trajectory
+    handle.detach()                                        # before the sandbox goes
+
+The parts: policy (rules, modes, approval), addr (what counts as this machine), http (heads), conn (one connection), relay (bytes both ways), proxy (the loop).
+Credentials the proxy adds for named hosts: credentials (config and secrets), ca (the sandbox CA),
+tls (TLS over the proxy's sockets), intercept (requests inside a TLS session the proxy ended).
+"""
+from __future__ import annotations
+
+from .addr import is_internal
+from .conn import RequestRecord
+from .policy import ANSWERS, CredentialUse, Decision, HostRule, NetworkError, NetworkPolicy, NetworkRequest, refusal_text
+from .proxy import NO_PROXY, PROXY_PORT, EgressProxy, ProxyHandle, default_proxy, proxy_env
+
+__all__ = ["ANSWERS", "CredentialUse", "Decision", "EgressProxy", "HostRule", "NO_PROXY", "NetworkError",
+           "NetworkPolicy", "NetworkRequest", "PROXY_PORT", "ProxyHandle", "RequestRecord", "default_proxy",
+           "is_internal", "proxy_env", "refusal_text"]

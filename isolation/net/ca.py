@@ -16,7 +16,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from ..netpolicy import NetworkError
+from .policy import NetworkError
 
 TLS_EXTRA = "pip install 'lis-tui[tls]'"
 CA_DAYS = 3650

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..netaddr import is_ip
-from ..netpolicy import NetworkError, normalize_host, split_host_port
+from .addr import is_ip
+from .policy import NetworkError, normalize_host, split_host_port
 
 _PLACEHOLDER = re.compile(r"\$\{(env|file):([^}]*)\}")
 _HEADER = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")

@@ -13,7 +13,7 @@ import asyncio
 import re
 from typing import Callable
 
-from ..proxyhttp import MAX_HEAD, HttpError, RequestHead, parse_request_head, response
+from .http import MAX_HEAD, HttpError, RequestHead, parse_request_head, response
 from .credentials import Secret
 from .tls import TlsStream
 

@@ -15,8 +15,8 @@ import pytest
 from isolation import Sandbox, SandboxError, SandboxSpec
 from isolation.net.ca import SandboxCA
 from isolation.net.credentials import Credential
-from isolation.network import NetworkPolicy
-from isolation.proxy import default_proxy
+from isolation.net import NetworkPolicy
+from isolation.net.proxy import default_proxy
 
 from netfixtures import HOST, StaticServer, make_pip_index, make_test_ca
 

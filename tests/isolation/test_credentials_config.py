@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from isolation.net.credentials import CredentialSet, parse_credentials, resolve
-from isolation.netpolicy import NetworkError
+from isolation.net.policy import NetworkError
 
 
 def _one(entry: dict, host: str = "api.github.com"):

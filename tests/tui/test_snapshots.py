@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("pytest_textual_snapshot")
 
 from isolation import Sandbox, SandboxSpec  # noqa: E402
-from isolation.network import NetworkRequest  # noqa: E402
+from isolation.net import NetworkRequest  # noqa: E402
 from lis_tui.app import create_app  # noqa: E402
 from lis_tui.screens.approve_command import CommandApprovalScreen  # noqa: E402
 from lis_tui.screens.approve_network import NetworkApprovalScreen  # noqa: E402

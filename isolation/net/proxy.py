@@ -11,11 +11,11 @@ import threading
 import time
 from typing import Callable, Iterable, Mapping
 
-from .netaddr import is_internal
-from .net.credentials import CredentialSet, Secret
-from .netpolicy import CredentialUse, NetworkPolicy
-from .proxyconn import Connection, Refused, RequestRecord
-from .proxyhttp import response
+from .addr import is_internal
+from .conn import Connection, Refused, RequestRecord
+from .credentials import CredentialSet, Secret
+from .http import response
+from .policy import CredentialUse, NetworkPolicy
 
 HEADER_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 30.0
@@ -57,7 +57,7 @@ class EgressProxy:
         Tests set this (an explicit option in our process, never something a sandbox could set)
         to a context that also trusts their loopback server's CA."""
         if self._upstream_tls is None:
-            from .net.ca import upstream_context  # noqa: PLC0415
+            from .ca import upstream_context  # noqa: PLC0415
 
             self._upstream_tls = upstream_context()
         return self._upstream_tls
@@ -71,7 +71,7 @@ class EgressProxy:
         """The sandbox CA (net/ca.py), made on first use; NetworkError without `cryptography`."""
         with self._lock:
             if self._ca is None:
-                from .net.ca import SandboxCA  # noqa: PLC0415
+                from .ca import SandboxCA  # noqa: PLC0415
 
                 self._ca = SandboxCA()
             return self._ca

@@ -18,9 +18,9 @@ import threading
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from .rootfs_errors import RootfsError
-from .rootfs_safe import process_alive, remove_tree
-from .rootfs_tar import ExtractStats, extract
+from .errors import RootfsError
+from .safe import process_alive, remove_tree
+from .tar import ExtractStats, extract
 
 Progress = Callable[[str], None]
 

@@ -5,8 +5,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from .netpolicy import NetworkError, normalize_host, split_host_port
-from .netaddr import is_ip
+from .policy import NetworkError, normalize_host, split_host_port
+from .addr import is_ip
 
 MAX_HEAD = 64 << 10
 _TOKEN = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")

@@ -14,13 +14,12 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, NoReturn
 
-from .netpolicy import Decision, refusal_text
-from .proxyhttp import MAX_HEAD, Destination, HttpError, destination, forward_head, parse_request_head, \
+from . import intercept
+from .http import MAX_HEAD, Destination, HttpError, destination, forward_head, parse_request_head, \
     response, rewrite_response_head
+from .policy import Decision, refusal_text
 from .relay import Pump
-
-from .net import intercept
-from .net.tls import TlsStream
+from .tls import TlsStream
 
 if TYPE_CHECKING:
     from .proxy import ProxyHandle

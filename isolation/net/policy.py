@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .netaddr import is_ip
-from .spec import NETWORK_MODES, SandboxError
+from .addr import is_ip
+from ..spec import NETWORK_MODES, SandboxError
 
 log = logging.getLogger(__name__)
 
