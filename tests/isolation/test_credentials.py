@@ -87,17 +87,21 @@ def test_the_api_gets_the_header_and_no_other_host_does(servers, proxy_trust):
         r = sb.exec(f"curl -sS -H 'Authorization: Bearer forged' {api.url}/echo-headers {api.url}/hello", timeout=60)
         o = sb.exec(f"curl -sSk -H 'Authorization: Bearer mine' {other.url}/echo-headers", timeout=60)
         p = sb.exec(f"curl -sS {servers['plain'].url}/hello {servers['plain_no'].url}/hello", timeout=60)
+        # Without the variables too: the system bundle itself was replaced by one that has our CA.
+        bare = sb.exec(f'env -i PATH="$PATH" HTTPS_PROXY="$HTTPS_PROXY" curl -sS {api.url}/hello', timeout=60)
         records = sb.network.records()
     assert r.exit_code == 0, r.stderr
     assert r.stdout.count(f"Authorization: Bearer {SECRET}") == 1 and "forged" not in r.stdout
-    assert _sent(api, "Authorization") == [[f"Bearer {SECRET}"]] * 2
+    assert _sent(api, "Authorization") == [[f"Bearer {SECRET}"]] * 3
     assert o.exit_code == 0 and SECRET not in o.stdout and "Bearer mine" in o.stdout
     assert _sent(other, "Authorization") == [["Bearer mine"]]
     assert p.exit_code == 0, p.stderr
+    assert bare.exit_code == 0 and bare.stdout == "hello\n", bare.stderr
     assert _sent(servers["plain"], "X-Api-Key") == [[SECRET]]
     assert _sent(servers["plain_no"], "X-Api-Key") == [[]]  # http = false: not sent in the clear
     assert [(u.host, u.port, u.method, u.header) for u in uses] == [
-        (HOST, api.port, "GET", "Authorization")] * 2 + [(HOST, servers["plain"].port, "GET", "X-Api-Key")]
+        (HOST, api.port, "GET", "Authorization")] * 2 + [(HOST, servers["plain"].port, "GET", "X-Api-Key"),
+                                                         (HOST, api.port, "GET", "Authorization")]
     by_port = {(rec["port"], rec["method"]): rec["credential"] for rec in records}
     assert by_port[(api.port, "CONNECT")] == "Authorization"
     assert by_port[(other.port, "CONNECT")] == ""  # a plain tunnel: TLS end to end
