@@ -195,3 +195,51 @@ def test_run_logs_each_request_that_got_a_credential_never_the_value(tmp_path, s
     assert _sent(plain, "X-Api-Key") == [[SECRET]] * 2
     saved = "".join(p.read_text(errors="replace") for p in (tmp_path / "out").rglob("*") if p.is_file())
     assert SECRET not in done.stderr + done.stdout + saved
+
+
+# Raw HTTP inside the tunnel, from python in the sandbox: CONNECT through the proxy, TLS with the
+# sandbox's bundle, then the bytes given, and what comes back.
+RAW_CLIENT = r'''
+import os, socket, ssl, sys
+host, port, payload = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode().decode("unicode_escape").encode()
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+assert s.recv(4096).startswith(b"HTTP/1.1 200")
+t = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"]).wrap_socket(s, server_hostname=host)
+t.sendall(payload)
+data = b""
+t.settimeout(5)
+try:
+    while chunk := t.recv(65536):
+        data += chunk
+except (socket.timeout, ssl.SSLError, OSError):
+    pass
+sys.stdout.write(data.decode("latin-1"))
+'''
+
+
+@pytest.mark.parametrize("payload, status", [
+    ("GET /echo-headers HTTP/1.1\\r\\nHost: elsewhere.example\\r\\n\\r\\n", "421"),
+    ("POST /x HTTP/1.1\\r\\nHost: {host}\\r\\nContent-Length: 4\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n0\\r\\n\\r\\n", "400"),
+    ("GET http://{host}/echo-headers HTTP/1.1\\r\\nHost: {host}\\r\\n\\r\\n", "400"),
+])
+def test_requests_the_proxy_cannot_read_safely_are_refused_unsent(servers, proxy_trust, payload, status):
+    api = servers["api"]
+    api.requests.clear()
+    with Sandbox(_spec(servers)) as sb:
+        sb.write_file("/tmp/raw.py", RAW_CLIENT.encode())
+        r = sb.exec(["python3", "/tmp/raw.py", HOST, str(api.port), payload.format(host=api.hostport)], timeout=60)
+    assert r.stdout.startswith(f"HTTP/1.1 {status} "), r.stdout + r.stderr
+    assert api.requests == [] and SECRET not in r.stdout
+
+
+def test_pipelined_requests_each_get_the_credential(servers, proxy_trust):
+    api = servers["api"]
+    api.headers.clear()
+    one = f"GET /echo-headers HTTP/1.1\\r\\nHost: {api.hostport}\\r\\nAuthorization: mine\\r\\n\\r\\n"
+    last = f"GET /echo-headers HTTP/1.1\\r\\nHost: {api.hostport}\\r\\nConnection: close\\r\\n\\r\\n"
+    with Sandbox(_spec(servers)) as sb:
+        sb.write_file("/tmp/raw.py", RAW_CLIENT.encode())
+        r = sb.exec(["python3", "/tmp/raw.py", HOST, str(api.port), one + one + last], timeout=60)
+    assert r.stdout.count("HTTP/1.0 200") + r.stdout.count("HTTP/1.1 200") == 3, r.stdout + r.stderr
+    assert r.stdout.count(f"Authorization: Bearer {SECRET}") == 3 and "mine" not in r.stdout
