@@ -14,6 +14,7 @@ import socket
 import ssl
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from .policy import NetworkError
@@ -55,7 +56,7 @@ class SandboxCA:
         self.cert_path = self.directory / "ca.pem"
         self._key_path = self.directory / "ca.key"
         self._lock = threading.Lock()
-        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._contexts: dict[str, tuple[float, ssl.SSLContext]] = {}
         self._leaf_key = None
         self._ca = self._load_or_create()
 
@@ -102,9 +103,10 @@ class SandboxCA:
     def server_context(self, host: str) -> ssl.SSLContext:
         """A TLS server context presenting a certificate for `host` signed by this CA (cached)."""
         with self._lock:
-            context = self._contexts.get(host)
-            if context is None:
-                context = self._contexts[host] = self._make_context(host)
+            made, context = self._contexts.get(host, (0.0, None))
+            if context is None or time.monotonic() - made > LEAF_DAYS * 86400 / 2:  # a server runs for weeks
+                context = self._make_context(host)
+                self._contexts[host] = (time.monotonic(), context)
             return context
 
     def _make_context(self, host: str) -> ssl.SSLContext:
