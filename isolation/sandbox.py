@@ -79,6 +79,7 @@ class Sandbox:
         self._session: sessions.Session | None = None
         self._before: dict | None = None
         self._disk_note = ""
+        self._credentials = None  # net.credentials.CredentialSet: the secrets, held here and by the proxy
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -103,7 +104,8 @@ class Sandbox:
         self._record = records.Record()
         try:
             self._open_session()
-            self._root = plan(self.spec, self.layers, info, self._before)
+            trust = self._prepare_credentials()
+            self._root = plan(self.spec, self.layers, info, self._before, trust=trust)
             self._launch(info)
         except BaseException:
             self.close()
@@ -200,10 +202,26 @@ class Sandbox:
             self.policy = NetworkPolicy(self.spec.network, self.spec.allow_hosts, self.spec.deny_hosts)
         return self.policy
 
+    def _prepare_credentials(self) -> Path | None:
+        """Read the configured secrets now (a missing one stops the start, naming it) and write the
+        CA bundle the sandbox will trust; None without credentials."""
+        if not self.spec.credentials:
+            return None
+        from .net.credentials import CredentialSet, resolve  # noqa: PLC0415
+        from .net.proxy import default_proxy  # noqa: PLC0415
+
+        self._credentials = CredentialSet(resolve(self.spec.credentials))
+        bundle = default_proxy().ca.bundle()
+        trust = self.layers / "trust"
+        trust.mkdir(mode=0o700, exist_ok=True)
+        (trust / "ca-bundle.pem").write_bytes(bundle)
+        return trust / "ca-bundle.pem"
+
     def _open_network(self) -> None:
         from .net.proxy import default_proxy  # noqa: PLC0415
 
-        self.network = default_proxy().attach(self, self.policy, label=f"sandbox {self._record.id}")
+        self.network = default_proxy().attach(self, self.policy, label=f"sandbox {self._record.id}",
+                                              credentials=self._credentials)
         self.env = self.network.environment(self.env)
 
     def close(self) -> None:

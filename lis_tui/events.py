@@ -227,8 +227,31 @@ class RunFinished:
     """Set when there is no answer file, e.g. "no /testbed/output/answer.txt was written"."""
 
 
+@dataclass(frozen=True)
+class CredentialAdded:
+    """The network proxy added a configured credential to a request (sent from the proxy's thread)."""
+
+    host: str
+    port: int
+    method: str
+    header: str
+    """The header's name; its value is never in an event."""
+
+    @property
+    def text(self) -> str:
+        return f"credential added for {self.host} ({self.header}, {self.method})"
+
+
 Event = Union[RunStarted, StepStarted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
-              ApprovalNeeded, ToolStarted, ToolFinished, StepFinished, RunFinished]
+              ApprovalNeeded, ToolStarted, ToolFinished, StepFinished, RunFinished, CredentialAdded]
+
+
+def credential_listener(listener: Any):
+    """A NetworkPolicy `on_credential` callback that hands each use to `listener` as CredentialAdded."""
+    def added(use: Any) -> None:
+        if listener is not None:
+            listener.on_event(CredentialAdded(use.host, use.port, use.method, use.header))
+    return added
 
 
 class Listener(Protocol):
