@@ -12,6 +12,7 @@ import struct
 import subprocess
 import termios
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -163,8 +164,8 @@ class Sandbox:
                                   command=[*KEEPER[self._root.shell], self._record.marker])
         try:
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
-            self._proc = subprocess.Popen(argv, stdin=hold_r, stdout=ready_w, stderr=err_w, env={},
-                                          pass_fds=(info_w, filter_fd), start_new_session=True)
+            self._proc = _popen_from_lasting_thread(argv, stdin=hold_r, stdout=ready_w, stderr=err_w, env={},
+                                                    pass_fds=(info_w, filter_fd), start_new_session=True)
         finally:
             for fd in (ready_w, hold_r, info_w, err_w, filter_fd):
                 os.close(fd)
@@ -450,6 +451,23 @@ class Sandbox:
         if copied.refused:
             raise RefusedPaths(f"exported {len(copied.files)} file(s) from {src} to {dest}", copied.refused)
         return dest
+
+
+_launcher: ThreadPoolExecutor | None = None
+_launcher_lock = threading.Lock()
+
+
+def _popen_from_lasting_thread(argv: list[str], **kwargs) -> subprocess.Popen:
+    """subprocess.Popen, called from a thread that lives as long as this process.
+
+    bwrap's --die-with-parent is Linux's parent-death signal, which fires when the *thread* that
+    forked bwrap ends, not the process: a sandbox started on a short-lived thread (an HTTP
+    handler, a Textual or anyio worker, a trainer's pool) would be killed when that thread ends."""
+    global _launcher
+    with _launcher_lock:
+        if _launcher is None:  # its threads wait for work until the interpreter exits
+            _launcher = ThreadPoolExecutor(2, thread_name_prefix="lis-bwrap-launch")
+    return _launcher.submit(subprocess.Popen, argv, **kwargs).result()
 
 
 def _rlimits(limits: Limits) -> list[tuple[int, int]]:

@@ -14,7 +14,6 @@ the loop is the agent's own `step()`, fed with the trainer's reply instead of a 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -58,23 +57,6 @@ class StepResult:
 
 class EnvError(RuntimeError):
     """A call the environment cannot take now (no episode, episode over); says what to do."""
-
-
-_starter: ThreadPoolExecutor | None = None
-_starter_lock = threading.Lock()
-
-
-def _start_sandbox(spec: SandboxSpec) -> Sandbox:
-    """A started sandbox, started on a thread that lives as long as the process.
-
-    bwrap's --die-with-parent is Linux's parent-death signal, which fires when the *thread*
-    that started it ends, not the process: a sandbox started by an HTTP handler thread (one per
-    connection) or a trainer's short-lived worker would be killed with that thread."""
-    global _starter
-    with _starter_lock:
-        if _starter is None:  # its threads never end while the process runs
-            _starter = ThreadPoolExecutor(4, thread_name_prefix="lis-env-start")
-    return _starter.submit(lambda: Sandbox(spec).start()).result()
 
 
 class _FedModel:
@@ -132,7 +114,7 @@ class SandboxEnv:
             raise ValueError(f"task {task.id!r} is scored by a judge model: pass "
                              "SandboxEnv(judge=lis_tui.bench.judge.Judge(model_config))")
         self.close()
-        sandbox = _start_sandbox(self.spec)
+        sandbox = Sandbox(self.spec).start()
         try:
             stage_files(sandbox, task)
             toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=self.config.sandbox.timeout))
