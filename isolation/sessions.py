@@ -93,6 +93,7 @@ def load_spec(directory: Path) -> SandboxSpec | None:
     except FileNotFoundError:
         return None
     data["limits"] = Limits(**data.get("limits", {}))
+    data.pop("credentials", None)  # read from the config at every start, not kept with the session
     for key in ("allow_hosts", "deny_hosts"):  # JSON has lists; the spec holds tuples
         data[key] = tuple(data.get(key, ()))
     return SandboxSpec(**{k: v for k, v in data.items() if k in SandboxSpec.__dataclass_fields__})

@@ -18,7 +18,7 @@ from tools.shell import ShellError
 from lis_tui import api
 from lis_tui.agent import ANSWER_PATH, Agent
 from lis_tui.config import Config, save_network_allow
-from lis_tui.events import Listeners, RunFinished, RunStarted, RunUsage, ToolStarted
+from lis_tui.events import Listeners, RunFinished, RunStarted, RunUsage, ToolStarted, credential_listener
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
 from lis_tui.runs import app_runs_dir
@@ -98,6 +98,7 @@ class Conversation:
             if self._closing:
                 return _failed("lis-tui was closing", listeners)
             agent = self._agent = self._make_agent(listeners)
+            self._listeners = listeners  # the proxy's credential notes go to the task at work
             self.state = "working"
         try:
             finished = agent.run(task)
@@ -209,8 +210,9 @@ class Conversation:
 
         self.state = "starting"
         self._sandbox = Sandbox(self.spec, network=self._policy()).start()
-        self._toolbox = Toolbox(self._sandbox, shell=Shell(self._sandbox,
-                                                           timeout=self.config.sandbox.timeout))
+        self._toolbox = Toolbox(self._sandbox, shell=Shell(
+            self._sandbox, timeout=self.config.sandbox.timeout,
+            separate_stderr=self.config.agent.observation == "paper"))
         self.state = "ready"
 
     def _policy(self) -> Any:
@@ -220,7 +222,11 @@ class Conversation:
         net, spec = self.config.network, self.spec
         return NetworkPolicy(self.network, allow=[*net.allow, *spec.allow_hosts],
                              deny=[*net.deny, *spec.deny_hosts], decide=self.approver,
-                             on_allow_always=save_network_allow, host_services=self.host_services)
+                             on_allow_always=save_network_allow, host_services=self.host_services,
+                             on_credential=self._credential_added)
+
+    def _credential_added(self, use: Any) -> None:
+        credential_listener(getattr(self, "_listeners", None))(use)
 
     def _export_proxy(self) -> None:
         """The network was turned on after the shell started: the shell learns the proxy."""

@@ -153,6 +153,8 @@ class StepLog:
         elif isinstance(event, events.StepFinished):
             self.live.clear()
             self._line(step_line(event.record))
+        elif isinstance(event, events.CredentialAdded):  # from the proxy's thread
+            self._line(f"      network: {event.text}")
         elif isinstance(event, events.ModelRetry):
             self._line(f"      model server: {event.reason}; retry {event.attempt} in "
                        f"{event.delay:.1f}s")
