@@ -31,7 +31,7 @@ def describe(facts: RootfsFacts, host: bool) -> str:
         have += f"; already installed: {', '.join(facts.packages)}." if facts.packages else "."
         parts.append(have)
     if facts.python and facts.pip:
-        where = "into /root/.local, and inside any venv you make" if host else "system-wide"
+        where = "they go to /root/.local, or into a venv you make" if host else "system-wide"
         uv = ", and so does `uv pip install X`" if facts.uv else ""
         parts.append(f"`pip install X` and `python3 -m pip install X` work ({where}){uv}.")
     if host:

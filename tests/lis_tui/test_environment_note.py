@@ -39,7 +39,7 @@ def test_the_note_names_what_there_is_and_the_way_to_what_is_not():
     assert "apt-get install -y python3 python3-pip" in describe(bare, False)
     host = RootfsFacts("Debian 12", False, "3.11", True, True, True, ())
     text = describe(host, host=True)
-    assert "read-only" in text and "into /root/.local" in text and "`uv pip install X`" in text
+    assert "read-only" in text and "they go to /root/.local" in text and "`uv pip install X`" in text
     assert "no apt here" in text and "npm install -g" in text and "already installed" not in text
     assert "without pip" in describe(RootfsFacts("", False, "3.11", False, False, False, ()), host=True)
 
