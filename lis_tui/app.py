@@ -11,7 +11,7 @@ from textual.app import App
 from textual.binding import Binding
 
 from lis_tui.config import Config
-from lis_tui.conversation import Conversation
+from lis_tui.conversation import Conversation, runs_dir
 from lis_tui.replay import replay_events
 from lis_tui.screens.approve_network import NetworkApprovalScreen
 from lis_tui.screens.confirm import ConfirmScreen
@@ -62,7 +62,17 @@ class LisApp(App):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(self.places()))
+
+    def places(self) -> list[tuple[str, str]]:
+        """Where things are kept: this run (or where runs go, before the first), the log."""
+        found: list[tuple[str, str]] = []
+        if self.conversation is not None:
+            out = self.conversation.out
+            found.append(("This run", str(out)) if out else ("Runs go to", str(runs_dir())))
+        if self.log_path is not None:
+            found.append(("Log", str(self.log_path)))
+        return found
 
     def ask_network(self, request: Any) -> Future:
         """The network policy's approver: called off the UI thread, answered by the modal."""
