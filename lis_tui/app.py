@@ -18,7 +18,11 @@ from lis_tui.screens.confirm import ConfirmScreen
 from lis_tui.screens.help import HelpScreen
 from lis_tui.screens.main import MainScreen
 from lis_tui.screens.setup import needs_setup
-from lis_tui.widgets.messages import NetworkQuestion
+from lis_tui.discover import KNOWN_PORTS
+from lis_tui.rootfs_offer import RootfsJob, RootfsOffer
+from lis_tui.widgets.messages import NetworkQuestion, RootfsProgress
+from lis_tui.widgets.plain import notify_plain
+from lis_tui.widgets.rootfs_panel import RootfsPanel
 from lis_tui.widgets.status import Status, StatusBar
 
 log = logging.getLogger(__name__)
@@ -34,8 +38,15 @@ class LisApp(App):
 
     def __init__(self, conversation: Conversation | None, status: Status, *,
                  task: str | None = None, replay: Iterable[Any] | None = None,
-                 log_path: Path | None = None, setup: bool = False) -> None:
+                 log_path: Path | None = None, setup: bool = False,
+                 rootfs_offer: RootfsOffer | None = None,
+                 server_ports: tuple[tuple[str, int], ...] = KNOWN_PORTS) -> None:
         super().__init__()
+        self.rootfs_job = RootfsJob(rootfs_offer or RootfsOffer())
+        """The build of the recommended rootfs the setup screen offers (the app's, so it goes
+        on when that screen closes)."""
+        self.server_ports = server_ports
+        """Where the setup screen looks for model servers."""
         self.setup_first = setup
         self.log_path = log_path
         """Where details of errors go (notices name it)."""
@@ -74,6 +85,31 @@ class LisApp(App):
             found.append(("Log", str(self.log_path)))
         return found
 
+    def build_rootfs(self) -> None:
+        """Start building the recommended rootfs in a worker, unless it is already building."""
+        if self.rootfs_job.claim():
+            self.post_message(RootfsProgress())
+            self.run_worker(self._build_rootfs, thread=True, group="rootfs", exit_on_error=False)
+
+    def _build_rootfs(self) -> None:
+        try:  # post_message is thread-safe: each line redraws the panel on the UI thread
+            self.rootfs_job.run(lambda: self.post_message(RootfsProgress()))
+        finally:
+            self.post_message(RootfsProgress(done=True))
+
+    def on_rootfs_progress(self, message: RootfsProgress) -> None:
+        for screen in self.screen_stack:
+            for panel in screen.query(RootfsPanel):
+                panel.redraw()
+        job = self.rootfs_job
+        if message.done and job.state == "built":
+            self.main.use_rootfs(job.built)
+            notify_plain(self, f"The rootfs {job.built} is built and is now the default.",
+                         title="Rootfs ready")
+        elif message.done and job.state == "failed":
+            notify_plain(self, f"{job.error[-300:]}\nF4 shows it; ctrl+b there tries again.",
+                         title="The rootfs build failed", severity="error", timeout=15)
+
     def ask_network(self, request: Any) -> Future:
         """The network policy's approver: called off the UI thread, answered by the modal."""
         future: Future = Future()
@@ -103,8 +139,11 @@ class LisApp(App):
 def create_app(config: Config | None = None, spec: Any = None, *,
                output_dir: str | Path | None = None, task: str | None = None,
                replay: dict | None = None, command_approval: bool = False,
-               stream: bool = True, log_path: Path | None = None) -> LisApp:
-    """The app for a live conversation (`config`, `spec`), or the replay of a trajectory."""
+               stream: bool = True, log_path: Path | None = None,
+               rootfs_offer: RootfsOffer | None = None,
+               server_ports: tuple[tuple[str, int], ...] = KNOWN_PORTS) -> LisApp:
+    """The app for a live conversation (`config`, `spec`), or the replay of a trajectory.
+    `rootfs_offer` and `server_ports` are what the setup screen offers and where it looks."""
     if replay is not None:
         return LisApp(None, _replay_status(replay), replay=list(replay_events(replay)),
                       log_path=log_path)
@@ -115,7 +154,8 @@ def create_app(config: Config | None = None, spec: Any = None, *,
     conversation = Conversation(config, spec, output_dir, command_approval=command_approval,
                                 stream=stream)
     app = LisApp(conversation, _status(config, spec, command_approval), task=task,
-                 log_path=log_path, setup=needs_setup(config.sources))
+                 log_path=log_path, setup=needs_setup(config.sources), rootfs_offer=rootfs_offer,
+                 server_ports=server_ports)
     conversation.approver = app.ask_network
     return app
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any, Iterable
 
 from textual import work
@@ -249,8 +250,17 @@ class MainScreen(Screen):
             if then:
                 self.start(then)
 
-        self.app.push_screen(SetupScreen(self.conversation.config.model, self.conversation.spec),
-                             chosen)
+        self.app.push_screen(SetupScreen(self.conversation.config.model, self.conversation.spec,
+                                         rootfs_job=self.app.rootfs_job,
+                                         ports=self.app.server_ports), chosen)
+
+    def use_rootfs(self, name: str) -> None:
+        """A rootfs was built: the session uses it if its sandbox has not started yet."""
+        spec = getattr(self.conversation, "spec", None)
+        if spec is None or self.conversation.sandbox is not None or self.busy:
+            return
+        self.conversation.spec = replace(spec, rootfs=name)
+        self._status(rootfs=name)
 
     def action_files(self) -> None:
         if self.conversation is not None:

@@ -1,0 +1,91 @@
+"""The rootfs the setup screen offers to build: Ubuntu 24.04 with the paper preset, so the model has
+apt, a full Python and the paper's packages. No textual here: the app runs `RootfsJob.run` in a
+worker and shows its state; tests hand it a quick build of their own.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+Progress = Callable[[str], None]
+
+
+def build_recommended(progress: Progress) -> str:
+    """`lis-tui rootfs build ubuntu --preset paper`, made the default; returns its name."""
+    from isolation.rootfs import RootfsStore  # noqa: PLC0415
+
+    store = RootfsStore()
+    built = store.build("ubuntu", preset="paper", progress=progress)
+    store.set_default(built.name)
+    return built.name
+
+
+def recommended_exists() -> bool:
+    """The recommended rootfs is in the store already (nothing to offer)."""
+    try:
+        from isolation.rootfs import RootfsStore  # noqa: PLC0415
+
+        return any(r.name == "ubuntu" for r in RootfsStore().list())
+    except Exception:  # no store yet, or an unreadable one: offer it
+        return False
+
+
+@dataclass(frozen=True)
+class RootfsOffer:
+    """What is offered, what it costs, and how to build it."""
+
+    name: str = "ubuntu"
+    about: str = ("Ubuntu 24.04 with the paper's packages (numpy, scipy, sympy, matplotlib, "
+                  "build tools) and apt, so the model can install what a task needs")
+    size: str = "about 700 MB on disk"
+    time: str = "5 to 15 minutes, most of it downloading"
+    command: str = "lis-tui rootfs build ubuntu --preset paper"
+    build: Callable[[Progress], str] = build_recommended
+    """Builds it, calling progress(line) as it goes; returns the rootfs name to use."""
+    exists: Callable[[], bool] = recommended_exists
+
+
+@dataclass
+class RootfsJob:
+    """One build of the offer: its state, the lines it printed, and how it ended."""
+
+    offer: RootfsOffer = field(default_factory=RootfsOffer)
+    state: str = "offered"
+    """offered (not started, or skipped), building, built, failed."""
+    lines: int = 0
+    last_line: str = ""
+    error: str = ""
+    built: str = ""
+    """The name of the rootfs built."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def wanted(self) -> bool:
+        """Worth offering: not built (now or before) and not building."""
+        if self.state in ("building", "built"):
+            return True
+        return not self.offer.exists()
+
+    def claim(self) -> bool:
+        """Mark the job as building; False when it already is (one build at a time)."""
+        with self._lock:
+            if self.state == "building":
+                return False
+            self.state, self.lines, self.last_line, self.error = "building", 0, "", ""
+            return True
+
+    def run(self, on_line: Callable[[], Any] = lambda: None) -> None:
+        """Build (in a worker thread, after `claim`); `on_line` is called after each line."""
+        def progress(line: str) -> None:
+            self.lines += 1
+            self.last_line = line
+            on_line()
+
+        try:
+            self.built = self.offer.build(progress)
+            self.state = "built"
+        except BaseException as exc:  # noqa: BLE001 (a failed or interrupted build is a state)
+            self.error = f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
+            self.state = "failed"
+            if not isinstance(exc, Exception):
+                raise
