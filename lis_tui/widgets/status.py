@@ -92,10 +92,11 @@ def status_text(s: Status, elapsed: float, doing_for: float = 0.0, width: int = 
     # The model's name comes from its server's list, the rest of a replay from a saved file.
     model, rootfs = safe_terminal_text(s.model or "?"), safe_terminal_text(s.rootfs)
     tokens = f"tok {'~' if s.tokens_estimated else ''}{s.tokens_in:,}↑ {s.tokens_out:,}↓"
+    # Approvals show only when on (F3 is in the footer): the line fits 80 columns.
+    approvals = [" ", (" APPROVE ON ", "bold reverse")] if s.approvals else []
     line = Text.assemble(
         (model, "bold"), f" · {rootfs} · ", (s.sandbox, "bold red" if s.sandbox == "failed" else ""),
-        " ", (f" {badge} ", style), " ",
-        (" APPROVE ON " if s.approvals else " approve off ", "bold reverse" if s.approvals else ""),
+        " ", (f" {badge} ", style), *approvals,
         f" · {step} · {tokens} · {minutes:02d}:{seconds:02d}")
     second = _second_line(s, doing_for)
     if second.plain:
