@@ -64,12 +64,21 @@ class LisApp(App):
         return self.screen_stack[0]  # type: ignore[return-value]
 
     async def action_quit(self) -> None:
-        if not self.main.busy:
+        building = self.rootfs_job.state == "building"
+        if not self.main.busy and not building:
             self.exit()
             return
+        question = ("A task is running. Quit? It is stopped and its trajectory kept."
+                    if self.main.busy else
+                    "The rootfs is still building. Quit? The build stops and keeps nothing "
+                    "half-made; F4 starts it again.")
         if not isinstance(self.screen, ConfirmScreen):
-            self.push_screen(ConfirmScreen("A task is running. Quit? It is stopped and its trajectory kept.",
-                                           "Quit", "Stay"), lambda yes: self.exit() if yes else None)
+            self.push_screen(ConfirmScreen(question, "Quit", "Stay"),
+                             lambda yes: self._stop_and_exit() if yes else None)
+
+    def _stop_and_exit(self) -> None:
+        self.rootfs_job.stop.set()  # the worker's thread ends with the build's process
+        self.exit()
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -4,6 +4,9 @@ worker and shows its state; tests hand it a quick build of their own.
 """
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -11,14 +14,35 @@ from typing import Any, Callable
 Progress = Callable[[str], None]
 
 
-def build_recommended(progress: Progress) -> str:
-    """`lis-tui rootfs build ubuntu --preset paper`, made the default; returns its name."""
+def build_recommended(progress: Progress, stop: threading.Event) -> str:
+    """`lis-tui rootfs build ubuntu --preset paper` in a process of its own, made the default;
+    returns its name. Setting `stop` interrupts it (SIGINT: the build keeps nothing half-made)."""
     from isolation.rootfs import RootfsStore  # noqa: PLC0415
 
-    store = RootfsStore()
-    built = store.build("ubuntu", preset="paper", progress=progress)
-    store.set_default(built.name)
-    return built.name
+    argv = [sys.executable, "-m", "lis_tui.cli", "rootfs", "build", "ubuntu", "--preset", "paper"]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, errors="replace",
+                            start_new_session=True)  # the app's own signals are not the build's
+    threading.Thread(target=_interrupt_when, args=(stop, proc), daemon=True).start()
+    last, error = "", ""
+    for line in proc.stderr:
+        if line.strip():
+            last = line.strip()
+            # The CLI's own error (with the fix) comes first; mmdebstrap's log tail follows it.
+            if last.startswith("lis-tui rootfs:") and not error:
+                error = last.removeprefix("lis-tui rootfs:").strip().removeprefix("error:").strip()
+            progress(last)
+    if proc.wait() != 0:
+        raise RuntimeError(error or last or f"the build ended with exit code {proc.returncode}")
+    RootfsStore().set_default("ubuntu")
+    return "ubuntu"
+
+
+def _interrupt_when(stop: threading.Event, proc: subprocess.Popen) -> None:
+    while proc.poll() is None:
+        if stop.wait(0.5):
+            proc.send_signal(signal.SIGINT)
+            return
 
 
 def recommended_exists() -> bool:
@@ -41,8 +65,9 @@ class RootfsOffer:
     size: str = "about 700 MB on disk"
     time: str = "5 to 15 minutes, most of it downloading"
     command: str = "lis-tui rootfs build ubuntu --preset paper"
-    build: Callable[[Progress], str] = build_recommended
-    """Builds it, calling progress(line) as it goes; returns the rootfs name to use."""
+    build: Callable[[Progress, threading.Event], str] = build_recommended
+    """Builds it, calling progress(line) as it goes and stopping soon once the event is set;
+    returns the rootfs name to use."""
     exists: Callable[[], bool] = recommended_exists
 
 
@@ -58,6 +83,8 @@ class RootfsJob:
     error: str = ""
     built: str = ""
     """The name of the rootfs built."""
+    stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    """Set to interrupt the build (quitting the app does)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def wanted(self) -> bool:
@@ -72,6 +99,7 @@ class RootfsJob:
             if self.state == "building":
                 return False
             self.state, self.lines, self.last_line, self.error = "building", 0, "", ""
+            self.stop.clear()
             return True
 
     def run(self, on_line: Callable[[], Any] = lambda: None) -> None:
@@ -82,7 +110,7 @@ class RootfsJob:
             on_line()
 
         try:
-            self.built = self.offer.build(progress)
+            self.built = self.offer.build(progress, self.stop)
             self.state = "built"
         except BaseException as exc:  # noqa: BLE001 (a failed or interrupted build is a state)
             self.error = f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)

@@ -9,6 +9,7 @@ import re
 import socket
 import tarfile
 import threading
+import time
 
 import pytest
 
@@ -111,9 +112,12 @@ def quick_offer(tmp_path, gate: threading.Event, fail: bool = False) -> RootfsOf
     store = RootfsStore(tmp_path / "store")
     tiny_tarball(tmp_path / "tiny.tar")
 
-    def build(progress) -> str:
+    def build(progress, stop) -> str:
         progress("Get:1 http://archive.example/ubuntu noble InRelease [256 kB]")
-        gate.wait(30)
+        deadline = time.monotonic() + 30
+        while not gate.wait(0.05):
+            if stop.is_set() or time.monotonic() > deadline:
+                raise KeyboardInterrupt("stopped")
         if fail:
             raise RootfsError("the mirror could not be reached. Fix: check the network")
         store.import_tar("tiny", tmp_path / "tiny.tar", progress=progress)
@@ -161,6 +165,30 @@ def test_the_rootfs_offer_can_be_skipped_then_built_from_f4_with_progress(tmp_pa
     assert spec_rootfs == "tiny" and "tiny" in welcome
     assert not panel
     assert (tmp_path / "store" / "tiny" / "root" / "etc" / "os-release").read_text() == "NAME=tiny\n"
+
+
+def test_quitting_while_the_rootfs_builds_asks_first_then_stops_the_build(tmp_path):
+    gate = threading.Event()
+
+    async def scenario():
+        with FakeOpenAI() as server:
+            app = live_app(server, tmp_path, rootfs_offer=quick_offer(tmp_path, gate))
+            async with app.run_test(size=(100, 30)) as pilot:
+                await pilot.press("f4")
+                await wait_for(pilot, lambda: app.screen.query("#rootfs"))
+                await pilot.press("ctrl+b")
+                await wait_for(pilot, lambda: app.rootfs_job.state == "building")
+                await pilot.press("ctrl+q")
+                await wait_for(pilot, lambda: type(app.screen).__name__ == "ConfirmScreen")
+                question = texts(app, "Label")
+                await pilot.press("y")
+                await wait_for(pilot, lambda: app.rootfs_job.state != "building", timeout=10)
+                return question, app.rootfs_job.state
+
+    question, state = run(scenario())
+    assert any("rootfs is still building" in q for q in question), question
+    assert state == "failed"  # stopped: nothing was kept
+    assert not (tmp_path / "store" / "tiny").exists()
 
 
 def test_a_failed_rootfs_build_says_why_and_can_be_tried_again(tmp_path):
