@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from fakes.hostile import HOSTILE, SHOWN, raw_in
 from fakes.openai_server import FakeOpenAI, call, reply, submit
 from isolation import SandboxSpec
 from isolation.rootfs import RootfsError, RootfsStore
@@ -95,6 +96,25 @@ def test_setup_says_when_no_server_was_found(tmp_path):
     text, listed, offered = run(scenario())
     assert "(Ollama " in text and "enter one below" in text
     assert not listed and not offered  # the rootfs exists already: nothing to offer
+
+
+def test_a_found_server_s_model_names_are_shown_as_text(tmp_path):
+    # A server on this machine is not trusted any more than the model: its list is shown safe.
+    async def scenario():
+        with FakeOpenAI(models=[f"evil {HOSTILE}"]) as server:
+            config = load_config(env={}, paths=[])
+            app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out",
+                             server_ports=(("vLLM", server.port),),
+                             rootfs_offer=RootfsOffer(exists=lambda: True))
+            async with app.run_test(size=(100, 30)) as pilot:
+                await wait_for(pilot, lambda: type(app.screen).__name__ == "SetupScreen"
+                               and app.screen.query_one("#found").option_count == 1)
+                option = app.screen.query_one("#found").get_option_at_index(0)
+                await pilot.pause(0.1)
+                return option.prompt.plain, app.is_running
+
+    shown, running = run(scenario())
+    assert not raw_in(shown) and all(piece in shown for piece in SHOWN) and running
 
 
 def tiny_tarball(path) -> None:
