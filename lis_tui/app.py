@@ -22,7 +22,6 @@ from lis_tui.discover import KNOWN_PORTS
 from lis_tui.rootfs_offer import RootfsJob, RootfsOffer
 from lis_tui.widgets.messages import NetworkQuestion, RootfsProgress
 from lis_tui.widgets.plain import notify_plain
-from lis_tui.widgets.rootfs_panel import RootfsPanel
 from lis_tui.widgets.status import Status, StatusBar
 
 log = logging.getLogger(__name__)
@@ -108,8 +107,8 @@ class LisApp(App):
 
     def on_rootfs_progress(self, message: RootfsProgress) -> None:
         for screen in self.screen_stack:
-            for panel in screen.query(RootfsPanel):
-                panel.redraw()
+            for shown in screen.query("RootfsPanel, Welcome"):
+                shown.redraw()
         job = self.rootfs_job
         if message.done and job.state == "built":
             self.main.use_rootfs(job.built)

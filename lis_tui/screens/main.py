@@ -83,7 +83,8 @@ class MainScreen(Screen):
         prompt.set_mode("task")
         prompt.focus()
         if not self.first_task:
-            self.query_one(Transcript).mount(Welcome(self.conversation, str(runs_dir())))
+            self.query_one(Transcript).mount(Welcome(self.conversation, str(runs_dir()),
+                                                     self.app.rootfs_job))
         if self.setup_first:  # the task, if one was given, starts once the model is known
             self.action_setup(then=self.first_task)
         elif self.first_task:

@@ -23,18 +23,19 @@ KEYS = ("Enter start · Esc interrupt · F2 network · F3 approvals · F4 model 
 class Welcome(Static):
     """The empty state; `refresh_from(...)` redraws it after F2 or F4 changed something."""
 
-    def __init__(self, conversation: Any, runs_dir: str, **kwargs: Any) -> None:
+    def __init__(self, conversation: Any, runs_dir: str, rootfs_job: Any = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.conversation, self.runs_dir = conversation, runs_dir
+        self.conversation, self.runs_dir, self.rootfs_job = conversation, runs_dir, rootfs_job
 
     def on_mount(self) -> None:
         self.redraw()
 
     def redraw(self) -> None:
-        self.update(welcome_text(self.conversation, self.runs_dir))
+        self.update(welcome_text(self.conversation, self.runs_dir, self.rootfs_job))
 
 
-def welcome_text(conversation: Any, runs_dir: str) -> Group:
+def welcome_text(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> Group:
     """The welcome: a line to start with, examples, the set-up, the keys."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
@@ -42,7 +43,7 @@ def welcome_text(conversation: Any, runs_dir: str) -> Group:
     for i, example in enumerate(EXAMPLES):
         grid.add_row("For example" if i == 0 else "", Text(example, style="italic"))
     grid.add_row("", "")
-    for name, value in setup_rows(conversation, runs_dir):
+    for name, value in setup_rows(conversation, runs_dir, rootfs_job):
         grid.add_row(name, value)
     grid.add_row("", "")
     grid.add_row("Keys", KEYS)
@@ -53,7 +54,7 @@ def welcome_text(conversation: Any, runs_dir: str) -> Group:
     return Group(intro, grid)
 
 
-def setup_rows(conversation: Any, runs_dir: str) -> list[tuple[str, Text]]:
+def setup_rows(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> list[tuple[str, Text]]:
     """Model, rootfs, network and runs, each with the key that changes it."""
     config, spec = conversation.config, conversation.spec
     model = safe_terminal_text(conversation.model_name or "the server's first model")
@@ -63,10 +64,13 @@ def setup_rows(conversation: Any, runs_dir: str) -> list[tuple[str, Text]]:
         rows.append(("Sandbox", Text("none: mode llm, the model only answers in words")))
         return rows
     rootfs = safe_terminal_text(str(spec.rootfs or "host"))
+    state = getattr(rootfs_job, "state", "offered")
     if rootfs == "host":
+        hint = {"building": "   building the recommended rootfs (F4 shows how far)",
+                "failed": "   the rootfs build failed (F4 says why)"}.get(
+                    state, "   F4 builds the recommended Ubuntu rootfs")
         about = Text.assemble(("host", "bold"), " (this machine's system, read-only; pip install "
-                              "works, apt does not)", ("   F4 builds the recommended Ubuntu rootfs",
-                                                       "dim"))
+                              "works, apt does not)", (hint, "dim"))
     else:
         about = Text(rootfs, style="bold")
     net = conversation.network
