@@ -12,14 +12,14 @@ from textual.binding import Binding
 
 from lis_tui.config import Config
 from lis_tui.conversation import Conversation, runs_dir
+from lis_tui.discover import KNOWN_PORTS
 from lis_tui.replay import replay_events
+from lis_tui.rootfs_offer import RootfsJob, RootfsOffer
 from lis_tui.screens.approve_network import NetworkApprovalScreen
 from lis_tui.screens.confirm import ConfirmScreen
 from lis_tui.screens.help import HelpScreen
 from lis_tui.screens.main import MainScreen
 from lis_tui.screens.setup import needs_setup
-from lis_tui.discover import KNOWN_PORTS
-from lis_tui.rootfs_offer import RootfsJob, RootfsOffer
 from lis_tui.widgets.messages import NetworkQuestion, RootfsProgress
 from lis_tui.widgets.plain import notify_plain
 from lis_tui.widgets.status import Status, StatusBar

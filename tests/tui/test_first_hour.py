@@ -72,9 +72,9 @@ def test_setup_offers_the_servers_found_and_one_enter_saves_and_uses_it(tmp_path
                 await pilot.press("down", "enter")  # the second model of the one server found
                 await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
                 status = app.main.query_one(StatusBar).status
-                return found, server.chat_requests[0].body["model"], status.model, app.screen.query("#rootfs")
+                return found, server.chat_requests[0].body["model"], status.model
 
-    found, model, shown, panel = run(scenario())
+    found, model, shown = run(scenario())
     assert "Found on this machine" in found
     assert model == "gemma3-1b" and shown == "gemma3-1b"
     saved = (tmp_path / "xdg" / "lis-tui" / "config.toml").read_text()
@@ -174,17 +174,18 @@ def test_the_rootfs_offer_can_be_skipped_then_built_from_f4_with_progress(tmp_pa
                 await wait_for(pilot, lambda: app.main.query_one(StatusBar).status.rootfs == "tiny")
                 welcome = texts(app, Welcome)[0]
                 spec_rootfs = app.conversation.spec.rootfs
-                await pilot.press("f4")  # built: no offer any more
+                await pilot.press("f4")  # built: said, with no button to build it again
                 await wait_for(pilot, lambda: type(app.screen).__name__ == "SetupScreen")
-                await pilot.pause(0.1)
-                return offer, skipped, building, welcome, spec_rootfs, app.screen.query("#rootfs")
+                await wait_for(pilot, lambda: app.screen.query("#rootfs"))
+                built = texts(app, "#rootfs-text")[0], app.screen.query_one("#build").display
+                return offer, skipped, building, welcome, spec_rootfs, built
 
-    offer, skipped, building, welcome, spec_rootfs, panel = run(scenario())
+    offer, skipped, building, welcome, spec_rootfs, built = run(scenario())
     assert "about 1 kB, a moment" in offer and "lis-tui rootfs build ubuntu --preset paper" in offer
     assert skipped == "offered"
     assert "building" in building and "Get:1 http://archive.example/ubuntu" in building
     assert spec_rootfs == "tiny" and "tiny" in welcome
-    assert not panel
+    assert "✔ built tiny" in built[0] and not built[1]
     assert (tmp_path / "store" / "tiny" / "root" / "etc" / "os-release").read_text() == "NAME=tiny\n"
 
 
@@ -309,7 +310,7 @@ def test_the_status_line_shows_the_running_step_and_interrupting_goes_when_it_st
                 await pilot.pause(0.1)
                 toasts = [n.message for n in app._notifications]
                 return (before, line, busy_footer, interrupting, status.status, toasts,
-                        texts(app, NoticeBlock), app.screen.query(Welcome))
+                        texts(app, NoticeBlock), len(app.screen.query(Welcome)))
 
     before, line, fits, interrupting, status, toasts, notices, welcome = run(scenario())
     assert before == "(server default)" and status.model == "fake-model"
