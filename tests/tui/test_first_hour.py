@@ -271,10 +271,14 @@ def test_help_fits_scrolls_says_esc_closes_it_and_where_the_run_goes(tmp_path, s
                 shown = (texts(app, ".title")[0], texts(app, "#help-keys")[0],
                          hint.region.bottom <= app.size.height and hint.region.height == 1,
                          box.region.bottom <= app.size.height)
+                await pilot.press("down", "down", "down")  # the keys scroll; title and hint stay
+                await pilot.pause(0.1)
+                scrolled = box.scroll_y > 0 and hint.region.bottom <= app.size.height
                 await pilot.press("escape")
-                return shown, type(app.screen).__name__
+                return shown, scrolled, type(app.screen).__name__
 
-    (title, keys, hint_in_view, fits), after = run(scenario())
+    (title, keys, hint_in_view, fits), scrolled, after = run(scenario())
+    assert scrolled
     assert "Esc closes this help" in title and hint_in_view and fits
     assert "Runs go to" in keys and "Log" not in keys
     assert after == "MainScreen"

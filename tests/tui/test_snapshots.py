@@ -177,3 +177,16 @@ def test_setup_at_100x30(snap_compare, monkeypatch):
     app = create_app(config, SandboxSpec(rootfs="host"), server_ports=(("vLLM", 9),),
                      rootfs_offer=RootfsOffer(exists=lambda: False))
     assert snap_compare(app, terminal_size=BIG, run_before=searched)
+
+
+def test_welcome_at_80x24(snap_compare, monkeypatch):
+    assert snap_compare(_live(monkeypatch), terminal_size=SIZE, run_before=_welcomed)
+
+
+def test_help_at_80x24(snap_compare):
+    async def help_(pilot):
+        await _replayed(pilot)
+        await pilot.press("f1")
+        await _settled(pilot)
+
+    assert snap_compare(create_app(replay=mid_run()), terminal_size=SIZE, run_before=help_)
