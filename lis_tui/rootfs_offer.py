@@ -88,7 +88,7 @@ class RootfsJob:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def wanted(self) -> bool:
-        """Worth offering: not built (now or before) and not building."""
+        """Worth showing: building or built in this session (to say so), else not in the store."""
         if self.state in ("building", "built"):
             return True
         return not self.offer.exists()
@@ -112,8 +112,6 @@ class RootfsJob:
         try:
             self.built = self.offer.build(progress, self.stop)
             self.state = "built"
-        except BaseException as exc:  # noqa: BLE001 (a failed or interrupted build is a state)
-            self.error = f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
+        except Exception as exc:  # a failed or interrupted build is a state the screen shows
+            self.error = str(exc) or type(exc).__name__
             self.state = "failed"
-            if not isinstance(exc, Exception):
-                raise

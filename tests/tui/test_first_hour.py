@@ -137,7 +137,7 @@ def quick_offer(tmp_path, gate: threading.Event, fail: bool = False) -> RootfsOf
         deadline = time.monotonic() + 30
         while not gate.wait(0.05):
             if stop.is_set() or time.monotonic() > deadline:
-                raise KeyboardInterrupt("stopped")
+                raise RootfsError("interrupted; nothing half-made was kept")
         if fail:
             raise RootfsError("the mirror could not be reached. Fix: check the network")
         store.import_tar("tiny", tmp_path / "tiny.tar", progress=progress)
