@@ -49,6 +49,7 @@ class SetupScreen(ModalScreen[ModelConfig]):
         self.ports = ports
         """Where to look for model servers: (kind, loopback port) pairs."""
         self.found: dict[str, tuple[FoundServer, str]] = {}
+        """Each offered choice by its option id: the server and one of its models."""
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="setup"):
@@ -93,7 +94,7 @@ class SetupScreen(ModalScreen[ModelConfig]):
         options = []
         for server in servers:
             for model in server.models or ("",):
-                key = f"{server.base_url} {model}"
+                key = str(len(options))  # by position: a server may list a name twice
                 self.found[key] = (server, model)
                 options.append(Option(plain(f"{server.kind} · {model or '(its default model)'}"
                                             f"   {server.base_url}"), id=key))

@@ -59,7 +59,7 @@ def test_setup_offers_the_servers_found_and_one_enter_saves_and_uses_it(tmp_path
               submit()]
 
     async def scenario():
-        with FakeOpenAI(script, models=["qwen3-4b", "gemma3-1b"]) as server:
+        with FakeOpenAI(script, models=["qwen3-4b", "gemma3-1b", "gemma3-1b"]) as server:
             ports = (("vLLM", closed_port()), ("llama.cpp server", server.port))
             config = load_config(env={}, paths=[])  # nothing says where the model is
             app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out",
@@ -67,7 +67,7 @@ def test_setup_offers_the_servers_found_and_one_enter_saves_and_uses_it(tmp_path
                              rootfs_offer=RootfsOffer(exists=lambda: True))
             async with app.run_test(size=(100, 30)) as pilot:
                 await wait_for(pilot, lambda: type(app.screen).__name__ == "SetupScreen"
-                               and app.screen.query_one("#found").option_count == 2)
+                               and app.screen.query_one("#found").option_count == 3)
                 found = texts(app, "#found-text")[0]
                 await pilot.press("down", "enter")  # the second model of the one server found
                 await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
