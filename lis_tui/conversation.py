@@ -77,6 +77,12 @@ class Conversation:
         return self._sandbox if self._sandbox is not None and self._sandbox.running else None
 
     @property
+    def model_name(self) -> str:
+        """The model's name: as configured, else the one the server chose once it was asked."""
+        client = self._client
+        return (client.model_name if client is not None else "") or self.config.model.model or ""
+
+    @property
     def session_id(self) -> str:
         return self.out.name if self.out else "-"
 

@@ -33,3 +33,10 @@ class RunCrashed(Message):
     """The run's worker failed outside the agent (a bug or a bad setting): say it, don't crash."""
 
     text: str
+
+
+@dataclass
+class RootfsProgress(Message):
+    """The rootfs build printed a line, or ended (the job holds its state): redraw what shows it."""
+
+    done: bool = False

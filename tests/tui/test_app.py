@@ -393,7 +393,7 @@ def test_first_run_setup_tests_the_server_saves_and_the_task_starts(tmp_path, mo
         with FakeOpenAI(script, models=["qwen3", "llama"]) as server:
             config = load_config(env={}, paths=[])  # nothing says where the model is
             app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out",
-                             task="What is 2+2?")
+                             task="What is 2+2?", server_ports=())
             async with app.run_test(size=(80, 24)) as pilot:
                 await wait_for(pilot, lambda: type(app.screen).__name__ == "SetupScreen"
                                and app.focused is not None)
@@ -415,7 +415,8 @@ def test_first_run_setup_tests_the_server_saves_and_the_task_starts(tmp_path, mo
 def test_setup_says_what_is_wrong_when_the_server_is_down(tmp_path):
     async def scenario():
         config = load_config(env={}, paths=[])
-        app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out")
+        app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out",
+                         server_ports=())  # no servers of this machine's in the way
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: type(app.screen).__name__ == "SetupScreen"
                            and app.focused is not None)
@@ -435,7 +436,8 @@ def test_setup_says_what_is_wrong_when_the_server_is_down(tmp_path):
 def test_setup_shell_without_a_real_terminal_says_where_to_get_one(tmp_path):
     async def scenario():  # Pilot's headless driver cannot step aside; tmux tests the real one
         config = load_config(env={}, paths=[])
-        app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out")
+        app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out",
+                         server_ports=())  # no servers of this machine's in the way
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: type(app.screen).__name__ == "SetupScreen"
                            and app.focused is not None)
