@@ -11,10 +11,11 @@ from textual.app import App
 from textual.binding import Binding
 
 from lis_tui.config import Config
-from lis_tui.conversation import Conversation, runs_dir
+from lis_tui.conversation import Conversation
 from lis_tui.discover import KNOWN_PORTS
 from lis_tui.replay import replay_events
 from lis_tui.rootfs_offer import RootfsJob, RootfsOffer
+from lis_tui.runs import app_runs_dir
 from lis_tui.screens.approve_network import NetworkApprovalScreen
 from lis_tui.screens.confirm import ConfirmScreen
 from lis_tui.screens.help import HelpScreen
@@ -88,7 +89,7 @@ class LisApp(App):
         found: list[tuple[str, str]] = []
         if self.conversation is not None:
             out = self.conversation.out
-            found.append(("This run", str(out)) if out else ("Runs go to", str(runs_dir())))
+            found.append(("This run", str(out)) if out else ("Runs go to", str(app_runs_dir())))
         if self.log_path is not None:
             found.append(("Log", str(self.log_path)))
         return found

@@ -15,7 +15,7 @@ from textual.widgets import Footer
 
 from lis_tui import events as ev
 from lis_tui.commands.live import running_text
-from lis_tui.conversation import runs_dir
+from lis_tui.runs import app_runs_dir
 from lis_tui.screens.approve_command import CommandApprovalScreen
 from lis_tui.screens.files import FilesScreen
 from lis_tui.screens.review import ReviewScreen
@@ -83,7 +83,7 @@ class MainScreen(Screen):
         prompt.set_mode("task")
         prompt.focus()
         if not self.first_task:
-            self.query_one(Transcript).mount(Welcome(self.conversation, str(runs_dir()),
+            self.query_one(Transcript).mount(Welcome(self.conversation, str(app_runs_dir()),
                                                      self.app.rootfs_job))
         if self.setup_first:  # the task, if one was given, starts once the model is known
             self.action_setup(then=self.first_task)
