@@ -1,9 +1,11 @@
 """Turn a SandboxSpec into the mounts, shell and environment of one sandbox."""
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,7 +85,9 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dic
     mounts += [Special("proc", "/proc"), Bind("/dev/null", "/proc/keys"), Bind("/dev/null", "/proc/key-users"),
                Special("dev", "/dev"), Special("tmpfs", "/tmp", tmp), Special("tmpfs", "/run", tmp and min(tmp, 64 << 20))]
     if root_dir is None:  # after /run's tmpfs, which holds its mount point
-        mounts.append(Bind(str(_apt_shims(scratch)), SHIMS))
+        from .records import state_dir  # noqa: PLC0415 (records imports the rootfs store)
+
+        mounts.append(Bind(str(_apt_shims(state_dir() / "shims")), SHIMS))
     if trust is not None:
         mounts.append(Bind(str(trust), TRUST_BUNDLE))
         mounts += [Bind(str(trust), f"/{rel}") for rel in SYSTEM_BUNDLES if _plain_file(check, rel)]
@@ -108,21 +112,39 @@ def _plain_file(root: Path, rel: str) -> bool:
     return stat.S_ISREG(mode)
 
 
-def _apt_shims(scratch: Path) -> Path:
+def _apt_shims(parent: Path) -> Path:
     """apt-get, apt and friends for the host rootfs: one line naming the fix, apt's exit code 100.
     (The real ones fail on the read-only host /var with errors a model cannot act on.) And uv,
-    where the host has one: see uv_shim."""
-    shims = scratch / "shims"
-    shims.mkdir(exist_ok=True)
+    where the host has one: see uv_shim.
+
+    Written once, into `parent/<hash of the scripts>`, and shared by every sandbox, which mounts
+    it read-only: a start writes no files for them and a close removes none."""
     scripts = {name: f"#!/bin/sh\necho {shlex.quote(APT_FIX.format(name=name))} >&2\nexit 100\n"
                for name in ("apt-get", "apt", "apt-cache")}
     real_uv = next((path for path in HOST_UV if os.access(path, os.X_OK)), None)
     if real_uv:
         scripts["uv"] = uv_shim(real_uv)
+    shims = parent / hashlib.sha256(repr(sorted(scripts.items())).encode()).hexdigest()[:16]
+    try:
+        if stat.S_ISDIR(os.lstat(shims).st_mode):
+            return shims
+    except FileNotFoundError:
+        pass
+    parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # Made whole under a temporary name, then renamed: another process never sees it half-written.
+    making = Path(tempfile.mkdtemp(prefix=".new-", dir=parent))
     for name, script in scripts.items():
-        path = shims / name
-        path.write_text(script)
-        path.chmod(0o755)
+        (making / name).write_text(script)
+        (making / name).chmod(0o755)
+    making.chmod(0o755)
+    try:
+        os.rename(making, shims)
+    except OSError:  # another process made it first
+        for name in scripts:
+            (making / name).unlink()
+        making.rmdir()
+        if not stat.S_ISDIR(os.lstat(shims).st_mode):
+            raise SandboxError(f"{shims} is not a directory; remove it and start again") from None
     return shims
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import json
 import os
 import resource
@@ -157,7 +158,7 @@ class Sandbox:
         info_r, info_w = os.pipe()
         self._err_fd, err_w = os.pipe()  # bwrap's stderr: a pipe, so no host file is open inside
         filter_fd = os.memfd_create("lis-seccomp", os.MFD_CLOEXEC)
-        os.write(filter_fd, seccomp.program(nested_userns=self.spec.nested_userns))
+        os.write(filter_fd, _filter_program(self.spec.nested_userns))
         os.lseek(filter_fd, 0, os.SEEK_SET)
         argv = bwrap.sandbox_argv(info.path, self._root.mounts, hostname=self.spec.hostname,
                                   info_fd=info_w, seccomp_fd=filter_fd,
@@ -464,10 +465,19 @@ def _popen_from_lasting_thread(argv: list[str], **kwargs) -> subprocess.Popen:
     forked bwrap ends, not the process: a sandbox started on a short-lived thread (an HTTP
     handler, a Textual or anyio worker, a trainer's pool) would be killed when that thread ends."""
     global _launcher
+    if threading.current_thread() is threading.main_thread():
+        # The main thread ends only with the process (the interpreter exits from it), so it needs no hop.
+        return subprocess.Popen(argv, **kwargs)
     with _launcher_lock:
         if _launcher is None:  # its threads wait for work until the interpreter exits
             _launcher = ThreadPoolExecutor(2, thread_name_prefix="lis-bwrap-launch")
     return _launcher.submit(subprocess.Popen, argv, **kwargs).result()
+
+
+@functools.lru_cache(maxsize=2)
+def _filter_program(nested_userns: bool) -> bytes:
+    """The seccomp program, built once per process (it depends on nothing but this flag)."""
+    return seccomp.program(nested_userns=nested_userns)
 
 
 def _rlimits(limits: Limits) -> list[tuple[int, int]]:
