@@ -172,19 +172,21 @@ class Sandbox:
                 os.close(fd)
         self._record.set_pgid(self._proc.pid)
         try:
+            # bwrap names its child as soon as it has cloned it, before it builds the mounts: the
+            # zygote joins the namespaces meanwhile, and is confined once pid 1 runs (set_root).
+            self._zygote = spawn.Zygote(None, None, _rlimits(self.spec.limits), self.spec.nested_userns)
+            self.pid, self._pidfd = _early_child(info_r, self._proc.pid)
+            if self._pidfd is not None:
+                self._zygote.join_early(self._pidfd)
             ok = ready([ready_r], START_TIMEOUT) and os.read(ready_r, 1) == b"x"
             if not ok:
                 self._proc.kill()
                 self._proc.wait()
                 raise SandboxError(_explain_start_failure(_read_some(self._err_fd), info))
-            self.pid = _child_pid(info_r)
-            # A pidfd names this process and no later one that reuses its pid, and tells when it is gone.
-            self._pidfd = os.pidfd_open(self.pid)
+            if self._pidfd is None:
+                raise SandboxError(f"bwrap reported no child pid, or its child was gone at once ({self.pid})")
             self._root_fd = os.open(f"/proc/{self.pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            # Forked by the first command: a sandbox waiting on a model for longer than a zygote
-            # idles would pay for one it never uses.
-            self._zygote = spawn.Zygote(self._pidfd, self._root_fd, _rlimits(self.spec.limits),
-                                        self.spec.nested_userns)
+            self._zygote.set_root(self._pidfd, self._root_fd)
         finally:
             os.close(ready_r)
             os.close(info_r)
@@ -500,16 +502,33 @@ def _read_some(fd: int, limit: int = 1 << 16) -> str:
         return ""
 
 
-def _child_pid(info_r: int) -> int:
+def _early_child(info_r: int, bwrap_pid: int) -> tuple[int | None, int | None]:
+    """(pid, pidfd) of bwrap's child, which bwrap names on `info_r` right after cloning it, or
+    (None, None) when bwrap failed first (the readiness pipe then tells why).
+
+    A pidfd names this process and no later one that reuses its pid, and tells when it is gone.
+    Opened before pid 1 runs, it is checked to name bwrap's child: that child could have died
+    and its pid been reused in between, and bwrap (our child, not reaped) forks no other."""
     data = b""
-    while chunk := os.read(info_r, 4096):
+    while ready([info_r], START_TIMEOUT) and (chunk := os.read(info_r, 4096)):
         data += chunk
         if b"}" in data:
             break
     try:
-        return int(json.loads(data[: data.index(b"}") + 1])["child-pid"])
-    except (ValueError, KeyError) as exc:
-        raise SandboxError(f"bwrap reported no child pid (got {data!r})") from exc
+        pid = int(json.loads(data[: data.index(b"}") + 1])["child-pid"])
+        pidfd = os.pidfd_open(pid)
+    except (ValueError, KeyError, OSError):
+        return None, None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+        signal.pidfd_send_signal(pidfd, 0)  # alive now, so the stat read was its own
+    except (OSError, ValueError, IndexError):
+        parent = None
+    if parent != bwrap_pid:
+        os.close(pidfd)
+        return pid, None
+    return pid, pidfd
 
 
 def _explain_start_failure(log: str, info: bwrap.BwrapInfo) -> str:

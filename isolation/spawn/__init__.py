@@ -93,6 +93,15 @@ def _ask(send, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, lis
             raise _Gone(0, "the sandbox's spawner is gone") from None
         finally:
             theirs.close()
+    except BaseException:
+        ours.close()
+        raise
+    return _answer(ours)
+
+
+def _answer(ours: socket.socket) -> tuple[socket.socket, bytes, list[int]]:
+    """The first answer on `ours`, a reply socket (closed if that answer is an error)."""
+    try:
         ours.settimeout(REPLY_TIMEOUT)
         try:
             message, got, _, _ = socket.recv_fds(ours, 4096, 1)
@@ -119,19 +128,55 @@ class Zygote:
     commands are before it runs anything (helper.py). That process exits when idle; the next
     request forks a new one. Close this when the sandbox closes."""
 
-    def __init__(self, ns_pidfd: int, root_fd: int, rlimits: list[tuple[int, int]] = (),
+    def __init__(self, ns_pidfd: int | None, root_fd: int | None, rlimits: list[tuple[int, int]] = (),
                  nested_userns: bool = False) -> None:
         """`ns_pidfd`: a pidfd of a process in the sandbox (its pid 1); `root_fd`: the sandbox's /.
-        Both stay the caller's, open for as long as this is used."""
+        Both stay the caller's, open for as long as this is used. (None, None): a sandbox still
+        starting, given later by set_root."""
         self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns}
         self._fds = [ns_pidfd, root_fd]
         self._channel: socket.socket | None = None
+        self._joining = False  # _channel's zygote was asked for by join_early; its answer is unread
         self._lock = threading.Lock()
         self.pid: int | None = None
         """The live zygote's pid, if there is one (it is not in the sandbox's pid namespace)."""
 
+    def join_early(self, ns_pidfd: int) -> None:
+        """Have a zygote join the namespaces of `ns_pidfd` now, while bwrap still builds the
+        sandbox (it then waits, capable but running only our code, for set_root), so that the
+        helper's and the zygote's work overlaps bwrap's instead of following it."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            _helper_send(self._fork, [theirs.fileno(), ns_pidfd])  # no root: it waits for set_root
+        except OSError:
+            ours.close()
+            return  # the first command asks again, the usual way, and says what is wrong
+        finally:
+            theirs.close()
+        with self._lock:
+            self._channel, self._joining = ours, True
+
+    def set_root(self, ns_pidfd: int, root_fd: int) -> None:
+        """The sandbox's pid 1 (now running) and its /, for every zygote from now on; an early one
+        chroots there and confines itself."""
+        with self._lock:
+            self._fds = [ns_pidfd, root_fd]
+            if self._joining:
+                try:
+                    socket.send_fds(self._channel, [b"R"], [root_fd])
+                except OSError:
+                    pass  # it is gone: its answer (or none) says so, and the usual way takes over
+
     def _channel_now(self) -> socket.socket:
         with self._lock:
+            if self._joining:
+                self._joining = False
+                try:
+                    _, message, _ = _answer(self._channel)
+                    self.pid = int(message.split()[1])
+                except OSError:  # whatever went wrong, the usual way tries again and tells
+                    self._channel.close()
+                    self._channel = None
             if self._channel is None:
                 self._channel, message, _ = _ask(_helper_send, self._fork, self._fds)
                 self.pid = int(message.split()[1])

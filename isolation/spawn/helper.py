@@ -226,6 +226,11 @@ def _take_handoff(state: _State, fd: int, poller) -> None:
 def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: socket.socket) -> None:
     try:
         _join(fds[0])
+        if len(fds) == 1:  # joined while bwrap still builds the sandbox: its root comes once pid 1 runs
+            payload, root = _recv(channel, 1)
+            if not payload or not root:  # the start failed, or our owner is gone
+                os._exit(0)
+            fds.append(root[0])
         os.fchdir(fds[1])
         os.chroot(".")
         for fd in fds:
