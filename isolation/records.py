@@ -5,14 +5,22 @@ holding the bwrap process group. A lock that can be taken belongs to a dead owne
 is killed, and so is every process that carries the record's marker (`lis-sandbox-<id>`) in its
 argv, as bwrap and pid 1 do from their start: an owner killed before it wrote the group down left
 them unrecorded. Then the scratch goes.
+
+A closed sandbox's scratch is renamed to `.<id>.gone` at once and removed by a reaper thread, off
+the caller's path (rmdir on a busy ext4 waits for its journal); the record stays locked until that
+is done, so an owner that dies meanwhile leaves a record the sweep takes, `.gone` included. At
+interpreter exit the reaper is waited for.
 """
 from __future__ import annotations
 
+import atexit
 import fcntl
 import logging
 import os
+import queue
 import secrets
 import signal
+import threading
 from pathlib import Path
 
 from .rootfs.safe import remove_tree
@@ -67,10 +75,56 @@ class Record:
         os.pwrite(self._fd, f"{pgid}\n".encode(), 0)
 
     def release(self) -> None:
-        """Remove the scratch and the record; the sandbox is already dead."""
-        _remove_scratch(self.dir)
-        self.lock_path.unlink(missing_ok=True)
-        os.close(self._fd)
+        """Remove the scratch and the record; the sandbox is already dead. The scratch leaves its
+        name now and the disk soon after (see wait_released)."""
+        os.pwrite(self._fd, b" " * 16, 0)  # no group to kill any more, should its number be reused
+        gone = self.root / f".{self.id}.gone"
+        try:
+            os.rename(self.dir, gone)
+        except FileNotFoundError:
+            gone = None
+        except OSError:  # cannot happen in a scratch of ours; remove it here, as it always was
+            _remove_scratch(self.dir)
+            gone = None
+        _reaper().put((gone, self.lock_path, self._fd))
+
+def _reap(jobs: queue.Queue) -> None:
+    while True:
+        gone, lock_path, fd = jobs.get()
+        try:
+            if gone is not None:
+                _remove_scratch(gone)
+            lock_path.unlink(missing_ok=True)
+        except Exception as exc:  # noqa: BLE001 (the record stays: the next sweep tries again)
+            log.warning("could not remove the scratch %s: %s", gone, exc)
+        finally:
+            try:
+                os.close(fd)  # unlocks the record
+            finally:
+                jobs.task_done()
+
+
+_jobs: queue.Queue | None = None
+_jobs_pid = 0
+_jobs_lock = threading.Lock()
+
+
+def _reaper() -> queue.Queue:
+    global _jobs, _jobs_pid
+    with _jobs_lock:
+        if _jobs is None or _jobs_pid != os.getpid():  # a forked child has no thread of ours
+            _jobs, _jobs_pid = queue.Queue(), os.getpid()
+            threading.Thread(target=_reap, args=(_jobs,), name="lis-scratch-reaper", daemon=True).start()
+            atexit.register(_jobs.join)
+        return _jobs
+
+
+def wait_released() -> None:
+    """Return once every closed sandbox's scratch of this process is removed from disk."""
+    with _jobs_lock:
+        jobs = _jobs if _jobs_pid == os.getpid() else None
+    if jobs is not None:
+        jobs.join()
 
 
 def _remove_scratch(path: Path) -> None:
@@ -124,6 +178,7 @@ def sweep(root: Path | None = None) -> int:
             _kill_marked(f"lis-sandbox-{record_id}".encode())
             try:
                 remove_tree(root / record_id)
+                remove_tree(root / f".{record_id}.gone")  # closed, its removal cut short
             except (OSError, SandboxError) as exc:  # one bad leftover must not stop every later start
                 log.warning("could not remove the leftover scratch %s: %s", root / record_id, exc)
                 continue

@@ -167,6 +167,37 @@ class Zygote:
                 except OSError:
                     pass  # it is gone: its answer (or none) says so, and the usual way takes over
 
+    def _behind_early(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]] | None:
+        """The first request to an early zygote goes out before its answer is read (one wait
+        less); None when there is no such zygote, or it failed: the usual way takes over."""
+        with self._lock:
+            if not self._joining:
+                return None
+            self._joining = False
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                _send(self._channel, request, [theirs.fileno(), *fds])
+            except OSError:
+                ours.close()
+                ours = None
+            finally:
+                theirs.close()
+            try:
+                _, message, _ = _answer(self._channel)
+                self.pid = int(message.split()[1])
+            except OSError:  # it could not join (the request is dropped unread): ask again, and hear why
+                self._channel.close()
+                self._channel = None
+                if ours is not None:
+                    ours.close()
+                return None
+        if ours is None:
+            return None
+        try:
+            return _answer(ours)
+        except _Gone:
+            return None
+
     def _channel_now(self) -> socket.socket:
         with self._lock:
             if self._joining:
@@ -183,6 +214,9 @@ class Zygote:
             return self._channel
 
     def _call(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]]:
+        first = self._behind_early(request, fds)
+        if first is not None:
+            return first
         for _ in range(3):
             channel = self._channel_now()
             try:

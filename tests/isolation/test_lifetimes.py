@@ -113,6 +113,7 @@ def test_kill_9_during_start_leaves_nothing_after_the_next_start(tmp_path, monke
     time.sleep(0.3)
     survivors = [p for p in left if os.path.exists(f"/proc/{p}") and _state(p) != "Z"]
     assert not survivors, [(_cmdline(p)) for p in survivors]
+    records.wait_released()  # our own sandbox's scratch is removed in the background after close
     assert not [p.name for p in scratch.iterdir() if p.name != "empty"], list(scratch.iterdir())
 
 
@@ -181,3 +182,25 @@ def test_a_sandbox_outlives_the_thread_that_started_it():
         assert sb.exec("echo alive").stdout.strip() == "alive"
     finally:
         sb.close()
+
+
+def test_a_scratch_whose_background_removal_was_cut_short_is_swept(tmp_path):
+    record = records.Record(tmp_path)
+    (record.dir / "testbed" / "deep").mkdir(parents=True)
+    (record.dir / "testbed" / "deep" / "file").write_text("x")
+    os.rename(record.dir, tmp_path / f".{record.id}.gone")  # what release() does before the reaper runs
+    os.close(record._fd)  # noqa: SLF001 (the owner dies here: its lock goes with it)
+    assert records.sweep(tmp_path) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.sandbox
+def test_closed_sandboxes_leave_nothing_in_the_scratch_once_released(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIS_SCRATCH", str(tmp_path / "scratch"))
+    for _ in range(3):
+        with Sandbox() as sb:
+            sb.exec("mkdir -p /testbed/a/b && echo x > /testbed/a/b/c && echo y > /root/z")
+            scratch = sb._record.dir  # noqa: SLF001
+        assert not scratch.exists()
+    records.wait_released()
+    assert list((tmp_path / "scratch").iterdir()) == []
