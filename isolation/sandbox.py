@@ -292,7 +292,11 @@ class Sandbox:
         """Bytes on disk in this sandbox's writable layers (its files, /root, the rootfs's upper);
         None when they cannot be measured just now."""
         try:  # not overlayfs's work dirs: they hold nothing, and unreadable ones (mode 000)
-            return sum(tree_size(self.layers / name) for name in WRITABLE_LAYERS if (self.layers / name).is_dir())
+            layers = self.layers
+        except AttributeError:  # closed meanwhile (the disk-cap thread can ask while close() runs)
+            return None
+        try:
+            return sum(tree_size(layers / name) for name in WRITABLE_LAYERS if (layers / name).is_dir())
         except (OSError, SandboxError):
             return None
 
