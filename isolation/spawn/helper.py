@@ -8,7 +8,9 @@ sandbox it forks a zygote, which:
 2. seals imports: from here on no module can be loaded, since every path now resolves in the
    sandbox's files (modules already loaded keep working);
 3. confines itself as the sandbox's processes must be: a new session keyring, the sandbox's
-   resource limits, every capability dropped (bounding set too), no_new_privs, the syscall filter.
+   resource limits, an empty bounding set (these right after the join, before the chroot, which
+   still needs the capability it holds), then every capability it holds dropped, no_new_privs,
+   the syscall filter.
 Only then does it serve requests, starting each command with posix_spawn (vfork and exec: no
 Python runs in the child), and the command inherits all of the above. So nothing from the
 sandbox's filesystem is executed or loaded while a capability is held, and a command costs one
@@ -226,6 +228,7 @@ def _take_handoff(state: _State, fd: int, poller) -> None:
 def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: socket.socket) -> None:
     try:
         _join(fds[0])
+        _confine_before_root(request)
         if len(fds) == 1:  # joined while bwrap still builds the sandbox: its root comes once pid 1 runs
             payload, root = _recv(channel, 1)
             if not payload or not root:  # the start failed, or our owner is gone
@@ -282,13 +285,21 @@ def _seal_imports() -> None:
     sys.path_importer_cache.clear()
 
 
-def _confine(request: dict) -> None:
+def _confine_before_root(request: dict) -> None:
+    """What needs no root: done right after the join, so that an early zygote does it while bwrap
+    still builds the sandbox. After it no exec can gain a capability (the bounding set is empty);
+    the process itself still holds them, for chroot."""
     linux.join_new_session_keyring()
     for resource_id, value in request["rlimits"]:
         soft, hard = resource.getrlimit(resource_id)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(resource_id, (value, value))
-    linux.drop_capabilities(_LAST_CAP)
+    linux.drop_bounding_set(_LAST_CAP)
+
+
+def _confine(request: dict) -> None:
+    """The rest, once chrooted: no capability held, no_new_privs, the filter."""
+    linux.drop_held_capabilities()
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
     linux.install_seccomp(_FILTERS[request["nested_userns"]])
 

@@ -73,8 +73,19 @@ def last_cap() -> int:
 def drop_capabilities(last: int) -> None:
     """Empty the bounding, ambient, inheritable, permitted and effective sets: what exec can
     no longer give back, then what the process holds."""
+    drop_bounding_set(last)
+    drop_held_capabilities()
+
+
+def drop_bounding_set(last: int) -> None:
+    """Empty the bounding set: no exec can ever gain a capability again. The process keeps
+    those it holds (chroot still works) until drop_held_capabilities."""
     for cap in range(last + 1):
         prctl(PR_CAPBSET_DROP, cap)
+
+
+def drop_held_capabilities() -> None:
+    """Empty the ambient, inheritable, permitted and effective sets."""
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
     header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (ctypes.c_uint32 * 6)()  # two of {effective, permitted, inheritable}, all zero
