@@ -8,9 +8,9 @@ sandbox it forks a zygote, which:
 2. seals imports: from here on no module can be loaded, since every path now resolves in the
    sandbox's files (modules already loaded keep working);
 3. confines itself as the sandbox's processes must be: a new session keyring, the sandbox's
-   resource limits, an empty bounding set (these right after the join, before the chroot, which
-   still needs the capability it holds), then every capability it holds dropped, no_new_privs,
-   the syscall filter.
+   resource limits, an empty bounding set, no_new_privs and the syscall filter (these right after
+   the join, before the chroot, which still needs the capability it holds), then, chrooted, every
+   capability it holds dropped.
 Only then does it serve requests, starting each command with posix_spawn (vfork and exec: no
 Python runs in the child), and the command inherits all of the above. So nothing from the
 sandbox's filesystem is executed or loaded while a capability is held, and a command costs one
@@ -287,21 +287,22 @@ def _seal_imports() -> None:
 
 def _confine_before_root(request: dict) -> None:
     """What needs no root: done right after the join, so that an early zygote does it while bwrap
-    still builds the sandbox. After it no exec can gain a capability (the bounding set is empty);
-    the process itself still holds them, for chroot."""
+    still builds the sandbox. After it no exec can gain a capability (empty bounding set,
+    no_new_privs) and the filter is on; the process itself still holds its capabilities, for the
+    chroot (which the filter allows), until _confine."""
     linux.join_new_session_keyring()
     for resource_id, value in request["rlimits"]:
         soft, hard = resource.getrlimit(resource_id)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(resource_id, (value, value))
     linux.drop_bounding_set(_LAST_CAP)
+    linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
+    linux.install_seccomp(_FILTERS[request["nested_userns"]])  # denies keyctl: after the keyring
 
 
 def _confine(request: dict) -> None:
-    """The rest, once chrooted: no capability held, no_new_privs, the filter."""
+    """The rest, once chrooted: no capability held any more."""
     linux.drop_held_capabilities()
-    linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
-    linux.install_seccomp(_FILTERS[request["nested_userns"]])
 
 
 # ---- a zygote: the sandbox's commands ---------------------------------------------------------
