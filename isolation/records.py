@@ -105,17 +105,20 @@ def _reap(jobs: queue.Queue) -> None:
 
 
 _jobs: queue.Queue | None = None
-_jobs_pid = 0
+_jobs_pid = 0  # the process whose thread serves _jobs: a forked child inherits both, not the thread
+_exit_hook = False
 _jobs_lock = threading.Lock()
 
 
 def _reaper() -> queue.Queue:
-    global _jobs, _jobs_pid
+    global _jobs, _jobs_pid, _exit_hook
     with _jobs_lock:
         if _jobs is None or _jobs_pid != os.getpid():  # a forked child has no thread of ours
             _jobs, _jobs_pid = queue.Queue(), os.getpid()
             threading.Thread(target=_reap, args=(_jobs,), name="lis-scratch-reaper", daemon=True).start()
-            atexit.register(_jobs.join)
+            if not _exit_hook:  # once (a child inherits it): wait_released waits only for its own process
+                atexit.register(wait_released)
+                _exit_hook = True
         return _jobs
 
 
