@@ -138,8 +138,27 @@ class Zygote:
         self._channel: socket.socket | None = None
         self._joining = False  # _channel's zygote was asked for by join_early; its answer is unread
         self._lock = threading.Lock()
-        self.pid: int | None = None
-        """The live zygote's pid, if there is one (it is not in the sandbox's pid namespace)."""
+        self._pid: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The live zygote's pid, if there is one (it is not in the sandbox's pid namespace);
+        an early zygote's once it has answered (this waits for that)."""
+        with self._lock:
+            self._settle_early()
+            return self._pid
+
+    def _settle_early(self) -> None:
+        """Read an early zygote's answer (with the lock held); on any failure the channel goes,
+        and the next request takes the usual way, which says what is wrong."""
+        if self._joining:
+            self._joining = False
+            try:
+                _, message, _ = _answer(self._channel)
+                self._pid = int(message.split()[1])
+            except OSError:
+                self._channel.close()
+                self._channel = None
 
     def join_early(self, ns_pidfd: int) -> None:
         """Have a zygote join the namespaces of `ns_pidfd` now, while bwrap still builds the
@@ -173,7 +192,6 @@ class Zygote:
         with self._lock:
             if not self._joining:
                 return None
-            self._joining = False
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
                 _send(self._channel, request, [theirs.fileno(), *fds])
@@ -182,12 +200,8 @@ class Zygote:
                 ours = None
             finally:
                 theirs.close()
-            try:
-                _, message, _ = _answer(self._channel)
-                self.pid = int(message.split()[1])
-            except OSError:  # it could not join (the request is dropped unread): ask again, and hear why
-                self._channel.close()
-                self._channel = None
+            self._settle_early()
+            if self._channel is None:  # it could not join (the request is dropped unread): ask again, and hear why
                 if ours is not None:
                     ours.close()
                 return None
@@ -200,17 +214,10 @@ class Zygote:
 
     def _channel_now(self) -> socket.socket:
         with self._lock:
-            if self._joining:
-                self._joining = False
-                try:
-                    _, message, _ = _answer(self._channel)
-                    self.pid = int(message.split()[1])
-                except OSError:  # whatever went wrong, the usual way tries again and tells
-                    self._channel.close()
-                    self._channel = None
+            self._settle_early()
             if self._channel is None:
                 self._channel, message, _ = _ask(_helper_send, self._fork, self._fds)
-                self.pid = int(message.split()[1])
+                self._pid = int(message.split()[1])
             return self._channel
 
     def _call(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]]:
@@ -225,7 +232,7 @@ class Zygote:
                 with self._lock:
                     if self._channel is channel:  # exited idle: the next try forks another
                         channel.close()
-                        self._channel, self.pid = None, None
+                        self._channel, self._pid = None, None
         raise SpawnError(0, "the sandbox's spawner keeps exiting; run `lis-tui doctor`")
 
     def spawn(self, argv: list[str], *, env: dict[str, str], cwd: str, stdin: Any = None, stdout: Any = None,
@@ -263,7 +270,7 @@ class Zygote:
         with self._lock:
             if self._channel is not None:
                 self._channel.close()
-                self._channel, self.pid = None, None
+                self._channel, self._pid = None, None
 
 
 def _stdio(spec: Any, stream: int) -> tuple[int, IO | None]:
