@@ -1,0 +1,203 @@
+"""`bench --ray` / `rollout --ray` on a real two-node Ray cluster on this machine.
+
+One cluster for the module (`ray.cluster_utils.Cluster`: a head and a second node, each its
+own raylet with its own rootfs store). The driver (this process, or a `lis-tui` child) has a
+tiny directory rootfs the nodes do not: it must reach them by content. Model: the scripted
+OpenAI-compatible server on loopback, reached from the nodes' workers.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from fakes.openai_server import FakeOpenAI, call, delay, reply, submit  # noqa: E402
+from lis_tui.bench.runner import BenchOptions, BenchRunner  # noqa: E402
+from lis_tui.bench.tasks import load_tasks  # noqa: E402
+from lis_tui.config import load_config  # noqa: E402
+from lis_tui.ray import RayOptions  # noqa: E402
+
+pytestmark = pytest.mark.sandbox
+ROOT = Path(__file__).resolve().parents[2]
+MARKER = "made-on-the-driver-only"
+BINARIES = ("bash", "sh", "cat", "ls", "tar", "mkdir", "rm", "env", "sleep", "true", "grep", "head")
+NODE = {"num_cpus": 2, "object_store_memory": 100 << 20}
+# Seconds, not the default minute, to call a killed node dead.
+FAST_HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 4}
+
+
+def tiny_rootfs_tar(path: Path) -> Path:
+    """A few host binaries and their libraries, and /etc/lis-marker: a rootfs of ~6 MB."""
+    files = {}
+    for name in BINARIES:
+        found = shutil.which(name)
+        if found:
+            files[f"usr/bin/{name}"] = os.path.realpath(found)
+            libs = subprocess.run(["ldd", os.path.realpath(found)], capture_output=True, text=True)
+            for lib in re.findall(r"(/\S+) \(0x", libs.stdout):
+                files[re.sub(r"^(lib|lib64)/", r"usr/\1/", lib.lstrip("/"))] = os.path.realpath(lib)
+    with tarfile.open(path, "w") as tar:
+        for name in ("usr", "usr/bin", "usr/lib", "usr/lib64", "etc", "etc/apt", "tmp"):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for link in ("bin", "lib", "lib64"):
+            info = tarfile.TarInfo(link)
+            info.type, info.linkname = tarfile.SYMTYPE, f"usr/{link}"
+            tar.addfile(info)
+        for arcname, source in sorted(files.items()):
+            tar.add(source, arcname=arcname)
+        info = tarfile.TarInfo("etc/lis-marker")
+        info.size = len(MARKER)
+        tar.addfile(info, io.BytesIO(MARKER.encode()))
+    return path
+
+
+class Env:
+    """The module's cluster and the folders each part of it uses."""
+
+    def __init__(self) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="lisray", dir="/tmp"))  # Ray's sockets: short
+        self.scratch = self.base / "scratch"
+        self.stores = {name: self.base / name for name in ("driver", "head", "second")}
+        self.cluster = None
+
+    def node_env(self, store: str) -> dict[str, str]:
+        return {"RAY_TMPDIR": str(self.base), "LIS_SCRATCH": str(self.scratch),
+                "LIS_DATA_HOME": str(self.stores[store]), "XDG_CONFIG_HOME": str(self.base / "cfg")}
+
+    def add_node(self, store: str, **args):
+        """A node whose processes see `store` as their data home (a raylet keeps the environment
+        it started with, and its workers inherit it)."""
+        saved = dict(os.environ)
+        os.environ.update(self.node_env(store))
+        try:
+            if self.cluster is None:
+                from ray.cluster_utils import Cluster
+
+                self.cluster = Cluster(initialize_head=True, head_node_args={
+                    **NODE, "include_dashboard": False, "_system_config": FAST_HEALTH, **args})
+                return self.cluster.head_node
+            return self.cluster.add_node(**NODE, **args)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    def sandbox_processes(self) -> list[str]:
+        """Processes whose command line names our scratch folder: the cluster's sandboxes."""
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if str(self.scratch).encode() in cmdline.read_bytes():
+                    found.append(cmdline.parent.name)
+            except OSError:
+                continue
+        return found
+
+
+@pytest.fixture(scope="module")
+def env():
+    env = Env()
+    env.add_node("head")
+    env.add_node("second")
+    saved = dict(os.environ)
+    os.environ.update(env.node_env("driver"))
+    from isolation.rootfs import RootfsStore
+
+    RootfsStore().import_tar("tiny", tiny_rootfs_tar(env.base / "tiny.tar"))
+    try:
+        yield env
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        env.cluster.shutdown()
+        shutil.rmtree(env.base, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _driver_env(env, monkeypatch):
+    for name, value in env.node_env("driver").items():
+        monkeypatch.setenv(name, value)  # over conftest's per-test scratch: the nodes use ours
+
+
+def write_tasks(path: Path, count: int, prefix: str = "t") -> Path:
+    path.write_text("".join(json.dumps({"id": f"{prefix}{i}", "problem_statement": f"Task {i}: "
+                                        "read the marker.", "ground_truth": MARKER,
+                                        "reward": "exact"}) + "\n" for i in range(count)))
+    return path
+
+
+def marker_model(seconds: float = 0.0):
+    """Reads /etc/lis-marker into the answer (only the shipped rootfs has it), then submits."""
+    def answer(request):
+        if not request.tool_outputs:
+            step = reply(tool_calls=[call("execute_bash", {
+                "command": "cat /etc/lis-marker > /testbed/output/answer.txt"})])
+        else:
+            step = submit()
+        return delay(seconds, step) if seconds else step
+    return answer
+
+
+def config_for(server):
+    return load_config(env={}, paths=[], overrides={
+        "model.base_url": server.base_url, "model.model": "m", "model.max_retries": 0,
+        "sandbox.rootfs": "tiny"})
+
+
+def bench(env, server, tasks_file, out, progress=None, **ray):
+    from isolation import SandboxSpec
+
+    options = RayOptions(address=env.cluster.address, cpus=0.5, **ray)
+    runner = BenchRunner(load_tasks(tasks_file), config_for(server), SandboxSpec(rootfs="tiny"),
+                         BenchOptions(output=out, progress=progress, ray=options))
+    return runner, runner.run()
+
+
+def keys(out: Path) -> list[str]:
+    return [json.loads(line)["key"] for line in (out / "results.jsonl").read_text().splitlines()
+            if line.strip()]
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_episodes_spread_over_both_nodes_and_the_rootfs_reaches_each_by_content(env, tmp_path):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 8)
+    with FakeOpenAI(default=marker_model(0.2)) as server:
+        _, outcome = bench(env, server, tasks, tmp_path / "out")
+    assert not outcome.interrupted and len(outcome.results) == 8
+    assert all(r["correct"] for r in outcome.results), outcome.results  # the shipped rootfs ran
+    assert sorted(keys(tmp_path / "out")) == sorted(f"t{i}|sandbox|0" for i in range(8))
+    assert len({r["node"] for r in outcome.results}) == 2
+    for store in ("head", "second"):  # kept under its hash, imported by the safe import
+        kept = list((env.stores[store] / "rootfs").glob("ray-*/root/etc/lis-marker"))
+        assert [p.read_text() for p in kept] == [MARKER]
+    trajectory = json.loads((tmp_path / "out" / outcome.results[0]["trajectory"]).read_text())
+    assert trajectory["finish_reason"] == "submitted"  # each episode's folder came back
+    assert env.sandbox_processes() == []
+
+    # A second run moves nothing: the nodes find the rootfs under its hash.
+    stamp = {p: p.stat().st_mtime for p in env.base.glob("*/rootfs/ray-*/meta.json")}
+    with FakeOpenAI(default=marker_model()) as server:
+        _, again = bench(env, server, write_tasks(tmp_path / "two.jsonl", 2), tmp_path / "two")
+    assert all(r["correct"] for r in again.results)
+    assert {p: p.stat().st_mtime for p in env.base.glob("*/rootfs/ray-*/meta.json")} == stamp
