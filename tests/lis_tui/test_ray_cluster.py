@@ -73,12 +73,11 @@ class Env:
     def __init__(self) -> None:
         self.base = Path(tempfile.mkdtemp(prefix="lisray", dir="/tmp"))  # Ray's sockets: short
         self.scratch = self.base / "scratch"
-        self.stores = {name: self.base / name for name in ("driver", "head", "second")}
         self.cluster = None
 
     def node_env(self, store: str) -> dict[str, str]:
         return {"RAY_TMPDIR": str(self.base), "LIS_SCRATCH": str(self.scratch),
-                "LIS_DATA_HOME": str(self.stores[store]), "XDG_CONFIG_HOME": str(self.base / "cfg")}
+                "LIS_DATA_HOME": str(self.base / store), "XDG_CONFIG_HOME": str(self.base / "cfg")}
 
     def add_node(self, store: str, **args):
         """A node whose processes see `store` as their data home (a raylet keeps the environment
@@ -189,7 +188,7 @@ def test_episodes_spread_over_both_nodes_and_the_rootfs_reaches_each_by_content(
     assert sorted(keys(tmp_path / "out")) == sorted(f"t{i}|sandbox|0" for i in range(8))
     assert len({r["node"] for r in outcome.results}) == 2
     for store in ("head", "second"):  # kept under its hash, imported by the safe import
-        kept = list((env.stores[store] / "rootfs").glob("ray-*/root/etc/lis-marker"))
+        kept = list((env.base / store / "rootfs").glob("ray-*/root/etc/lis-marker"))
         assert [p.read_text() for p in kept] == [MARKER]
     trajectory = json.loads((tmp_path / "out" / outcome.results[0]["trajectory"]).read_text())
     assert trajectory["finish_reason"] == "submitted"  # each episode's folder came back
@@ -201,3 +200,82 @@ def test_episodes_spread_over_both_nodes_and_the_rootfs_reaches_each_by_content(
         _, again = bench(env, server, write_tasks(tmp_path / "two.jsonl", 2), tmp_path / "two")
     assert all(r["correct"] for r in again.results)
     assert {p: p.stat().st_mtime for p in env.base.glob("*/rootfs/ray-*/meta.json")} == stamp
+
+
+def test_a_node_killed_mid_run_loses_and_doubles_nothing(env, tmp_path):
+    node = env.add_node("third")
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 16)
+    progress = io.StringIO()
+    with FakeOpenAI(default=marker_model(2.0)) as server:
+        result = {}
+        run = threading.Thread(target=lambda: result.update(zip(("runner", "outcome"), bench(
+            env, server, tasks, tmp_path / "out", progress=progress))))
+        run.start()
+        # Kill the third node while its episodes run: some of them have begun their sandboxes.
+        wait_for(lambda: "nodes 3" in progress.getvalue() and len(server.chat_requests) >= 12,
+                 90, "episodes running on all three nodes")
+        env.cluster.remove_node(node, allow_graceful=False)
+        run.join(timeout=180)
+    assert not run.is_alive()
+    outcome = result["outcome"]
+    assert "its episodes run again elsewhere" in progress.getvalue()
+    assert sorted(keys(tmp_path / "out")) == sorted(f"t{i}|sandbox|0" for i in range(16))
+    assert all(r["correct"] and not r["crashed"] for r in outcome.results)
+    wait_for(lambda: env.sandbox_processes() == [], 30, "the dead node's sandboxes to go")
+
+
+def bench_cli(env, tasks_file, server, out, *extra):
+    return subprocess.Popen(
+        [sys.executable, "-m", "lis_tui.cli", "bench", str(tasks_file), "--output", str(out),
+         "--base-url", server.base_url, "--model", "m", "--rootfs", "tiny",
+         "--ray", env.cluster.address, "--ray-cpus", "0.5", *extra],
+        cwd=out.parent, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_ctrl_c_on_the_driver_leaves_no_sandbox_on_any_node(env, tmp_path):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 8)
+    with FakeOpenAI(default=marker_model(2.0)) as server:
+        proc = bench_cli(env, tasks, server, tmp_path / "out")
+        wait_for(lambda: len(env.sandbox_processes()) >= 4 or proc.poll() is not None, 90,
+                 "sandboxes on the nodes")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "--resume" in err
+    assert env.sandbox_processes() == []  # gone before the driver returned, on every node
+
+
+def test_resume_after_the_driver_is_killed_runs_each_episode_once(env, tmp_path):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", 10)
+    out = tmp_path / "out"
+    with FakeOpenAI(default=marker_model(0.3)) as server:
+        proc = bench_cli(env, tasks, server, out)
+        results = out / "results.jsonl"
+        wait_for(lambda: results.exists() and len(results.read_text().splitlines()) >= 2, 90,
+                 "two results")
+        proc.kill()  # no chance to clean up: the cluster ends the job's workers
+        proc.wait()
+        first = keys(out)
+        assert 2 <= len(first) < 10
+        wait_for(lambda: env.sandbox_processes() == [], 60, "the killed driver's sandboxes to go")
+        resumed = bench_cli(env, tasks, server, out, "--resume")
+        table, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err
+    final = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    assert sorted(r["key"] for r in final) == sorted(f"t{i}|sandbox|0" for i in range(10))
+    assert all(r["correct"] for r in final)
+    assert "[10/10]" in err and "nodes 2" in err
+    assert "(n=10)" in table and (out / "report.html").exists()
+
+
+def test_doctor_over_the_cluster_prints_one_row_per_node(env, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "lis_tui.cli", "doctor", "--ray",
+                           env.cluster.address], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if "node " in line and " work " in line]
+    alive = [n for n in ray.nodes() if n["Alive"]] if ray.is_initialized() else None
+    assert len(rows) >= 2, proc.stdout
+    assert alive is None or len(rows) == len(alive)
+    assert "sandboxes work on" in proc.stdout
