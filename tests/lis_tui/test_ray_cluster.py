@@ -79,11 +79,11 @@ class Env:
         return {"RAY_TMPDIR": str(self.base), "LIS_SCRATCH": str(self.scratch),
                 "LIS_DATA_HOME": str(self.base / store), "XDG_CONFIG_HOME": str(self.base / "cfg")}
 
-    def add_node(self, store: str, **args):
+    def add_node(self, store: str, extra_env: dict | None = None, **args):
         """A node whose processes see `store` as their data home (a raylet keeps the environment
         it started with, and its workers inherit it)."""
         saved = dict(os.environ)
-        os.environ.update(self.node_env(store))
+        os.environ.update({**self.node_env(store), **(extra_env or {})})
         try:
             if self.cluster is None:
                 from ray.cluster_utils import Cluster
@@ -279,3 +279,38 @@ def test_doctor_over_the_cluster_prints_one_row_per_node(env, tmp_path):
     assert len(rows) >= 2, proc.stdout
     assert alive is None or len(rows) == len(alive)
     assert "sandboxes work on" in proc.stdout
+
+
+def test_a_node_where_sandboxes_cannot_run_is_named_and_skipped(env, tmp_path):
+    broken = env.add_node("broken", extra_env={"LIS_BWRAP": "/bin/false"})
+    try:
+        progress = io.StringIO()
+        with FakeOpenAI(default=marker_model()) as server:
+            _, outcome = bench(env, server, write_tasks(tmp_path / "tasks.jsonl", 6),
+                               tmp_path / "out", progress=progress)
+    finally:
+        env.cluster.remove_node(broken, allow_graceful=False)
+    said = progress.getvalue()
+    assert re.search(r"node \S+ \([\d.]+, node [0-9a-f]{8}\) skipped: .*bwrap", said), said
+    assert "nodes 2, 1 skipped" in said
+    assert len(outcome.results) == 6 and all(r["correct"] for r in outcome.results)
+    skipped = re.search(r"node [0-9a-f]{8}\) skipped", said).group(0)[5:13]
+    assert all(skipped not in r["node"] for r in outcome.results)
+
+
+def test_rollout_on_the_cluster_writes_groups_with_advantages(env, tmp_path):
+    from isolation import SandboxSpec
+    from lis_tui.rl.runner import rollout
+
+    tasks = load_tasks(write_tasks(tmp_path / "tasks.jsonl", 2))
+    with FakeOpenAI(default=marker_model()) as server:
+        config = config_for(server)
+        outcome = rollout(tasks, policy_url=server.base_url, model="m", n=4, config=config,
+                          spec=SandboxSpec(rootfs="tiny"), output=tmp_path / "out", token_ids=False, progress=None,
+                          ray=RayOptions(address=env.cluster.address, cpus=0.5))
+    assert not outcome.incomplete and len(outcome.groups) == 2 and len(outcome.episodes) == 8
+    lines = [json.loads(x) for x in (tmp_path / "out" / "rollouts.jsonl").read_text().splitlines()]
+    assert sorted(r["key"] for r in lines) == sorted(f"t{t}|sandbox|{s}" for t in range(2)
+                                                     for s in range(4))
+    assert all(r["messages"] and r["reward"] == 1.0 for r in lines)  # trajectories came back
+    assert {len(r["turns"]) for r in lines} == {2}  # what the server sent, recorded on the node
