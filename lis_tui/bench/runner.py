@@ -45,8 +45,9 @@ class BenchOptions:
     progress: TextIO | None = field(default_factory=lambda: sys.stderr)
     """Where the progress line goes; None for none."""
     ray: Any = None
-    """Run the episodes on a Ray cluster: "auto", an address, or a `lis_tui.ray.RayOptions`;
-    None (the default) runs them here, in threads, and never imports Ray."""
+    """Run the episodes on a Ray cluster: "auto", an address, or a `lis_tui.ray.RayOptions`
+    (whose `concurrency`, not this one's, caps them); None (the default) runs them here, in
+    threads, and never imports Ray."""
 
 
 @dataclass
@@ -73,6 +74,10 @@ class BenchRunner:
         if self.results_path.exists() and not options.resume:
             raise ValueError(f"{self.results_path} exists: pass --resume to continue that run, or "
                              "choose another --output")
+        if options.ray:
+            from lis_tui.ray import ray_options  # noqa: PLC0415 (no Ray in it: that comes at run)
+
+            options.ray = ray_options(options.ray)  # a bad value fails here, not mid-run
         self.ctx = EpisodeContext(config, spec or SandboxSpec(), options.output, judge)
         self._write_lock = threading.Lock()
 
@@ -119,7 +124,7 @@ class BenchRunner:
         return {r.get("key") for r in self.read_results() if not r.get("crashed")}
 
     def _run_all(self, todo: list[Episode], progress: Progress) -> bool:
-        if self.options.ray is not None:
+        if self.options.ray:
             from lis_tui.ray.cluster import run_on_cluster  # noqa: PLC0415 (Ray only when asked)
 
             return run_on_cluster(self, todo, progress)

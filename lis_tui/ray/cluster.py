@@ -259,7 +259,7 @@ class ClusterRun:
 
     def _abandon(self) -> None:
         """Kill the workers (their sandboxes die with them) and forget their episodes."""
-        for episode, worker in self.inflight.values():
+        for _, worker in self.inflight.values():
             self._kill(worker)
             self.progress.end()
         self.inflight.clear()
