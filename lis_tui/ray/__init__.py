@@ -10,6 +10,8 @@ is imported unless --ray (or `ray=`) is given, and Ray itself only then.
 """
 from __future__ import annotations
 
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -76,6 +78,7 @@ def connect(address: str, say: Callable[[str], None] = lambda line: None) -> boo
     if ray.is_initialized():
         return False
     quiet = {"log_to_driver": False, "logging_level": "WARNING"}
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(address=address, **quiet)
         return True
@@ -83,10 +86,13 @@ def connect(address: str, say: Callable[[str], None] = lambda line: None) -> boo
         if address != "auto":
             raise ClusterError(f"no Ray cluster at {address}: {exc}. Fix: start one there "
                                "(ray start --head) or give its address") from None
-    say("no Ray cluster found (RAY_ADDRESS, or `ray start --head` on this machine): "
-        "starting a local one here")
-    ray.init(include_dashboard=False, **quiet)
-    return True
+        say("no Ray cluster found (RAY_ADDRESS, or `ray start --head` on this machine): "
+            "starting a local one here")
+        ray.init(include_dashboard=False, **quiet)
+        return True
+    finally:  # ray.init sets a SIGTERM handler that exits at once: keep ours (a clean stop)
+        if threading.current_thread() is threading.main_thread() and sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
 
 
 def say_to(out: Any) -> Callable[[str], None]:

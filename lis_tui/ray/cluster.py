@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from isolation.rootfs import RootfsError
 from lis_tui.bench.episode import Episode, lost_record
 from lis_tui.ray import ClusterError, RayOptions, connect, ray_options, require_ray, say_to
 from lis_tui.ray.parcel import pack_rootfs, pack_task, unpack_folder
@@ -66,8 +67,10 @@ class ClusterRun:
         self.actor_class = EpisodeWorker
         ctx = runner.ctx
         sandboxes = "sandbox" in runner.options.modes
-        parcel = (pack_rootfs(ctx.spec.rootfs, ray.put, options.rootfs_dir)
-                  if sandboxes else None)
+        try:
+            parcel = pack_rootfs(ctx.spec.rootfs, ray.put, options.rootfs_dir) if sandboxes else None
+        except (RootfsError, OSError) as exc:  # an unknown name, an unwritable --rootfs-dir
+            raise ClusterError(f"the rootfs cannot be sent to the nodes: {exc}") from None
         judge = (ctx.judge.config, ctx.judge.prompt) if ctx.judge is not None else None
         self.setup = WorkerSetup(ctx.config, ctx.spec, type(ctx), parcel, judge, sandboxes)
         self.workers: dict[str, Worker] = {}

@@ -40,7 +40,7 @@ NODE = {"num_cpus": 2, "object_store_memory": 100 << 20}
 FAST_HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 4}
 
 
-def tiny_rootfs_tar(path: Path) -> Path:
+def tiny_rootfs_tar(path: Path, marker: str = MARKER) -> Path:
     """A few host binaries and their libraries, and /etc/lis-marker: a rootfs of ~6 MB."""
     files = {}
     for name in BINARIES:
@@ -62,8 +62,8 @@ def tiny_rootfs_tar(path: Path) -> Path:
         for arcname, source in sorted(files.items()):
             tar.add(source, arcname=arcname)
         info = tarfile.TarInfo("etc/lis-marker")
-        info.size = len(MARKER)
-        tar.addfile(info, io.BytesIO(MARKER.encode()))
+        info.size = len(marker)
+        tar.addfile(info, io.BytesIO(marker.encode()))
     return path
 
 
@@ -133,9 +133,9 @@ def _driver_env(env, monkeypatch):
         monkeypatch.setenv(name, value)  # over conftest's per-test scratch: the nodes use ours
 
 
-def write_tasks(path: Path, count: int, prefix: str = "t") -> Path:
+def write_tasks(path: Path, count: int, prefix: str = "t", marker: str = MARKER) -> Path:
     path.write_text("".join(json.dumps({"id": f"{prefix}{i}", "problem_statement": f"Task {i}: "
-                                        "read the marker.", "ground_truth": MARKER,
+                                        "read the marker.", "ground_truth": marker,
                                         "reward": "exact"}) + "\n" for i in range(count)))
     return path
 
@@ -158,11 +158,11 @@ def config_for(server):
         "sandbox.rootfs": "tiny"})
 
 
-def bench(env, server, tasks_file, out, progress=None, **ray):
+def bench(env, server, tasks_file, out, progress=None, rootfs="tiny", **ray):
     from isolation import SandboxSpec
 
     options = RayOptions(address=env.cluster.address, cpus=0.5, **ray)
-    runner = BenchRunner(load_tasks(tasks_file), config_for(server), SandboxSpec(rootfs="tiny"),
+    runner = BenchRunner(load_tasks(tasks_file), config_for(server), SandboxSpec(rootfs=rootfs),
                          BenchOptions(output=out, progress=progress, ray=options))
     return runner, runner.run()
 
@@ -314,3 +314,18 @@ def test_rollout_on_the_cluster_writes_groups_with_advantages(env, tmp_path):
                                                      for s in range(4))
     assert all(r["messages"] and r["reward"] == 1.0 for r in lines)  # trajectories came back
     assert {len(r["turns"]) for r in lines} == {2}  # what the server sent, recorded on the node
+
+
+def test_rootfs_dir_carries_the_rootfs_through_a_shared_folder(env, tmp_path):
+    from isolation.rootfs import RootfsStore
+
+    RootfsStore().import_tar("tiny2", tiny_rootfs_tar(tmp_path / "t2.tar", "the-second-one"))
+    shared = tmp_path / "shared"
+    with FakeOpenAI(default=marker_model()) as server:
+        _, outcome = bench(env, server, write_tasks(tmp_path / "t.jsonl", 4, marker="the-second-one"),
+                           tmp_path / "out", rootfs="tiny2", rootfs_dir=shared)
+    assert all(r["correct"] for r in outcome.results)
+    [tarball] = shared.glob("*.tar")
+    for store in ("head", "second"):
+        assert (env.base / store / "rootfs" / f"ray-{tarball.stem[:16]}" / "root" / "etc" /
+                "lis-marker").read_text() == "the-second-one"
