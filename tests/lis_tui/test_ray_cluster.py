@@ -224,22 +224,25 @@ def test_a_node_killed_mid_run_loses_and_doubles_nothing(env, tmp_path):
     wait_for(lambda: env.sandbox_processes() == [], 30, "the dead node's sandboxes to go")
 
 
-def bench_cli(env, tasks_file, server, out, *extra):
+def bench_cli(env, tasks_file, server, out, *extra, ray=None):
+    # Bare `--ray` finds the cluster by RAY_ADDRESS here. (Ray's own address file is no use with
+    # several nodes on one machine: a driver that finds it makes actors that never start.)
     return subprocess.Popen(
         [sys.executable, "-m", "lis_tui.cli", "bench", str(tasks_file), "--output", str(out),
          "--base-url", server.base_url, "--model", "m", "--rootfs", "tiny",
-         "--ray", env.cluster.address, "--ray-cpus", "0.5", *extra],
-        cwd=out.parent, env={**os.environ, "PYTHONPATH": str(ROOT)},
+         *(["--ray", ray] if ray else ["--ray"]), "--ray-cpus", "0.5", *extra],
+        cwd=out.parent, env={**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": env.cluster.address},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_ctrl_c_on_the_driver_leaves_no_sandbox_on_any_node(env, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_on_the_driver_leaves_no_sandbox_on_any_node(env, tmp_path, stop):
     tasks = write_tasks(tmp_path / "tasks.jsonl", 8)
     with FakeOpenAI(default=marker_model(2.0)) as server:
-        proc = bench_cli(env, tasks, server, tmp_path / "out")
+        proc = bench_cli(env, tasks, server, tmp_path / "out", ray=env.cluster.address)
         wait_for(lambda: len(env.sandbox_processes()) >= 4 or proc.poll() is not None, 90,
                  "sandboxes on the nodes")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)  # SIGTERM too: ray.init's own handler must not replace ours
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "--resume" in err
@@ -250,7 +253,7 @@ def test_resume_after_the_driver_is_killed_runs_each_episode_once(env, tmp_path)
     tasks = write_tasks(tmp_path / "tasks.jsonl", 10)
     out = tmp_path / "out"
     with FakeOpenAI(default=marker_model(0.3)) as server:
-        proc = bench_cli(env, tasks, server, out)
+        proc = bench_cli(env, tasks, server, out, ray=env.cluster.address)
         results = out / "results.jsonl"
         wait_for(lambda: results.exists() and len(results.read_text().splitlines()) >= 2, 90,
                  "two results")
