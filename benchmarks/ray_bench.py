@@ -55,7 +55,7 @@ def _instrument() -> None:
 
     def timed_dispatch(self):
         dispatch(self)
-        for ref, (episode, _) in self.inflight.items():
+        for episode, _ in self.inflight.values():
             TRIPS.setdefault(episode.key, [time.perf_counter(), None])
 
     def timed_finished(self, ref):

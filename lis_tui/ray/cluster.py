@@ -193,7 +193,8 @@ class ClusterRun:
     def _start(self, node_id: str, node: dict) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
 
-        name = f"{node.get('NodeManagerHostname', '?')} ({node.get('NodeManagerAddress', '?')}, node {node_id[:8]})"
+        host, address = node.get("NodeManagerHostname", "?"), node.get("NodeManagerAddress", "?")
+        name = f"{host} ({address}, node {node_id[:8]})"
         cpus = float(node.get("Resources", {}).get("CPU", 0))
         slots = int(cpus / self.options.cpus + 1e-9)
         if slots < 1:

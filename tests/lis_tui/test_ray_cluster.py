@@ -208,8 +208,10 @@ def test_a_node_killed_mid_run_loses_and_doubles_nothing(env, tmp_path):
     progress = io.StringIO()
     with FakeOpenAI(default=marker_model(2.0)) as server:
         result = {}
-        run = threading.Thread(target=lambda: result.update(zip(("runner", "outcome"), bench(
-            env, server, tasks, tmp_path / "out", progress=progress))))
+
+        def go():
+            result["outcome"] = bench(env, server, tasks, tmp_path / "out", progress=progress)[1]
+        run = threading.Thread(target=go)
         run.start()
         # Kill the third node while its episodes run: some of them have begun their sandboxes.
         wait_for(lambda: "nodes 3" in progress.getvalue() and len(server.chat_requests) >= 12,
@@ -309,7 +311,8 @@ def test_rollout_on_the_cluster_writes_groups_with_advantages(env, tmp_path):
     with FakeOpenAI(default=marker_model()) as server:
         config = config_for(server)
         outcome = rollout(tasks, policy_url=server.base_url, model="m", n=4, config=config,
-                          spec=SandboxSpec(rootfs="tiny"), output=tmp_path / "out", token_ids=False, progress=None,
+                          spec=SandboxSpec(rootfs="tiny"), output=tmp_path / "out",
+                          token_ids=False, progress=None,
                           ray=RayOptions(address=env.cluster.address, cpus=0.5))
     assert not outcome.incomplete and len(outcome.groups) == 2 and len(outcome.episodes) == 8
     lines = [json.loads(x) for x in (tmp_path / "out" / "rollouts.jsonl").read_text().splitlines()]

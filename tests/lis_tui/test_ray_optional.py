@@ -4,8 +4,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from fakes.openai_server import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]
