@@ -71,9 +71,11 @@ def require_ray() -> Any:
     return ray
 
 
-def connect(address: str, say: Callable[[str], None] = lambda line: None) -> bool:
-    """Join the cluster at `address`; True when we started Ray (so we shut it down after).
-    Already connected (inside a trainer's driver): that cluster is used as it is."""
+def connect(address: str, say: Callable[[str], None] = lambda line: None,
+            start_local: bool = True) -> bool:
+    """Join the cluster at `address` ("auto" with `start_local`: else start Ray here); True when
+    we connected (so we disconnect after). Already connected (inside a trainer's driver): that
+    cluster is used as it is."""
     ray = require_ray()
     if ray.is_initialized():
         return False
@@ -83,9 +85,10 @@ def connect(address: str, say: Callable[[str], None] = lambda line: None) -> boo
         ray.init(address=address, **quiet)
         return True
     except ConnectionError as exc:
-        if address != "auto":
-            raise ClusterError(f"no Ray cluster at {address}: {exc}. Fix: start one there "
-                               "(ray start --head) or give its address") from None
+        if address != "auto" or not start_local:
+            where = "on this machine or at RAY_ADDRESS" if address == "auto" else f"at {address}"
+            raise ClusterError(f"no Ray cluster {where} ({exc}). Fix: start one (ray start "
+                               "--head), or give its address (HOST:PORT or RAY_ADDRESS)") from None
         say("no Ray cluster found (RAY_ADDRESS, or `ray start --head` on this machine): "
             "starting a local one here")
         ray.init(include_dashboard=False, **quiet)

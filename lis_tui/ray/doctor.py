@@ -48,7 +48,7 @@ def _reports(address: str) -> list[dict[str, Any]]:
     ray = require_ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
 
-    owned = connect(address, say_to(sys.stderr))
+    owned = connect(address, say_to(sys.stderr), start_local=False)
     try:
         check = ray.remote(num_cpus=0, max_retries=0)(node_report)
         refs = {n["NodeID"]: check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fakes.openai_server import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,3 +46,14 @@ def test_ray_flags_without_ray_and_a_missing_ray_say_what_to_do(tmp_path):
     assert "pip install 'lis-tui[ray]'" in missing.stderr
     assert not (tmp_path / "out" / "results.jsonl").exists() or \
         (tmp_path / "out" / "results.jsonl").read_text() == ""
+
+
+def test_doctor_over_a_cluster_that_is_not_there_says_how_to_start_one(tmp_path):
+    pytest.importorskip("ray")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-m", "lis_tui.cli", "doctor", "--ray"], text=True,
+                          capture_output=True, timeout=120,
+                          env={**env, "PYTHONPATH": str(ROOT), "RAY_TMPDIR": str(tmp_path)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "no Ray cluster on this machine or at RAY_ADDRESS" in done.stderr
+    assert "ray start --head" in done.stderr
