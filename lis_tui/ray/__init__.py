@@ -39,8 +39,6 @@ class RayOptions:
     """Runs again of an episode whose node or worker died under it, before it counts as crashed."""
     rootfs_dir: Path | None = None
     """A folder every node sees (NFS): the rootfs tarball goes there instead of the object store."""
-    start_timeout: float = 120.0
-    """Seconds to wait for every node to check itself before episodes start on those ready."""
 
     def __post_init__(self) -> None:
         if not self.cpus > 0:

@@ -26,6 +26,8 @@ REFRESH_EVERY = 2.0
 HARD_STOP_GRACE = 15.0
 """Seconds the workers get to end their episodes after their sandboxes were killed."""
 RESTARTS_PER_NODE = 3
+WARM_AFTER_FIRST = 10.0
+"""Seconds episodes wait for the other nodes' workers once one worker is ready."""
 
 
 @dataclass(eq=False)
@@ -83,13 +85,12 @@ class ClusterRun:
         self.packed: dict[str, tuple] = {}
         self.interrupts = 0
         self.hard_since: float | None = None
-        self.warm_until = 0.0
+        self.warm_until = math.inf  # until a first worker is ready, then WARM_AFTER_FIRST more
         self.next_refresh = 0.0
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self, todo: list[Episode]) -> bool:
         self.queue.extend(todo)
-        self.warm_until = time.monotonic() + self.options.start_timeout
         try:
             self._refresh()
             while self.queue or self.inflight:
@@ -219,6 +220,8 @@ class ClusterRun:
             return
         worker.name = info["node"]
         self.workers[worker.node_id] = worker
+        # Episodes wait for every node to be ready, so they spread; but not long for a slow one.
+        self.warm_until = min(self.warm_until, time.monotonic() + WARM_AFTER_FIRST)
 
     def _drop(self, worker: Worker, why: str) -> None:
         if self.workers.get(worker.node_id) is not worker:
