@@ -335,3 +335,28 @@ def test_rootfs_dir_carries_the_rootfs_through_a_shared_folder(env, tmp_path):
     for store in ("head", "second"):
         assert (env.base / store / "rootfs" / f"ray-{tarball.stem[:16]}" / "root" / "etc" /
                 "lis-marker").read_text() == "the-second-one"
+
+
+def test_a_task_folder_on_the_driver_travels_with_its_episode(env, tmp_path):
+    rows = []
+    for i in range(4):
+        folder = tmp_path / "inputs" / f"f{i}"
+        (folder / "deep").mkdir(parents=True)
+        (folder / "deep" / "secret.txt").write_text(f"only-on-the-driver-{i}")
+        rows.append({"id": f"f{i}", "problem_statement": "Copy the secret.", "reward": "exact",
+                     "ground_truth": f"only-on-the-driver-{i}", "input_dir": f"inputs/f{i}",
+                     "input_files": {"note.txt": "inline too"}})
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def model(request):
+        if request.tool_outputs:
+            return submit()
+        return reply(tool_calls=[call("execute_bash", {"command": (
+            "cat /testbed/input/note.txt >&2; "
+            "cat /testbed/input/deep/secret.txt > /testbed/output/answer.txt")})])
+    with FakeOpenAI(default=model) as server:
+        _, outcome = bench(env, server, tmp_path / "tasks.jsonl", tmp_path / "out")
+    assert sorted(r["answer"] for r in outcome.results) == [f"only-on-the-driver-{i}" for i in range(4)]
+    assert all(r["correct"] for r in outcome.results)
+    outputs = [t for r in server.chat_requests for t in r.tool_outputs]
+    assert len(outputs) == 4 and all("inline too" in t for t in outputs)  # inline files too
