@@ -30,6 +30,21 @@ def test_bench_and_rollout_import_no_ray_without_the_flag():
     assert done.stdout.strip() == "[]"
 
 
+def test_only_the_ray_package_imports_ray():
+    import ast
+
+    def imports_ray(path: Path) -> bool:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            if any(n and n.split(".")[0] == "ray" for n in names):
+                return True
+        return False
+    found = {str(p.relative_to(ROOT)) for package in ("lis_tui", "isolation", "tools")
+             for p in (ROOT / package).rglob("*.py") if imports_ray(p)}
+    assert found and all(p.startswith("lis_tui/ray/") for p in found), found
+
+
 def test_ray_flags_without_ray_and_a_missing_ray_say_what_to_do(tmp_path):
     with FakeOpenAI() as server:
         common = ["bench", "demo", "--base-url", server.base_url, "--model", "m", "--output",
