@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from isolation import Sandbox, SandboxSpec
-from isolation.proxy import PROXY_PORT
-from isolation.network import EgressProxy, NetworkPolicy
+from isolation.net.proxy import PROXY_PORT
+from isolation.net import EgressProxy, NetworkPolicy
 
 HOST = "127.0.0.2"
 

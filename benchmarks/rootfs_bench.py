@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from isolation import Sandbox, SandboxSpec, records  # noqa: E402
 from isolation.rootfs import RootfsStore  # noqa: E402
-from isolation.rootfs_safe import tree_size  # noqa: E402
+from isolation.rootfs.safe import tree_size  # noqa: E402
 
 
 def p50(values: list[float]) -> float:

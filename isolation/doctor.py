@@ -101,6 +101,24 @@ def check_tools() -> list[Check]:
     return checks
 
 
+def check_ubuntu_build() -> Check:
+    """Whether `lis-tui rootfs build ubuntu` can run here: mmdebstrap, and Ubuntu's archive keys
+    (shipped with lis-tui, so no ubuntu-keyring is needed on the host) with the right fingerprints."""
+    from .rootfs.errors import RootfsError  # noqa: PLC0415
+    from .rootfs.keys import ubuntu_archive_keys  # noqa: PLC0415
+
+    try:
+        keys = ubuntu_archive_keys()
+    except RootfsError as exc:
+        detail, _, fix = str(exc).partition(" Fix: ")
+        return Check("ubuntu rootfs", "warn", f"cannot be built: {detail}", fix)
+    if not shutil.which("mmdebstrap"):
+        return Check("ubuntu rootfs", "warn", "cannot be built: mmdebstrap is missing (lis-tui ships "
+                     "Ubuntu's archive keys)", "sudo apt-get install mmdebstrap uidmap")
+    return Check("ubuntu rootfs", "ok", f"`lis-tui rootfs build ubuntu` can run: mmdebstrap, and Ubuntu's "
+                 f"archive keys shipped with lis-tui ({len(keys)}, fingerprints checked)")
+
+
 def check_containment() -> list[Check]:
     """The syscall filter, and the kernel settings that decide what a process could do without it."""
     from .spawn import seccomp  # noqa: PLC0415
@@ -195,7 +213,7 @@ def run_checks() -> list[Check]:
         return checks
     bwrap_checks, path = check_bwrap()
     checks += (bwrap_checks + check_userns(path) + check_containment() + check_tools()
-               + [check_limits(), check_cgroups(), check_rootfs()])
+               + [check_ubuntu_build(), check_limits(), check_cgroups(), check_rootfs()])
     if path and all(c.status != "fail" for c in checks):
         checks.append(check_sandbox())
         if checks[-1].status == "ok":  # inside a container that lets sandboxes run: nothing to fix

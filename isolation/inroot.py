@@ -54,6 +54,20 @@ def read_in_root(root_fd: int, path: str, limit: int) -> bytes:
         os.close(fd)
 
 
+def read_ends_in_root(root_fd: int, path: str, head: int, tail: int) -> tuple[bytes, int, bytes]:
+    """The first `head` and last `tail` bytes of regular file `path` under `root_fd`, and how many
+    lie between them (0: the first part is the whole file, and the last part is empty)."""
+    fd = _open(root_fd, path, os.O_RDONLY)
+    try:
+        _check_file(fd, path, stat.S_IRUSR)
+        size = os.fstat(fd).st_size
+        if size <= head + tail:
+            return os.pread(fd, head + tail, 0), 0, b""
+        return os.pread(fd, head, 0), size - head - tail, os.pread(fd, tail, size - tail)
+    finally:
+        os.close(fd)
+
+
 def write_in_root(root_fd: int, path: str, data: bytes, mode: int, exclusive: bool) -> None:
     """Write `data` to `path` under `root_fd`, creating missing parent directories. An existing
     regular file is rewritten in place (its mode, owner and hard links stay); a new one gets `mode`;

@@ -20,6 +20,15 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHIMS = "/run/lis-tui/bin"
 HOST_PATH = f"/root/.local/bin:{SHIMS}:{PATH}"
 HOST_ENV = {"PIP_ROOT_USER_ACTION": "ignore", "PIP_BREAK_SYSTEM_PACKAGES": "1", "NPM_CONFIG_PREFIX": "/root/.local"}
+HOST_UV = ("/usr/local/bin/uv", "/usr/bin/uv")
+"""Where a host's uv is seen inside the host rootfs (the host's own ~/.local/bin is not there)."""
+# With network credentials the proxy speaks TLS for those hosts with a certificate from the sandbox
+# CA: the system bundle plus that CA is mounted here (and over the rootfs's own bundle), and the
+# usual variables point at it. Only the public certificates: the CA key stays with lis-tui.
+TRUST_BUNDLE = "/run/lis-tui/ca-bundle.pem"
+TRUST_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE",
+             "GIT_SSL_CAINFO")
+SYSTEM_BUNDLES = ("etc/ssl/certs/ca-certificates.crt", "etc/pki/tls/certs/ca-bundle.crt", "etc/ssl/cert.pem")
 APT_FIX = ("{name}: the host rootfs has no package manager (it is the host's read-only /usr); "
            "pip install works here. For apt, ask the user to run: lis-tui rootfs build ubuntu --preset paper")
 
@@ -32,12 +41,16 @@ class RootPlan:
     shell: str
     host: bool = False
     """The `host` rootfs: user-site pip, npm under /root/.local, apt answered by a shim."""
+    trust: bool = False
+    """The sandbox CA's bundle is mounted at TRUST_BUNDLE (network credentials are configured)."""
 
     def environment(self, spec: SandboxSpec) -> dict[str, str]:
         env = {"PATH": PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",
                "HOSTNAME": spec.hostname, "SHELL": f"/bin/{self.shell}"}
         if self.host:
             env.update(HOST_ENV, PATH=HOST_PATH)
+        if self.trust:
+            env.update(dict.fromkeys(TRUST_ENV, TRUST_BUNDLE))
         env.update(spec.env or {})
         return env
 
@@ -46,9 +59,10 @@ def _has(root: Path, *names: str) -> bool:
     return any(os.path.lexists(root / name) for name in names)
 
 
-def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dict | None = None) -> RootPlan:
+def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dict | None = None,
+         trust: Path | None = None) -> RootPlan:
     """Mounts for `spec`; writable layers go under `scratch`. `workspace`: the workspace's
-    snapshot (workspace.snapshot), where its sockets are found."""
+    snapshot (workspace.snapshot), where its sockets are found. `trust`: a CA bundle to trust."""
     root_dir = _resolve_rootfs(spec.rootfs)
     if root_dir is None:
         (scratch / "root").mkdir(mode=0o700, exist_ok=True)
@@ -70,22 +84,65 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dic
                Special("dev", "/dev"), Special("tmpfs", "/tmp", tmp), Special("tmpfs", "/run", tmp and min(tmp, 64 << 20))]
     if root_dir is None:  # after /run's tmpfs, which holds its mount point
         mounts.append(Bind(str(_apt_shims(scratch)), SHIMS))
+    if trust is not None:
+        mounts.append(Bind(str(trust), TRUST_BUNDLE))
+        mounts += [Bind(str(trust), f"/{rel}") for rel in SYSTEM_BUNDLES if _plain_file(check, rel)]
     mounts += _testbed(spec, scratch, info)
     mounts += _masked_sockets(spec, workspace or {})
     shell = "bash" if _has(check, "usr/bin/bash", "bin/bash") else "sh"
-    return RootPlan(mounts, shell, host=root_dir is None)
+    return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None)
+
+
+def _plain_file(root: Path, rel: str) -> bool:
+    """Whether root/rel is a regular file reached through no symlink: bwrap mounts over it by the
+    host's view of the path, so a link in the rootfs must not steer where the mount goes."""
+    path = root
+    for part in rel.split("/"):
+        path = path / part
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            return False
+        if stat.S_ISLNK(mode):
+            return False
+    return stat.S_ISREG(mode)
 
 
 def _apt_shims(scratch: Path) -> Path:
     """apt-get, apt and friends for the host rootfs: one line naming the fix, apt's exit code 100.
-    (The real ones fail on the read-only host /var with errors a model cannot act on.)"""
+    (The real ones fail on the read-only host /var with errors a model cannot act on.) And uv,
+    where the host has one: see uv_shim."""
     shims = scratch / "shims"
     shims.mkdir(exist_ok=True)
-    for name in ("apt-get", "apt", "apt-cache"):
+    scripts = {name: f"#!/bin/sh\necho {shlex.quote(APT_FIX.format(name=name))} >&2\nexit 100\n"
+               for name in ("apt-get", "apt", "apt-cache")}
+    real_uv = next((path for path in HOST_UV if os.access(path, os.X_OK)), None)
+    if real_uv:
+        scripts["uv"] = uv_shim(real_uv)
+    for name, script in scripts.items():
         path = shims / name
-        path.write_text(f"#!/bin/sh\necho {shlex.quote(APT_FIX.format(name=name))} >&2\nexit 100\n")
+        path.write_text(script)
         path.chmod(0o755)
     return shims
+
+
+def uv_shim(real: str) -> str:
+    """A `uv` that sends `uv pip install|uninstall` outside any venv to /root/.local, as pip's user
+    install does: uv has no user scheme, and the host's /usr is read-only. In a venv (VIRTUAL_ENV,
+    a .venv uv finds), or with --system/--python/--prefix/--target given, it is the real uv."""
+    return f"""#!/bin/sh
+# Written by lis-tui for the host rootfs.
+real={shlex.quote(real)}
+case "$1 $2" in "pip install"|"pip uninstall")
+  case " $* " in *" --system"*|*" --python"*|*" -p "*|*" --prefix"*|*" --target"*|*" -t "*) ;; *)
+    py=$("$real" python find 2>/dev/null)
+    case "$py" in /usr/*|/bin/*)
+      verb=$2; shift 2; exec "$real" pip "$verb" --python "$py" --prefix /root/.local "$@";;
+    esac;;
+  esac;;
+esac
+exec "$real" "$@"
+"""
 
 
 def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo) -> list[Mount]:

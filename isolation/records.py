@@ -15,7 +15,7 @@ import secrets
 import signal
 from pathlib import Path
 
-from .rootfs_safe import remove_tree
+from .rootfs.safe import remove_tree
 from .spec import SandboxError
 
 log = logging.getLogger(__name__)

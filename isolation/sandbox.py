@@ -12,20 +12,21 @@ import struct
 import subprocess
 import termios
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import bwrap, diskcap, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
-                     read_in_root, write_in_root)
+                     read_ends_in_root, read_in_root, write_in_root)
 from .output import collect, ready
-from .rootfs_safe import tree_size
+from .rootfs.safe import tree_size
 from .spawn import seccomp
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
 
 if TYPE_CHECKING:
-    from .netpolicy import NetworkPolicy
-    from .proxy import ProxyHandle
+    from .net.policy import NetworkPolicy
+    from .net.proxy import ProxyHandle
 
 # pid 1 of the sandbox (bwrap --as-pid-1, so that no process of bwrap's, a host binary, is inside).
 # It says it runs on stdout (the readiness pipe), then reads stdin, a pipe whose write end only
@@ -79,6 +80,7 @@ class Sandbox:
         self._session: sessions.Session | None = None
         self._before: dict | None = None
         self._disk_note = ""
+        self._credentials = None  # net.credentials.CredentialSet: the secrets, held here and by the proxy
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -103,7 +105,8 @@ class Sandbox:
         self._record = records.Record()
         try:
             self._open_session()
-            self._root = plan(self.spec, self.layers, info, self._before)
+            trust = self._prepare_credentials()
+            self._root = plan(self.spec, self.layers, info, self._before, trust=trust)
             self._launch(info)
         except BaseException:
             self.close()
@@ -161,8 +164,8 @@ class Sandbox:
                                   command=[*KEEPER[self._root.shell], self._record.marker])
         try:
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
-            self._proc = subprocess.Popen(argv, stdin=hold_r, stdout=ready_w, stderr=err_w, env={},
-                                          pass_fds=(info_w, filter_fd), start_new_session=True)
+            self._proc = _popen_from_lasting_thread(argv, stdin=hold_r, stdout=ready_w, stderr=err_w, env={},
+                                                    pass_fds=(info_w, filter_fd), start_new_session=True)
         finally:
             for fd in (ready_w, hold_r, info_w, err_w, filter_fd):
                 os.close(fd)
@@ -195,15 +198,31 @@ class Sandbox:
 
     def _network_policy(self) -> NetworkPolicy:
         if self.policy is None:
-            from .netpolicy import NetworkPolicy  # noqa: PLC0415 (no network, no asyncio import)
+            from .net.policy import NetworkPolicy  # noqa: PLC0415 (no network, no asyncio import)
 
             self.policy = NetworkPolicy(self.spec.network, self.spec.allow_hosts, self.spec.deny_hosts)
         return self.policy
 
-    def _open_network(self) -> None:
-        from .proxy import default_proxy  # noqa: PLC0415
+    def _prepare_credentials(self) -> Path | None:
+        """Read the configured secrets now (a missing one stops the start, naming it) and write the
+        CA bundle the sandbox will trust; None without credentials."""
+        if not self.spec.credentials:
+            return None
+        from .net.credentials import CredentialSet, resolve  # noqa: PLC0415
+        from .net.proxy import default_proxy  # noqa: PLC0415
 
-        self.network = default_proxy().attach(self, self.policy, label=f"sandbox {self._record.id}")
+        self._credentials = CredentialSet(resolve(self.spec.credentials))
+        bundle = default_proxy().ca.bundle()
+        trust = self.layers / "trust"
+        trust.mkdir(mode=0o700, exist_ok=True)
+        (trust / "ca-bundle.pem").write_bytes(bundle)
+        return trust / "ca-bundle.pem"
+
+    def _open_network(self) -> None:
+        from .net.proxy import default_proxy  # noqa: PLC0415
+
+        self.network = default_proxy().attach(self, self.policy, label=f"sandbox {self._record.id}",
+                                              credentials=self._credentials)
         self.env = self.network.environment(self.env)
 
     def close(self) -> None:
@@ -329,6 +348,15 @@ class Sandbox:
             raise_shell_file_error(err, path)
         return out
 
+    def read_file_ends(self, path: str, head: int, tail: int) -> tuple[bytes, int, bytes]:
+        """A regular file's first `head` and last `tail` bytes and the count of those between,
+        in bounded memory whatever its size (see `read_file` for how paths resolve)."""
+        try:
+            return read_ends_in_root(self._require_running(), path, head, tail)
+        except InRootUnavailable:  # an old kernel: the head only, with the rest counted as cut
+            data = self.read_file(path, head + tail + 1)
+            return data[:head + tail], max(0, len(data) - head - tail), b""
+
     def write_file(self, path: str, data: bytes, mode: int = 0o644, exclusive: bool = False) -> None:
         """Write a regular file as the sandbox would, creating missing parent directories. An
         existing file is rewritten in place (mode, owner and hard links kept); a new one gets
@@ -423,6 +451,23 @@ class Sandbox:
         if copied.refused:
             raise RefusedPaths(f"exported {len(copied.files)} file(s) from {src} to {dest}", copied.refused)
         return dest
+
+
+_launcher: ThreadPoolExecutor | None = None
+_launcher_lock = threading.Lock()
+
+
+def _popen_from_lasting_thread(argv: list[str], **kwargs) -> subprocess.Popen:
+    """subprocess.Popen, called from a thread that lives as long as this process.
+
+    bwrap's --die-with-parent is Linux's parent-death signal, which fires when the *thread* that
+    forked bwrap ends, not the process: a sandbox started on a short-lived thread (an HTTP
+    handler, a Textual or anyio worker, a trainer's pool) would be killed when that thread ends."""
+    global _launcher
+    with _launcher_lock:
+        if _launcher is None:  # its threads wait for work until the interpreter exits
+            _launcher = ThreadPoolExecutor(2, thread_name_prefix="lis-bwrap-launch")
+    return _launcher.submit(subprocess.Popen, argv, **kwargs).result()
 
 
 def _rlimits(limits: Limits) -> list[tuple[int, int]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import records
-from .rootfs_safe import tree_size
+from .rootfs.safe import tree_size
 from .spec import Limits, SandboxError, SandboxSpec
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -93,6 +93,7 @@ def load_spec(directory: Path) -> SandboxSpec | None:
     except FileNotFoundError:
         return None
     data["limits"] = Limits(**data.get("limits", {}))
+    data.pop("credentials", None)  # read from the config at every start, not kept with the session
     for key in ("allow_hosts", "deny_hosts"):  # JSON has lists; the spec holds tuples
         data[key] = tuple(data.get(key, ()))
     return SandboxSpec(**{k: v for k, v in data.items() if k in SandboxSpec.__dataclass_fields__})

@@ -59,6 +59,9 @@ class SandboxSpec:
     a service on this machine or a private network needs its exact `host:port` here."""
     deny_hosts: tuple[str, ...] = ()
     """Never reachable; checked before allow_hosts."""
+    credentials: tuple = ()
+    """`net.credentials.Credential`s: headers the proxy adds for named hosts. They name where each
+    secret comes from (an environment variable or a file of this process), never the secret."""
     workspace: Path | str | None = None
     """Host directory laid over /testbed copy-on-write; None for an empty /testbed."""
     input_dir: Path | str | None = None

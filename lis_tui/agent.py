@@ -26,6 +26,7 @@ from lis_tui.events import (
     ToolFinished, ToolRecord, ToolStarted,
 )
 from lis_tui.model import ModelCancelled, ModelError, ToolCall
+from lis_tui.observation import paper_observation, steps_remaining
 from lis_tui.model import ModelReply as Reply
 from lis_tui.prompts import Prompts, load_prompts, render
 from lis_tui.protocols import Model, Tools
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 WORKING_DIR, INPUT_DIR, OUTPUT_DIR = "/testbed", "/testbed/input", "/testbed/output"
 ANSWER_PATH = f"{OUTPUT_DIR}/answer.txt"
 PROMPT_VALUES = {"working_dir": WORKING_DIR, "input_dir": INPUT_DIR, "output_dir": OUTPUT_DIR,
-                 "input_note": "if the task has any", "network_note": ""}
+                 "input_note": "if the task has any", "network_note": "", "environment_note": ""}
 NUDGE = ("Your reply called no tool. Work on the task with `execute_bash` or `str_replace_editor`; "
          f"once the answer is in {ANSWER_PATH} (or the files the task asks for are in "
          f"{OUTPUT_DIR}), call `submit`.")
@@ -66,6 +67,7 @@ class Agent:
         self.command_approval = command_approval
         self.stream = stream
         self.max_tool_output = max_tool_output
+        self._paper = self.config.observation == "paper"
         self.reply_reserve = reply_reserve  # tokens kept free for the reply (model.max_tokens)
         self.messages: list[dict] = []
         self.steps: list[StepRecord] = []
@@ -111,6 +113,12 @@ class Agent:
         self.emit(event)
         return event
 
+    def begin(self, task: str) -> list[dict]:
+        """Start a conversation on `task` without running it, for callers that drive `step()`
+        themselves (`lis_tui.rl.SandboxEnv`); returns the first messages."""
+        self.messages = self._first_messages(task)
+        return self.messages
+
     def step(self) -> None:
         """One model call and its tool calls; a reply without a tool call is nudged."""
         record = self._begin_step()
@@ -155,6 +163,9 @@ class Agent:
 
     def query(self, record: StepRecord) -> Reply:
         """One model call; the reply is appended to the conversation."""
+        if self._paper and self.config.mode != "llm" and isinstance(self.messages[-1].get("content"), str):
+            # the paper's harness adds this to the newest message, before every call
+            self.messages[-1]["content"] += "\n" + steps_remaining(self.config.max_steps - record.step + 1)
         self._check_context()
         self.emit(ModelRequest(record.step, self.messages))
         on_delta = (lambda kind, text: self.emit(ModelDelta(record.step, kind, text))) \
@@ -177,7 +188,7 @@ class Agent:
         self.emit(ModelReply(record.step, reply.text, reply.reasoning, reply.tool_calls,
                              reply.usage, record.model_duration))
         if self.config.mode != "llm" and not reply.tool_calls:
-            raise FormatError(NUDGE)
+            raise FormatError(reply.format_error or NUDGE)
         return reply
 
     def execute(self, reply: Reply, record: StepRecord) -> None:
@@ -218,7 +229,7 @@ class Agent:
             started = time.monotonic()
             result = self.tools.dispatch(call.name, record.arguments)
             record.duration = time.monotonic() - started
-            text = self._tool_text(result, decision)
+            text = self._tool_text(call.name, result, decision)
             record.exit_code, record.error = result.exit_code, result.error
             record.truncated = result.truncated or len(result.output) > self.max_tool_output
             record.timed_out, record.submitted = result.timed_out, result.submitted
@@ -227,10 +238,13 @@ class Agent:
         self.emit(ToolFinished(step, index, record))
         return record
 
-    def _tool_text(self, result: ToolResult, decision: Any) -> str:
-        text = _bounded(result.output, self.max_tool_output) or "(no output)"
-        if result.exit_code not in (None, 0):
-            text += f"\n[exit code {result.exit_code}]"
+    def _tool_text(self, tool: str, result: ToolResult, decision: Any) -> str:
+        if self._paper:
+            text = paper_observation(tool, result, self.max_tool_output)
+        else:
+            text = _bounded(result.output, self.max_tool_output) or "(no output)"
+            if result.exit_code not in (None, 0):
+                text += f"\n[exit code {result.exit_code}]"
         if isinstance(decision, Edit):
             text = (f"[The user changed your command before it ran; it ran as:\n"
                     f"{decision.command}]\n{text}")

@@ -23,10 +23,12 @@ from typing import Any
 from isolation import Sandbox, SandboxError, SandboxSpec
 from lis_tui import __version__
 from lis_tui.agent import INPUT_DIR, Agent, CommandApproval
-from lis_tui.config import Config, configured_rootfs, load_config, sandbox_limits  # noqa: F401 (configured_rootfs: callers import it from here)
-from lis_tui.events import LIMIT_REASONS, Listeners, RunFinished, RunUsage
+from lis_tui.config import Config, configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: F401 (configured_rootfs: callers import it from here)
+from lis_tui.events import LIMIT_REASONS, Listeners, RunFinished, RunUsage, credential_listener
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
+from lis_tui.prompts.environment import environment_note
+from lis_tui.runs import RUN_OUTPUT
 from lis_tui.trajectory import TrajectoryWriter, export_output
 
 DOCUMENTS_DIR = "/testbed/documents"
@@ -96,7 +98,8 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
         spec = SandboxSpec(rootfs=rootfs or configured_rootfs(config),
                            network=network or config.network.mode,
                            workspace=workspace, input_dir=input_dir, limits=sandbox_limits(config),
-                           nested_userns=config.sandbox.nested_userns)
+                           nested_userns=config.sandbox.nested_userns,
+                           credentials=network_credentials(config))
     out = prepare_output_dir(output_dir)
     writer = TrajectoryWriter(out / "trajectory.json", trajectory_header(config, spec, out))
     listeners = Listeners(writer, listener)
@@ -125,19 +128,23 @@ def _run(task: str, config: Config, spec: SandboxSpec | None, prompts: Prompts,
 
         if spec is None:
             return _drive(make_agent(None), task, None), {}
-        finished, files = _run_in_sandbox(spec, config, make_agent, task, out)
+        finished, files = _run_in_sandbox(spec, config, make_agent, task, out, listeners)
     return (_failed(finished, listeners) if isinstance(finished, str) else finished), files
 
 
 def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: str,
-                    out: Path) -> tuple[RunFinished | str, dict]:
+                    out: Path, listeners: Listeners) -> tuple[RunFinished | str, dict]:
     """The agent's result, or the error that kept it from starting, and the exported files."""
+    from isolation.net import NetworkPolicy  # noqa: PLC0415
     from tools import Toolbox  # noqa: PLC0415 (keeps `import lis_tui.api` light for llm mode)
     from tools.shell import Shell, ShellError  # noqa: PLC0415
 
     try:
-        with Sandbox(spec) as sandbox:
-            toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=config.sandbox.timeout))
+        policy = NetworkPolicy(spec.network, spec.allow_hosts, spec.deny_hosts,
+                               on_credential=credential_listener(listeners))
+        with Sandbox(spec, network=policy) as sandbox:
+            toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=config.sandbox.timeout,
+                                                   separate_stderr=config.agent.observation == "paper"))
             try:
                 finished = _drive(make_agent(toolbox), task, sandbox)
             finally:
@@ -200,7 +207,7 @@ def new_run_dir(parent: Path | str) -> Path:
 def prepare_output_dir(path: str | Path | None) -> Path:
     """The run's directory: `path`, or ./lis-output/<UTC time>-<id>/; refuses one in use."""
     if path is None:
-        path = new_run_dir("lis-output")
+        path = new_run_dir(RUN_OUTPUT)
     out = Path(path).expanduser().absolute()
     if (out / "trajectory.json").exists() or (out / "files").exists():
         raise ValueError(f"{out} already holds a run; choose another --output-dir or remove it")
@@ -216,7 +223,8 @@ def prompt_values(spec: SandboxSpec | None) -> dict[str, str]:
     note = f"see `ls {INPUT_DIR}`" if given else "it is empty: this task came with no files"
     if getattr(spec, "documents_dir", None) is not None:
         note += f"; the task's documents are in {DOCUMENTS_DIR}"
-    return {"input_note": note, "network_note": NETWORK_NOTES.get(spec.network, "")}
+    return {"input_note": note, "network_note": NETWORK_NOTES.get(spec.network, ""),
+            "environment_note": environment_note(spec.rootfs)}
 
 
 def trajectory_header(config: Config, spec: SandboxSpec | None, out: Path) -> dict[str, Any]:

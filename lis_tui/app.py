@@ -11,14 +11,17 @@ from textual.app import App
 from textual.binding import Binding
 
 from lis_tui.config import Config
-from lis_tui.conversation import Conversation
+from lis_tui.conversation import Conversation, runs_dir
+from lis_tui.discover import KNOWN_PORTS
 from lis_tui.replay import replay_events
+from lis_tui.rootfs_offer import RootfsJob, RootfsOffer
 from lis_tui.screens.approve_network import NetworkApprovalScreen
 from lis_tui.screens.confirm import ConfirmScreen
 from lis_tui.screens.help import HelpScreen
 from lis_tui.screens.main import MainScreen
 from lis_tui.screens.setup import needs_setup
-from lis_tui.widgets.messages import NetworkQuestion
+from lis_tui.widgets.messages import NetworkQuestion, RootfsProgress
+from lis_tui.widgets.plain import notify_plain
 from lis_tui.widgets.status import Status, StatusBar
 
 log = logging.getLogger(__name__)
@@ -34,8 +37,15 @@ class LisApp(App):
 
     def __init__(self, conversation: Conversation | None, status: Status, *,
                  task: str | None = None, replay: Iterable[Any] | None = None,
-                 log_path: Path | None = None, setup: bool = False) -> None:
+                 log_path: Path | None = None, setup: bool = False,
+                 rootfs_offer: RootfsOffer | None = None,
+                 server_ports: tuple[tuple[str, int], ...] = KNOWN_PORTS) -> None:
         super().__init__()
+        self.rootfs_job = RootfsJob(rootfs_offer or RootfsOffer())
+        """The build of the recommended rootfs the setup screen offers (the app's, so it goes
+        on when that screen closes)."""
+        self.server_ports = server_ports
+        """Where the setup screen looks for model servers."""
         self.setup_first = setup
         self.log_path = log_path
         """Where details of errors go (notices name it)."""
@@ -53,16 +63,60 @@ class LisApp(App):
         return self.screen_stack[0]  # type: ignore[return-value]
 
     async def action_quit(self) -> None:
-        if not self.main.busy:
+        building = self.rootfs_job.state == "building"
+        if not self.main.busy and not building:
             self.exit()
             return
+        question = ("A task is running. Quit? It is stopped and its trajectory kept."
+                    if self.main.busy else
+                    "The rootfs is still building. Quit? The build stops and keeps nothing "
+                    "half-made; F4 starts it again.")
         if not isinstance(self.screen, ConfirmScreen):
-            self.push_screen(ConfirmScreen("A task is running. Quit? It is stopped and its trajectory kept.",
-                                           "Quit", "Stay"), lambda yes: self.exit() if yes else None)
+            self.push_screen(ConfirmScreen(question, "Quit", "Stay"),
+                             lambda yes: self._stop_and_exit() if yes else None)
+
+    def _stop_and_exit(self) -> None:
+        self.rootfs_job.stop.set()  # the worker's thread ends with the build's process
+        self.exit()
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(self.places()))
+
+    def places(self) -> list[tuple[str, str]]:
+        """Where things are kept: this run (or where runs go, before the first), the log."""
+        found: list[tuple[str, str]] = []
+        if self.conversation is not None:
+            out = self.conversation.out
+            found.append(("This run", str(out)) if out else ("Runs go to", str(runs_dir())))
+        if self.log_path is not None:
+            found.append(("Log", str(self.log_path)))
+        return found
+
+    def build_rootfs(self) -> None:
+        """Start building the recommended rootfs in a worker, unless it is already building."""
+        if self.rootfs_job.claim():
+            self.post_message(RootfsProgress())
+            self.run_worker(self._build_rootfs, thread=True, group="rootfs", exit_on_error=False)
+
+    def _build_rootfs(self) -> None:
+        try:  # post_message is thread-safe: each line redraws the panel on the UI thread
+            self.rootfs_job.run(lambda: self.post_message(RootfsProgress()))
+        finally:
+            self.post_message(RootfsProgress(done=True))
+
+    def on_rootfs_progress(self, message: RootfsProgress) -> None:
+        for screen in self.screen_stack:
+            for shown in screen.query("RootfsPanel, Welcome"):
+                shown.redraw()
+        job = self.rootfs_job
+        if message.done and job.state == "built":
+            self.main.use_rootfs(job.built)
+            notify_plain(self, f"The rootfs {job.built} is built and is now the default.",
+                         title="Rootfs ready")
+        elif message.done and job.state == "failed":
+            notify_plain(self, f"{job.error[-300:]}\nF4 shows it; ctrl+b there tries again.",
+                         title="The rootfs build failed", severity="error", timeout=15)
 
     def ask_network(self, request: Any) -> Future:
         """The network policy's approver: called off the UI thread, answered by the modal."""
@@ -93,8 +147,11 @@ class LisApp(App):
 def create_app(config: Config | None = None, spec: Any = None, *,
                output_dir: str | Path | None = None, task: str | None = None,
                replay: dict | None = None, command_approval: bool = False,
-               stream: bool = True, log_path: Path | None = None) -> LisApp:
-    """The app for a live conversation (`config`, `spec`), or the replay of a trajectory."""
+               stream: bool = True, log_path: Path | None = None,
+               rootfs_offer: RootfsOffer | None = None,
+               server_ports: tuple[tuple[str, int], ...] = KNOWN_PORTS) -> LisApp:
+    """The app for a live conversation (`config`, `spec`), or the replay of a trajectory.
+    `rootfs_offer` and `server_ports` are what the setup screen offers and where it looks."""
     if replay is not None:
         return LisApp(None, _replay_status(replay), replay=list(replay_events(replay)),
                       log_path=log_path)
@@ -105,7 +162,8 @@ def create_app(config: Config | None = None, spec: Any = None, *,
     conversation = Conversation(config, spec, output_dir, command_approval=command_approval,
                                 stream=stream)
     app = LisApp(conversation, _status(config, spec, command_approval), task=task,
-                 log_path=log_path, setup=needs_setup(config.sources))
+                 log_path=log_path, setup=needs_setup(config.sources), rootfs_offer=rootfs_offer,
+                 server_ports=server_ports)
     conversation.approver = app.ask_network
     return app
 

@@ -9,7 +9,7 @@ import sys
 from . import __version__
 
 # Subcommand modules, each with `add_parsers(subparsers)`; a missing one is skipped.
-COMMANDS = ("sandbox", "rootfs", "run", "config", "sessions", "bench", "tasks", "rollout", "mcp", "tui")
+COMMANDS = ("sandbox", "rootfs", "run", "runs", "config", "sessions", "bench", "tasks", "rollout", "env", "mcp", "tui")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,7 +78,14 @@ def main(argv: list[str] | None = None) -> int:
 
             return _unknown_command(parser, safe_terminal_text(word))
         argv = ["tui", *argv]
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    # argparse fills an optional positional only from the words right after the one before it;
+    # a command naming one as `late_positional` takes it after options too (bench paper:S -j 2 DATA)
+    late = getattr(args, "late_positional", None)
+    if late and getattr(args, late) is None and len(extras) == 1 and not extras[0].startswith("-"):
+        setattr(args, late, extras.pop())
+    if extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -102,7 +102,9 @@ class AgentConfig:
     mode: str = field(default="sandbox", metadata={"choices": ("sandbox", "llm")})
     """"sandbox" (the paper's method) or "llm" (one model call, no sandbox)."""
     prompts: str = ""
-    """A TOML file whose system/instance prompts replace the built-in ones."""
+    """A TOML file replacing built-in prompts, or "llm-in-sandbox:SUITE" (that package's)."""
+    observation: str = field(default="lis-tui", metadata={"choices": ("lis-tui", "paper")})
+    """Tool results as "lis-tui" words them or as the "paper" harness does (paper suites' default)."""
 
 
 @dataclass
@@ -115,6 +117,8 @@ class NetworkConfig:
     """Hosts always allowed, e.g. "pypi.org" or "*.github.com"."""
     deny: list[str] = field(default_factory=list)
     """Hosts always refused; checked before the allow list."""
+    credentials: dict = field(default_factory=dict)
+    """Per host, a header the proxy adds: [network.credentials."HOST"] header = "Authorization", value = "Bearer ${env:VAR}" (or ${file:PATH})."""
 
 
 SECTIONS: dict[str, type] = {
@@ -289,6 +293,8 @@ def _checked(dotted: str, value: Any, *, path: Path | None = None, text: str = "
     except TypeError as exc:
         raise ConfigError(f"{'.'.join(table)}.{key} {exc}", path=path, line=line,
                           key=dotted) from None
+    if dotted == "network.credentials":
+        credentials_from(value, path=path, line=line)
     choices = f.metadata.get("choices")
     if choices and value not in choices:
         raise ConfigError(f'{dotted} must be one of {", ".join(choices)}, not "{value}"',
@@ -400,6 +406,37 @@ def sandbox_limits(config: Config):
                   else parse_size(memory, "sandbox.memory"),
                   tmp_size=parse_size(config.sandbox.tmp_size, "sandbox.tmp_size"),
                   disk=parse_size(config.sandbox.disk, "sandbox.disk"))
+
+
+def credentials_from(table: Mapping, *, path: Path | None = None, line: int | None = None) -> tuple:
+    """[network.credentials] as isolation Credentials (references, no secrets); ConfigError if malformed."""
+    from isolation.net.credentials import parse_credentials  # noqa: PLC0415
+    from isolation.net.policy import NetworkError  # noqa: PLC0415
+
+    try:
+        return parse_credentials(table)
+    except NetworkError as exc:
+        raise ConfigError(str(exc), path=path, line=line, key="network.credentials") from None
+
+
+def network_credentials(config: Config) -> tuple:
+    """The configured credentials, checked now: each variable set, each file readable, and the
+    `cryptography` package there, so a mistake stops lis-tui at start (naming the host and the fix)
+    rather than a request later. ConfigError otherwise."""
+    if not config.network.credentials:
+        return ()
+    credentials = credentials_from(config.network.credentials)
+    if credentials:
+        from isolation.net.ca import require_crypto  # noqa: PLC0415
+        from isolation.net.credentials import resolve  # noqa: PLC0415
+        from isolation.net.policy import NetworkError  # noqa: PLC0415
+
+        try:
+            require_crypto()
+            resolve(credentials)
+        except NetworkError as exc:
+            raise ConfigError(str(exc), key="network.credentials") from None
+    return credentials
 
 
 def save_network_allow(host: str, path: Path | None = None) -> Path:

@@ -14,25 +14,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 from isolation import Sandbox, SandboxError, SandboxSpec
-from isolation.records import state_dir
 from tools.shell import ShellError
 from lis_tui import api
 from lis_tui.agent import ANSWER_PATH, Agent
 from lis_tui.config import Config, save_network_allow
-from lis_tui.events import Listeners, RunFinished, RunStarted, RunUsage, ToolStarted
+from lis_tui.events import Listeners, RunFinished, RunStarted, RunUsage, ToolStarted, credential_listener
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
+from lis_tui.runs import app_runs_dir
 from lis_tui.trajectory import TrajectoryWriter, export_output
 
 
 log = logging.getLogger(__name__)
 FOLLOW_UP = ("{task}\n\n(This continues the task above, in the same computer. When you are done, "
              f"update {ANSWER_PATH} if the answer changed and call `submit` again.)")
-
-
-def runs_dir() -> Path:
-    """Where the app keeps its runs: $XDG_STATE_HOME/lis-tui/runs."""
-    return state_dir() / "runs"
 
 
 class FollowUpAgent(Agent):
@@ -82,6 +77,12 @@ class Conversation:
         return self._sandbox if self._sandbox is not None and self._sandbox.running else None
 
     @property
+    def model_name(self) -> str:
+        """The model's name: as configured, else the one the server chose once it was asked."""
+        client = self._client
+        return (client.model_name if client is not None else "") or self.config.model.model or ""
+
+    @property
     def session_id(self) -> str:
         return self.out.name if self.out else "-"
 
@@ -103,6 +104,7 @@ class Conversation:
             if self._closing:
                 return _failed("lis-tui was closing", listeners)
             agent = self._agent = self._make_agent(listeners)
+            self._listeners = listeners  # the proxy's credential notes go to the task at work
             self.state = "working"
         try:
             finished = agent.run(task)
@@ -196,7 +198,7 @@ class Conversation:
     def _open_writer(self) -> TrajectoryWriter:
         if self._writer is None:
             # The app's runs live in the state directory, not wherever it was started (--output-dir wins).
-            self.out = api.prepare_output_dir(self.output_dir or api.new_run_dir(runs_dir()))
+            self.out = api.prepare_output_dir(self.output_dir or api.new_run_dir(app_runs_dir()))
             header = api.trajectory_header(self.config, self.spec, self.out)
             self._writer = TrajectoryWriter(self.out / "trajectory.json", header)
         return self._writer
@@ -214,18 +216,23 @@ class Conversation:
 
         self.state = "starting"
         self._sandbox = Sandbox(self.spec, network=self._policy()).start()
-        self._toolbox = Toolbox(self._sandbox, shell=Shell(self._sandbox,
-                                                           timeout=self.config.sandbox.timeout))
+        self._toolbox = Toolbox(self._sandbox, shell=Shell(
+            self._sandbox, timeout=self.config.sandbox.timeout,
+            separate_stderr=self.config.agent.observation == "paper"))
         self.state = "ready"
 
     def _policy(self) -> Any:
         """The sandbox's network policy: the lists from config and flags, the person as approver."""
-        from isolation.network import NetworkPolicy  # noqa: PLC0415
+        from isolation.net import NetworkPolicy  # noqa: PLC0415
 
         net, spec = self.config.network, self.spec
         return NetworkPolicy(self.network, allow=[*net.allow, *spec.allow_hosts],
                              deny=[*net.deny, *spec.deny_hosts], decide=self.approver,
-                             on_allow_always=save_network_allow, host_services=self.host_services)
+                             on_allow_always=save_network_allow, host_services=self.host_services,
+                             on_credential=self._credential_added)
+
+    def _credential_added(self, use: Any) -> None:
+        credential_listener(getattr(self, "_listeners", None))(use)
 
     def _export_proxy(self) -> None:
         """The network was turned on after the shell started: the shell learns the proxy."""

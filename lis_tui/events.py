@@ -86,6 +86,8 @@ class RunUsage:
     environment_tokens: int = 0
     last_prompt_tokens: int = 0
     """The prompt size of the last call: how full the context was."""
+    last_completion_tokens: int = 0
+    """The last call's reply; with `last_prompt_tokens`, the whole trajectory once."""
     estimated: bool = False
     """Some counts were made locally (the server reported none): lis_tui/tokens.py."""
 
@@ -96,6 +98,7 @@ class RunUsage:
             self.completion_tokens += step.usage.completion_tokens
             self.cached_tokens += step.usage.cached_tokens
             self.last_prompt_tokens = step.usage.prompt_tokens
+            self.last_completion_tokens = step.usage.completion_tokens
             self.estimated = self.estimated or step.usage.estimated
         self.environment_tokens += step.environment_tokens
 
@@ -224,8 +227,31 @@ class RunFinished:
     """Set when there is no answer file, e.g. "no /testbed/output/answer.txt was written"."""
 
 
+@dataclass(frozen=True)
+class CredentialAdded:
+    """The network proxy added a configured credential to a request (sent from the proxy's thread)."""
+
+    host: str
+    port: int
+    method: str
+    header: str
+    """The header's name; its value is never in an event."""
+
+    @property
+    def text(self) -> str:
+        return f"credential added for {self.host} ({self.header}, {self.method})"
+
+
 Event = Union[RunStarted, StepStarted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
-              ApprovalNeeded, ToolStarted, ToolFinished, StepFinished, RunFinished]
+              ApprovalNeeded, ToolStarted, ToolFinished, StepFinished, RunFinished, CredentialAdded]
+
+
+def credential_listener(listener: Any):
+    """A NetworkPolicy `on_credential` callback that hands each use to `listener` as CredentialAdded."""
+    def added(use: Any) -> None:
+        if listener is not None:
+            listener.on_event(CredentialAdded(use.host, use.port, use.method, use.header))
+    return added
 
 
 class Listener(Protocol):

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
+import time
 from typing import Any
 
 from isolation import Sandbox, SandboxError, SandboxSpec
-from isolation.netpolicy import NetworkPolicy, NetworkRequest
+from isolation.net.policy import NetworkPolicy, NetworkRequest
 from tools import TOOL_SCHEMAS, Toolbox, ToolResult
 
 REVIEW_TOOLS = [
@@ -34,6 +36,9 @@ REVIEW_TOOLS = [
      {"name": {"type": "string", "description": "A directory name inside --export-dir."}}, ["name"]),
 ]
 OUTPUT_LIMIT = 1 << 20
+IDLE_TIMEOUT = 1800.0
+"""Seconds an HTTP client session may sit idle before its sandbox goes (the SDK's own default)."""
+log = logging.getLogger(__name__)
 ASK_SCHEMA = {"type": "object", "required": ["answer"], "properties": {"answer": {
     "type": "string", "title": "Network access", "enum": ["allow_once", "allow_session", "deny"],
     "description": "allow_once: this request; allow_session: this host until the sandbox goes; deny"}}}
@@ -181,10 +186,16 @@ def serve_stdio(tools: SandboxTools) -> None:
 
 
 class Sessions:
-    """A sandbox per MCP session (streamable HTTP serves several clients at once)."""
+    """A sandbox per MCP session (streamable HTTP serves several clients at once). A client that
+    goes without ending its session (a crash, a closed laptop) loses its sandbox once the session
+    has been idle, no request in flight, for `idle_timeout` seconds (`reap`)."""
 
-    def __init__(self, make) -> None:
+    def __init__(self, make, idle_timeout: float | None = IDLE_TIMEOUT) -> None:
         self._make, self._by_id, self._lock = make, {}, threading.Lock()
+        self.idle_timeout = idle_timeout
+        self._busy: dict[str, int] = {}  # requests in flight per session (a long tool call counts)
+        self._seen: dict[str, float] = {}  # when each session's last request ended
+        self.expired: set[str] = set()
 
     def tools_for(self, ctx) -> SandboxTools:
         headers = getattr(getattr(ctx, "request", None), "headers", None)  # the HTTP request's
@@ -194,9 +205,35 @@ class Sessions:
                 self._by_id[session_id] = self._make()
             return self._by_id[session_id]
 
+    def begin(self, session_id: str) -> None:
+        """A request of `session_id` started."""
+        with self._lock:
+            self._busy[session_id] = self._busy.get(session_id, 0) + 1
+
+    def done(self, session_id: str) -> None:
+        """A request of `session_id` ended."""
+        with self._lock:
+            self._busy[session_id] = self._busy.get(session_id, 1) - 1
+            self._seen[session_id] = time.monotonic()
+
+    def reap(self) -> list[str]:
+        """End the sessions idle past `idle_timeout`; their ids answer 404 from now on."""
+        if self.idle_timeout is None:
+            return []
+        now = time.monotonic()
+        with self._lock:
+            idle = [sid for sid in self._by_id if sid is not None and not self._busy.get(sid)
+                    and now - self._seen.get(sid, now) > self.idle_timeout]
+            self.expired.update(idle)
+        for session_id in idle:
+            self.end(session_id)
+        return idle
+
     def end(self, session_id: str | None) -> None:
         with self._lock:
             tools = self._by_id.pop(session_id, None)
+            self._busy.pop(session_id, None)
+            self._seen.pop(session_id, None)
         if tools is not None:
             tools.close()
 
@@ -205,16 +242,26 @@ class Sessions:
             self.end(session_id)
 
 
-def serve_http(make_tools, sock, token: str) -> None:
+def _reaper(sessions: Sessions, stop: threading.Event) -> None:
+    interval = min(30.0, max(0.2, (sessions.idle_timeout or 0) / 4))
+    while not stop.wait(interval):
+        for session_id in sessions.reap():
+            log.info("MCP session %s idle for %.0f s: its sandbox was removed", session_id, sessions.idle_timeout)
+
+
+def serve_http(make_tools, sock, token: str, idle_timeout: float | None = IDLE_TIMEOUT) -> None:
     """Streamable HTTP on the bound `sock`, every request carrying `Authorization: Bearer TOKEN`;
-    a client's sandbox is removed when it ends its session (DELETE) or the server stops."""
+    a client's sandbox is removed when it ends its session (DELETE), when the session was idle for
+    `idle_timeout` seconds (None: never), or when the server stops."""
     _sdk()
     import hmac  # noqa: PLC0415
 
     import uvicorn  # noqa: PLC0415
 
-    sessions = Sessions(make_tools)
-    app = _server(sessions.tools_for).streamable_http_app(host=sock.getsockname()[0])
+    sessions = Sessions(make_tools, idle_timeout)
+    # The SDK forgets an idle session after the same time, so its id then answers 404 there too.
+    app = _server(sessions.tools_for).streamable_http_app(host=sock.getsockname()[0],
+                                                          session_idle_timeout=idle_timeout)
     want = f"Bearer {token}".encode()
 
     async def guarded(scope, receive, send) -> None:
@@ -225,11 +272,25 @@ def serve_http(make_tools, sock, token: str) -> None:
             await send({"type": "http.response.start", "status": 401,
                         "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
             return await send({"type": "http.response.body", "body": b"a bearer token is required\n"})
-        await app(scope, receive, send)
-        if scope["method"] == "DELETE" and b"mcp-session-id" in headers:  # the client ended its session
-            sessions.end(headers[b"mcp-session-id"].decode(errors="replace"))
+        session_id = headers.get(b"mcp-session-id", b"").decode(errors="replace") or None
+        if session_id in sessions.expired:
+            await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain")]})
+            return await send({"type": "http.response.body", "body": b"this session ended after being idle "
+                               b"(its sandbox is gone); start a new session\n"})
+        if session_id is not None:
+            sessions.begin(session_id)
+        try:
+            await app(scope, receive, send)
+        finally:
+            if session_id is not None:
+                sessions.done(session_id)
+        if scope["method"] == "DELETE" and session_id is not None:  # the client ended its session
+            await asyncio.to_thread(sessions.end, session_id)
 
+    stop = threading.Event()
+    threading.Thread(target=_reaper, args=(sessions, stop), name="lis-mcp-reaper", daemon=True).start()
     try:
         uvicorn.Server(uvicorn.Config(guarded, log_level="warning")).run(sockets=[sock])
     finally:
+        stop.set()
         sessions.close()

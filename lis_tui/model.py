@@ -103,6 +103,11 @@ class ModelClient:
         if call is not None:
             call.cancel()
 
+    @property
+    def model_name(self) -> str:
+        """The model in use: the configured one, else the server's first once asked ("" before)."""
+        return self._model or ""
+
     def list_models(self) -> list[str]:
         """The model names the server offers (`GET /models`)."""
         return self._with_retries(_Call(streaming=False), self._list_models)

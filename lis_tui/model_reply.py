@@ -48,6 +48,9 @@ class ModelReply:
     raw: Any
     """What the server sent: a ChatCompletion (`.to_dict()` when needed; done eagerly it cost 0.6 ms a call),
     or the assembled dict of a stream."""
+    format_error: str = ""
+    """Why tool calls written as text could not be read (`lis_tui.rl.textcalls`); when set, the
+    agent tells the model this instead of its usual nudge."""
 
     def to_message(self, include_reasoning: bool = False) -> dict:
         """The assistant message to append to the conversation."""

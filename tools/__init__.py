@@ -29,6 +29,8 @@ class ToolResult:
     """The call was a mistake (bad arguments, missing file, ...); `output` says what to fix."""
     submitted: bool = False
     """The model called `submit`: the episode ends."""
+    stderr: str | None = None
+    """A command's stderr when the shell keeps it apart (`output` is then its stdout); else None."""
 
 
 class ToolError(Exception):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from isolation.output import ready
 from tools import ToolResult
-from tools.shell_output import OUR_TRACES, WORK_DIR, Output, Text, escape
+from tools.shell_output import OUR_TRACES, WORK_DIR, Output, Text, clean, escape
 from tools.shell_pty import EOF, TIMEOUT, Pty
 
 BASH = ["bash", "--norc", "--noprofile", "--noediting"]  # no readline: no echo, no bracketed paste
@@ -81,7 +81,10 @@ class _Drainer:
         threading.Thread(target=self._loop, name="lis-shell-drain", daemon=True).start()
 
     def stop(self) -> None:
-        os.write(self._stop_w, b"x")
+        try:
+            os.write(self._stop_w, b"x")
+        except BrokenPipeError:  # the loop already ended: bash's pty closed (bash or the sandbox died)
+            pass
         os.close(self._stop_w)
         self.room.set()
 
@@ -143,12 +146,17 @@ class _Call:
 class Shell:
     """A persistent bash in `sandbox`; `run` one command at a time (a second caller waits).
     `kill_grace`: seconds between SIGINT and SIGKILL; short, so that a timeout ends even a
-    program that takes Ctrl-C as a key (less, vi) within timeout + 1 s."""
+    program that takes Ctrl-C as a key (less, vi) within timeout + 1 s. `separate_stderr`: the
+    command's stderr goes to a file of its own, read back after it (`ToolResult.stderr`), for
+    observations that show the two apart (the paper's); off, they arrive interleaved, as on a
+    terminal."""
 
     def __init__(self, sandbox, timeout: float = 120.0, max_output: int = 16000, *,
                  cwd: str = "/testbed", env: dict[str, str] | None = None, kill_grace: float = 0.5,
-                 log_cap: int = 100 << 20, start_timeout: float = 30.0) -> None:
+                 log_cap: int = 100 << 20, start_timeout: float = 30.0,
+                 separate_stderr: bool = False) -> None:
         self.sandbox = sandbox
+        self.separate_stderr = separate_stderr
         self.timeout = timeout
         self.max_output = max_output
         self.kill_grace = kill_grace
@@ -161,6 +169,7 @@ class Shell:
         tag = os.urandom(4).hex()  # two shells in one sandbox must not share files
         self._file, self._stdin_file = f"{WORK_DIR}/cmd-{tag}.sh", f"{WORK_DIR}/stdin-{tag}"
         self._cwd_file = f"{WORK_DIR}/cwd-{tag}"
+        self._err_file = f"{WORK_DIR}/err-{tag}"
         self._calls = 0
         self._leftover = b""  # what came after the last sentinel: background output, job notices
         self._child = None
@@ -186,7 +195,7 @@ class Shell:
             try:
                 self._send(self._script(command, stdin, call.nonce))
             except OSError:  # bash died while idle (killed from outside)
-                return self._result(call, "exited", limit)
+                return self._result(call, "exited", limit, sent=False)
             return self._result(call, self._pump(call), limit)
 
     def interrupt(self) -> None:
@@ -271,7 +280,14 @@ class Shell:
         if stdin is not None:
             parts += _writes(stdin, self._stdin_file)
             source = self._stdin_file
-        parts.append(f"\\builtin source {self._file} < {source}; {_sentinel(nonce, 'r')}")
+        # Only the sourced command's stderr goes to the file: our own lines' errors stay in view.
+        # Anything but a plain file there (a fifo would block bash's open) is removed first.
+        errors = ""
+        if self.separate_stderr:
+            err = self._err_file
+            parts.append(f"[[ -f {err} && ! -h {err} ]] || \\command rm -rf -- {err}")
+            errors = f" 2> {err}"
+        parts.append(f"\\builtin source {self._file} < {source}{errors}; {_sentinel(nonce, 'r')}")
         line = "; ".join(parts)
         return (line if len(line) * 4 < LINE_MAX else "\n".join(parts)) + "\n"
 
@@ -357,7 +373,7 @@ class Shell:
         call.next_at = now + self.kill_grace
         return self._stopping(call)
 
-    def _result(self, call: _Call, status: str, limit: float) -> ToolResult:
+    def _result(self, call: _Call, status: str, limit: float, sent: bool = True) -> ToolResult:
         if status != "done" and self._pty is not None:
             call.add(self._pty.take_pending())  # read, but no sentinel came after it
         call.output.add(self._tidy(call.text.finish()))
@@ -372,8 +388,24 @@ class Shell:
         text, truncated = call.output.render()
         if note:
             text = (text + "\n" if text else "") + note
+        stderr, cut = (None, False) if not self.separate_stderr else \
+            self._stderr() if sent else ("", False)  # unsent: the file is the last command's
         return ToolResult(text, exit_code=call.exit_code, timed_out=call.reason == "timeout",
-                          truncated=truncated, error=self._child is None)
+                          truncated=truncated or cut, error=self._child is None, stderr=stderr)
+
+    def _stderr(self) -> tuple[str, bool]:
+        """The last command's stderr from its file: cleaned as output is, head and tail only when
+        long; whether it was cut."""
+        half = max(self.max_output // 2, 1)
+        try:
+            head, skipped, tail = self.sandbox.read_file_ends(self._err_file, half, half)
+        except (OSError, RuntimeError):  # removed by the command, or the sandbox is gone
+            return "", False
+        text = self._tidy(clean(head.decode("utf-8", "replace")))
+        if skipped:
+            text += (f"\n[... {skipped:,} bytes of stderr cut from the middle ...]\n"
+                     + self._tidy(clean(tail.decode("utf-8", "replace"))))
+        return text.rstrip("\n"), bool(skipped)
 
     def _replace_shell(self) -> str:
         """Start a fresh bash after this one exited or could not be stopped; say how it went."""

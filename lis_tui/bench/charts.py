@@ -3,14 +3,19 @@ from __future__ import annotations
 
 import html as _html
 import re
+import urllib.parse
 
 from tools.terminal_text import safe_terminal_text
 
 COLOURS = ("#3b6fb6", "#e0823d", "#4a9a5b", "#a44a9a")
-_STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:960px;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.3em .6em;
-text-align:right}td:first-child,th:first-child{text-align:left}th{background:#f2f2f2}
-svg{margin:1em 0;display:block}"""
+_STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;display:block;overflow-x:auto;max-width:100%;
+font-size:.92em}td,th{border:1px solid #ccc;padding:.3em .6em;
+text-align:right;white-space:nowrap}td:first-child,th:first-child{text-align:left}th{background:#f2f2f2;white-space:normal}
+svg{margin:1em 0;display:block}.head{color:#555}.head dt{font-weight:bold;float:left;
+width:5em}.head dd{margin:0 0 .2em 5em}td.text{text-align:left;max-width:28em;overflow-wrap:anywhere;
+white-space:pre-wrap}"""
+ANSWER_SHOWN = 300  # characters of an answer in the episode list; the trajectory has the rest
 
 
 def bar_chart(title: str, categories: list[str], series: dict[str, list[float]],
@@ -21,10 +26,16 @@ def bar_chart(title: str, categories: list[str], series: dict[str, list[float]],
     group = (width - left - 20) / max(len(categories), 1)
     bar = group * 0.8 / max(len(series), 1)
     plot = height - bottom - top
+    values = [v for vals in series.values() for v in vals]
+    empty = not categories or not values
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'role="img" aria-label="{_e(title)}">',
            f'<text x="{left}" y="20" font-size="15" font-weight="bold">{_e(title)}</text>',
            f'<line x1="{left}" y1="{top + plot}" x2="{width - 10}" y2="{top + plot}" stroke="#888"/>']
+    if empty or not any(values):  # say so, rather than draw a box that looks broken
+        note = "No data" if empty else "All values are 0"
+        out.append(f'<text x="{left + (width - left) / 2:.0f}" y="{top + plot / 2:.0f}" '
+                   f'font-size="14" fill="#666" text-anchor="middle">{note}</text>')
     for i, category in enumerate(categories):
         x0 = left + i * group + group * 0.1
         out.append(f'<text x="{x0 + group * 0.4:.1f}" y="{top + plot + 18}" font-size="12" '
@@ -46,11 +57,40 @@ def bar_chart(title: str, categories: list[str], series: dict[str, list[float]],
     return "\n".join(out + ["</svg>"])
 
 
-def page(title: str, markdown_text: str, charts: str) -> str:
-    """A whole HTML document: the charts, then the Markdown tables as HTML tables."""
+def page(title: str, run: dict[str, str], charts: str, body: str) -> str:
+    """A whole HTML document: title and what ran (model, server, date), the charts, the body."""
+    head = "".join(f"<dt>{label}</dt><dd>{_e(run[key])}</dd>" for key, label in
+                   (("model", "Model"), ("server", "Server"), ("date", "Date")) if run.get(key))
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>\n"
-            f"{charts}\n{markdown_to_html(markdown_text)}\n</body></html>\n")
+            f"<h1>{_e(title)}</h1>\n" + (f'<dl class="head">{head}</dl>\n' if head else "") +
+            f"{charts}\n{body}\n</body></html>\n")
+
+
+def episodes_html(records: list[dict]) -> str:
+    """Every episode: its answer, reward, finish reason and a relative link to its trajectory."""
+    if not records:
+        return ""
+    rows = []
+    for r in sorted(records, key=lambda r: (str(r.get("id")), str(r.get("mode")), r.get("repeat", 0))):
+        answer = str(r.get("answer") or "")
+        shown = answer[:ANSWER_SHOWN] + ("…" if len(answer) > ANSWER_SHOWN else "")
+        path = str(r.get("trajectory") or "")
+        link = (f'<a href="{_e(urllib.parse.quote(path))}">trajectory</a>'
+                if path and not _outside(path) else "-")
+        rows.append(f"<tr><td>{_e(r.get('id', ''))}</td><td>{_e(r.get('mode', ''))}</td>"
+                    f"<td>{r.get('repeat', 0)}</td><td class=\"text\">{_e(shown)}</td>"
+                    f"<td>{float(r.get('reward', 0.0)):.2f}</td>"
+                    f"<td>{_e(r.get('finish_reason', ''))}</td><td>{link}</td></tr>")
+    head = "".join(f"<th>{h}</th>" for h in
+                   ("id", "mode", "repeat", "answer", "reward", "finish", "trajectory"))
+    return (f"<h2>Episodes</h2>\n<table><thead><tr>{head}</tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table>")
+
+
+def _outside(path: str) -> bool:
+    """A link that would leave the run's folder (results.jsonl is data, it may be edited)."""
+    return path.startswith(("/", "\\")) or ".." in path.split("/") or ":" in path
 
 
 def markdown_to_html(text: str) -> str:

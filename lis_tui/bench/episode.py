@@ -140,8 +140,8 @@ def run_episode(episode: Episode, ctx: EpisodeContext) -> dict[str, Any] | None:
 
 
 def _drive(episode: Episode, ctx: EpisodeContext, listeners: Listeners) -> tuple[RunFinished, str]:
-    config = replace(ctx.config.agent, mode=episode.mode)
     task = episode.task
+    config = replace(ctx.config.agent, mode=episode.mode, observation=observation_for(ctx.config, task))
 
     def make_agent(tools: Any, values: dict[str, str]) -> Agent:
         agent = Agent(ctx.client(), tools, config, listener=listeners, prompt_values=values,
@@ -154,14 +154,22 @@ def _drive(episode: Episode, ctx: EpisodeContext, listeners: Listeners) -> tuple
     if episode.mode == "llm":
         agent = make_agent(None, {})
         try:
-            finished = agent.run(paper_llm_prompt(task) if task.layout else llm_prompt(task))
+            finished = agent.run(_llm_task(task, ctx.config.agent.prompts))
         finally:
             ctx.track("agents", agent, False)
         return finished, final_answer(finished.answer)
-    return _in_sandbox(task, ctx, make_agent)
+    return _in_sandbox(task, ctx, make_agent, config.observation == "paper")
 
 
-def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any) -> tuple[RunFinished, str]:
+def observation_for(config: Config, task: Task) -> str:
+    """The observation format: as configured when it was set, else the paper's for its suites."""
+    if config.sources.get("agent.observation", "default") != "default" or not task.layout:
+        return config.agent.observation
+    return "paper"
+
+
+def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any,
+                stderr_apart: bool) -> tuple[RunFinished, str]:
     from tools import Toolbox  # noqa: PLC0415 (llm-only runs need no tools)
     from tools.shell import Shell  # noqa: PLC0415
 
@@ -169,7 +177,8 @@ def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any) -> tuple[RunFi
         ctx.track("sandboxes", sandbox, True)
         try:
             stage_files(sandbox, task)
-            toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=ctx.config.sandbox.timeout))
+            toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=ctx.config.sandbox.timeout,
+                                                   separate_stderr=stderr_apart))
             agent = make_agent(toolbox, _prompt_values(task, ctx.spec))
             try:
                 finished = agent.run(task.problem_statement)
@@ -179,6 +188,18 @@ def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any) -> tuple[RunFi
             return finished, _answer(sandbox, task, finished)
         finally:
             ctx.track("sandboxes", sandbox, False)
+
+
+def _llm_task(task: Task, prompts: str) -> str:
+    """What `llm` mode sends: the package's own baseline prompt with `--prompts llm-in-sandbox:S`,
+    the paper suite's, or ours."""
+    from lis_tui.prompts.package import is_package_ref, vanilla_prompt  # noqa: PLC0415
+
+    if is_package_ref(prompts):
+        row = {**task.extra, "id": task.id, "domain": task.domain, "ground_truth": task.ground_truth,
+               "problem_statement": task.problem_statement, "input_files": dict(task.input_files)}
+        return vanilla_prompt(prompts)(row)
+    return paper_llm_prompt(task) if task.layout else llm_prompt(task)
 
 
 def paper_llm_prompt(task: Task) -> str:
@@ -250,13 +271,15 @@ def _answer(sandbox: Sandbox, task: Task, finished: RunFinished) -> str:
 
 def _prompt_values(task: Task, spec: SandboxSpec) -> dict[str, str]:
     from lis_tui.api import NETWORK_NOTES  # noqa: PLC0415
+    from lis_tui.prompts.environment import environment_note  # noqa: PLC0415
 
     has_input = bool(task.input_files or task.input_dir)
     input_dir = task.layout.input_dir if task.layout else INPUT_DIR
     note = f"see `ls {input_dir}`" if has_input else "it is empty: this task came with no files"
     if task.documents or task.documents_dir:
         note += f"; the task's documents are in {DOCUMENTS_DIR}"
-    values = {"input_note": note, "network_note": NETWORK_NOTES.get(spec.network, "")}
+    values = {"input_note": note, "network_note": NETWORK_NOTES.get(spec.network, ""),
+              "environment_note": environment_note(spec.rootfs)}
     if task.layout:  # the prompt names the suite's folders, so answer.txt lands where it is read
         values.update(input_dir=input_dir, output_dir=task.layout.output_dir)
     return values
@@ -278,7 +301,8 @@ def _record(episode: Episode, ctx: EpisodeContext, folder: Path, finished: RunFi
     u = finished.usage
     return _line(episode, folder, started, counter, answer=answer, reward=reward,
                  finish_reason=finished.reason, message=finished.message, steps=finished.steps,
-                 tokens=(u.prompt_tokens, u.completion_tokens, u.environment_tokens),
+                 tokens=(u.prompt_tokens, u.completion_tokens, u.environment_tokens,
+                         u.last_prompt_tokens + u.last_completion_tokens),
                  reward_error=reward_error, notes=_scorer_notes(episode.task))
 
 
@@ -295,7 +319,7 @@ def _crashed(episode: Episode, folder: Path, exc: Exception, started: float,
     message = f"the episode crashed: {type(exc).__name__}: {exc}"
     (folder / "error.txt").write_text(message + "\n", encoding="utf-8")
     return _line(episode, folder, started, counter, answer="", reward=0.0, finish_reason="error",
-                 message=message, steps=counter.steps, tokens=(0, 0, 0), crashed=True)
+                 message=message, steps=counter.steps, tokens=(0, 0, 0, 0), crashed=True)
 
 
 def lost_record(episode: Episode, output: Path, message: str) -> dict[str, Any]:
@@ -310,14 +334,15 @@ def lost_record(episode: Episode, output: Path, message: str) -> dict[str, Any]:
 
 def _line(episode: Episode, folder: Path, started: float, counter: CapabilityCounter, *,
           answer: str, reward: float, finish_reason: str, message: str, steps: int,
-          tokens: tuple[int, int, int], crashed: bool = False,
+          tokens: tuple[int, int, int, int], crashed: bool = False,
           reward_error: str = "", notes: list[str] | None = None) -> dict[str, Any]:
-    """One line of results.jsonl."""
+    """One line of results.jsonl; `tokens.trajectory` is the last call's prompt and reply."""
     return {"key": episode.key, "id": episode.task.id, "mode": episode.mode,
-            "repeat": episode.repeat, "domain": episode.task.domain, "answer": answer,
+            "repeat": episode.repeat, "domain": episode.task.domain,
+            "suite": episode.task.extra.get("paper_suite", ""), "answer": answer,
             "correct": reward >= 1.0, "reward": reward, "finish_reason": finish_reason,
             "message": message, "steps": steps,
-            "tokens": dict(zip(("prompt", "completion", "environment"), tokens)),
+            "tokens": dict(zip(("prompt", "completion", "environment", "trajectory"), tokens)),
             "wall_time": round(time.monotonic() - started, 3),
             "capability": {k: counter.counts[k] for k in KINDS}, "crashed": crashed,
             "reward_error": reward_error, "notes": notes or [],

@@ -5,27 +5,51 @@ Names that come from the task file or results.jsonl (domains, modes, the title) 
 """
 from __future__ import annotations
 
+import datetime
 import json
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from lis_tui.bench.capability import KINDS
-from lis_tui.bench.charts import bar_chart, page
+from lis_tui.bench.charts import bar_chart, episodes_html, markdown_to_html, page
 from lis_tui.bench.summary import TOKEN_KINDS, model_tokens, summarize
 from tools.terminal_text import safe_terminal_text
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&#!])")
 
 
-def write_reports(records: list[dict[str, Any]], output: Path, title: str = "") -> dict[str, Any]:
-    """Write summary.md, summary.json and report.html into `output`; returns the summary."""
+def write_reports(records: list[dict[str, Any]], output: Path, title: str = "",
+                  run: dict[str, str] | None = None) -> dict[str, Any]:
+    """Write summary.md, summary.json and report.html into `output`; returns the summary.
+    `run`: what the report's head names (model, server, date), see `run_info`."""
     summary = summarize(records)
     summary["title"] = title
+    summary["run"] = run or {}
     (output / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     (output / "summary.md").write_text(markdown(summary), encoding="utf-8")
-    (output / "report.html").write_text(html(summary), encoding="utf-8")
+    (output / "report.html").write_text(html(summary, records), encoding="utf-8")
     return summary
+
+
+def run_info(model: str, base_url: str) -> dict[str, str]:
+    """The report's head: the model, its server without any credentials, and the time now."""
+    return {"model": model or "(server default)", "server": public_url(base_url),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def public_url(url: str) -> str:
+    """`url` without user, password, query or fragment: a report is shared, keys must not be."""
+    try:
+        parts = urllib.parse.urlsplit(url or "")
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(unparsable URL)"
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    return urllib.parse.urlunsplit((parts.scheme, host + port, parts.path, "", ""))
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -33,10 +57,65 @@ def markdown(summary: dict[str, Any]) -> str:
     if not summary["episodes"]:
         return "# lis-tui bench\n\nNo episodes finished yet.\n"
     title = md_text(summary.get("title") or "lis-tui bench")
-    parts = [f"# {title}\n\n{summary['episodes']} episodes.\n", _accuracy_table(summary),
+    return f"# {title}\n\n{_head(summary)}" + tables(summary)
+
+
+def tables(summary: dict[str, Any]) -> str:
+    """The body of the summary: episode count, tables and notes, without title or head."""
+    parts = [f"{summary['episodes']} episodes.\n",
+             _group_table(summary), _accuracy_table(summary),
              _mode_table(summary), _capability_table(summary), _error_table(summary),
              "".join(f"Note: {md_text(n)}\n" for n in summary.get("notes") or ())]
     return "\n".join(p for p in parts if p)
+
+
+def _head(summary: dict[str, Any]) -> str:
+    run = summary.get("run") or {}
+    named = [f"{label}: {md_text(run[key])}" for key, label in
+             (("model", "Model"), ("server", "Server"), ("date", "Date")) if run.get(key)]
+    return "".join(f"{line}\n" for line in named) + ("\n" if named else "")
+
+
+def _group_table(s: dict[str, Any]) -> str:
+    """One row per suite (or domain): each mode's accuracy, the gap, tokens per mode and their
+    ratio, and what the sandbox was used for: the paper's tables, side by side."""
+    modes = [m for m in ("sandbox", "llm") if m in s["modes"]]
+    if not modes:
+        return ""
+    by = s["group_by"]
+    header = [by, *(f"{m} acc" for m in modes), "sandbox − llm",
+              *(f"{m} tokens" for m in modes), "tokens ratio", "trajectory ratio",
+              *(k.replace("_", " ") for k in KINDS)]
+    rows = []
+    for name, g in s["groups"].items():
+        got = g["modes"]
+        box = got.get("sandbox")
+        rows.append([md_text(name),
+                     *(_n_pct(got[m]) if m in got else "-" for m in modes),
+                     _pts(g.get("accuracy_delta")),
+                     *(f"{got[m]['total_tokens']:,.0f}" if m in got else "-" for m in modes),
+                     _times(g.get("token_ratio")),
+                     _times(g.get("trajectory_ratio")),
+                     *(_pct(box["capability"][k]) if box else "-" for k in KINDS)])
+    return (f"## Per {by}: sandbox against LLM\n\n" + _table(header, rows) +
+            "\nacc: share of episodes scored correct. tokens: prompt + completion over all "
+            "model calls, mean per episode; ratio: sandbox / llm (the paper reports 0.5-0.8x, "
+            "and up to 8x fewer on long context). trajectory ratio: the same for the whole "
+            "conversation counted once, the last call's prompt and reply (each mode's value is "
+            "in summary.json). Capability columns: share of sandbox steps that computed, "
+            "managed files or fetched external resources.\n")
+
+
+def _n_pct(mode: dict) -> str:
+    return f"{_pct(mode['accuracy'])} (n={mode['episodes']})"
+
+
+def _pts(delta: float | None) -> str:
+    return "-" if delta is None else f"{100 * delta:+.1f} pts"
+
+
+def _times(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def md_text(text: object) -> str:
@@ -64,7 +143,7 @@ def _accuracy_table(s: dict[str, Any]) -> str:
         if both:
             delta = s["comparison"]["accuracy_delta"] if domain == "overall" else \
                 s["comparison"]["domain_delta"].get(domain)
-            cells.append("-" if delta is None else f"{100 * delta:+.1f} pts")
+            cells.append(_pts(delta))
         rows.append([f"**{domain}**" if domain == "overall" else md_text(domain)] + cells)
     return "## Accuracy\n\n" + _table(header, rows)
 
@@ -108,14 +187,17 @@ def _error_table(s: dict[str, Any]) -> str:
     return "## Errors and stops (not submitted)\n\n" + _table(["mode", "kind", "episodes"], rows)
 
 
-def html(summary: dict[str, Any]) -> str:
-    """One self-contained HTML page: the tables and inline SVG bar charts."""
+def html(summary: dict[str, Any], records: list[dict[str, Any]] | None = None) -> str:
+    """One self-contained HTML page: the head (title, model, server, date), inline SVG bar
+    charts, the tables, and every episode with a link to its trajectory."""
+    title = summary.get("title") or "lis-tui bench"
     if not summary["episodes"]:
-        return page("lis-tui bench", "<p>No episodes finished yet.</p>", "")
+        return page(title, summary.get("run") or {}, "", "<p>No episodes finished yet.</p>")
     per, modes = summary["per_mode"], summary["modes"]
+    groups = summary["groups"]
     charts = [
-        bar_chart("Accuracy per domain", summary["domains"] + ["overall"],
-                  {m: [per[m]["domains"].get(d, {}).get("accuracy", 0.0) for d in summary["domains"]]
+        bar_chart(f"Accuracy per {summary['group_by']}", list(groups) + ["overall"],
+                  {m: [g["modes"].get(m, {}).get("accuracy", 0.0) for g in groups.values()]
                    + [per[m]["accuracy"]] for m in modes}, percent=True),
         bar_chart("Tokens per episode", [k for k in TOKEN_KINDS],
                   {m: [per[m]["tokens"][k] for k in TOKEN_KINDS] for m in modes}),
@@ -126,4 +208,5 @@ def html(summary: dict[str, Any]) -> str:
                                 [k.replace("_", " ") for k in KINDS],
                                 {m: [per[m]["capability"][k] for k in KINDS] for m in sandboxed},
                                 percent=True))
-    return page(summary.get("title") or "lis-tui bench", markdown(summary), "\n".join(charts))
+    body = markdown_to_html(tables(summary)) + episodes_html(records or [])
+    return page(title, summary.get("run") or {}, "\n".join(charts), body)

@@ -23,7 +23,60 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
                "notes": sorted({n for r in records for n in r.get("notes") or ()})}
     if "sandbox" in by_mode and "llm" in by_mode:
         summary["comparison"] = _compare(summary["per_mode"]["sandbox"], summary["per_mode"]["llm"])
+    summary["group_by"], summary["groups"] = _groups(records)
     return summary
+
+
+def group_of(record: dict[str, Any]) -> str:
+    """What the per-suite table groups a record by: its paper suite, else its domain."""
+    return record.get("suite") or record.get("domain") or "general"
+
+
+def _groups(records: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """Per suite (or per domain when no record has a suite): each mode's accuracy, tokens and
+    capability use, and sandbox against llm, as the paper's tables set them side by side."""
+    by = "suite" if any(r.get("suite") for r in records) else "domain"
+    grouped: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for record in records:
+        grouped[group_of(record)][record["mode"]].append(record)
+    groups = {}
+    for name in sorted(grouped):
+        modes = {m: _group_mode(rs) for m, rs in grouped[name].items()}
+        row: dict[str, Any] = {"modes": modes}
+        if "sandbox" in modes and "llm" in modes:
+            box, llm = modes["sandbox"], modes["llm"]
+            row["accuracy_delta"] = box["accuracy"] - llm["accuracy"]
+            row["token_ratio"] = _ratio(box["total_tokens"], llm["total_tokens"])
+            row["trajectory_ratio"] = _ratio(box["trajectory_tokens"], llm["trajectory_tokens"])
+        groups[name] = row
+    return by, groups
+
+
+def _group_mode(records: list[dict]) -> dict[str, Any]:
+    steps = sum(r.get("steps", 0) for r in records)
+    return {
+        "episodes": len(records),
+        "accuracy": _accuracy(records),
+        "total_tokens": mean(_total(r) for r in records),
+        "trajectory_tokens": mean(_trajectory(r) for r in records),
+        "capability": {k: (sum(r.get("capability", {}).get(k, 0) for r in records) / steps
+                           if steps else 0.0) for k in KINDS},
+    }
+
+
+def _total(record: dict) -> int:
+    tokens = record.get("tokens", {})
+    return tokens.get("prompt", 0) + tokens.get("completion", 0)
+
+
+def _trajectory(record: dict) -> int:
+    """The whole conversation once: the last call's prompt and its reply (the model's own
+    earlier replies and every observation are inside that prompt). Older records lack it."""
+    return record.get("tokens", {}).get("trajectory", _total(record))
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
 
 
 def _mode(records: list[dict], domains: list[str]) -> dict[str, Any]:

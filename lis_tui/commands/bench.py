@@ -14,7 +14,8 @@ from lis_tui.ray.cli import add_ray_flags, ray_from_args
 from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
-TASKS is a built-in set (demo: four small tasks; smoke: ~30 tasks that need the sandbox), a JSON
+TASKS is a built-in set (demo: four small tasks of our own, not the paper's data; smoke: ~30
+tasks that need the sandbox), paper:SUITE DATA (docs/paper-suites.md), a JSON
 list or JSONL file of tasks (id, problem_statement, ground_truth, input_files, domain, reward,
 documents_dir), or a folder of task folders (task.toml + input/).
 
@@ -56,9 +57,14 @@ def add_parsers(sub) -> None:
     add_ray_flags(p)
     group = add_model_flags(p)
     group.add_argument("--temperature", type=float, metavar="T", help="sampling temperature")
-    group.add_argument("--prompts", metavar="FILE", help="a TOML file replacing built-in prompts")
+    group.add_argument("--prompts", metavar="FILE", help="a TOML file replacing built-in prompts, "
+                       "or llm-in-sandbox:SUITE for that suite's prompts from the installed "
+                       "llm-in-sandbox package")
+    group.add_argument("--observation", choices=("lis-tui", "paper"), help="how tool results read: "
+                       "ours, or the paper harness's (exit code, stdout and stderr apart, steps "
+                       "left); paper suites default to paper")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line, no table")
-    p.set_defaults(func=cmd_bench)
+    p.set_defaults(func=cmd_bench, late_positional="data")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -108,8 +114,12 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any]:
     overrides = {"model.model": args.model, "model.base_url": args.base_url,
                  "model.temperature": args.temperature, "agent.max_steps": args.max_steps,
                  "agent.wall_time": args.wall_time, "agent.prompts": args.prompts,
+                 "agent.observation": args.observation,
                  "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     config = load_config(args.profile, overrides)
+    from lis_tui.prompts import load_prompts  # noqa: PLC0415
+
+    load_prompts(config.agent.prompts or None)  # a bad --prompts stops here, not in every episode
     modes = ("sandbox", "llm") if args.mode == "both" else (args.mode,)
     spec = None
     if "sandbox" in modes:
@@ -181,9 +191,11 @@ def _default_output(tasks: str) -> str:
 
 
 def _report(args: argparse.Namespace, runner: Any, outcome: Any) -> int:
-    from lis_tui.bench.report import write_reports  # noqa: PLC0415
+    from lis_tui.bench.report import run_info, write_reports  # noqa: PLC0415
 
-    summary = write_reports(outcome.results, runner.options.output, title=f"lis-tui bench {args.tasks}")
+    model = runner.ctx.config.model
+    summary = write_reports(outcome.results, runner.options.output, title=f"lis-tui bench {args.tasks}",
+                            run=run_info(model.model, model.base_url))
     if not args.quiet:
         from lis_tui.bench.report import markdown  # noqa: PLC0415
 

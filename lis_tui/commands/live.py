@@ -13,6 +13,16 @@ from tools.terminal_text import safe_terminal_text
 ERASE = "\r\x1b[K"
 
 
+def running_text(name: str, args: dict) -> str:
+    """`execute_bash python3 x.py`, `str_replace_editor create /testbed/a.py`: the tool at work
+    (the model's words: make it safe before a terminal shows it)."""
+    if name == "execute_bash":
+        return f"{name} {' '.join(str(args.get('command', '')).split())}"
+    if name == "str_replace_editor":
+        return f"{name} {args.get('command', '?')} {args.get('path', '?')}"
+    return name
+
+
 class LiveLine:
     """One status line at the bottom of a terminal; does nothing when `out` is not one."""
 

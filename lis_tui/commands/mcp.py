@@ -28,6 +28,9 @@ def add_parsers(sub) -> None:
                    help="serve streamable HTTP instead of stdio; clients send the token as a bearer token")
     p.add_argument("--host", default="127.0.0.1", help="with --http: the address to listen on (default loopback)")
     p.add_argument("--port", type=int, default=0, help="with --http: the port (default: any free one, printed)")
+    p.add_argument("--idle-timeout", type=float, default=1800, metavar="SECONDS",
+                   help="with --http: remove a client's sandbox once its session was idle this long, for "
+                        "clients that vanish without ending it (default 1800; 0: never)")
     p.set_defaults(func=cmd_mcp)
 
 
@@ -50,5 +53,5 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if not os.environ.get("LIS_MCP_TOKEN"):
         print(f"lis-tui mcp: token {token} (set LIS_MCP_TOKEN to choose it)", file=sys.stderr)
     sys.stderr.flush()
-    serve_http(make, sock, token)
+    serve_http(make, sock, token, idle_timeout=args.idle_timeout or None)
     return 0

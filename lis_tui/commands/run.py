@@ -145,14 +145,17 @@ class StepLog:
 
     def on_event(self, event: Any) -> None:
         from lis_tui import events  # noqa: PLC0415
+        from lis_tui.commands.live import running_text  # noqa: PLC0415
 
         if isinstance(event, events.ModelRequest):
             self.live.show(f"step {event.step:>3}  waiting for the model")
         elif isinstance(event, events.ToolStarted):
-            self.live.show(f"step {event.step:>3}  {_running(event.call.name, event.arguments or {})}")
+            self.live.show(f"step {event.step:>3}  {running_text(event.call.name, event.arguments or {})}")
         elif isinstance(event, events.StepFinished):
             self.live.clear()
             self._line(step_line(event.record))
+        elif isinstance(event, events.CredentialAdded):  # from the proxy's thread
+            self._line(f"      network: {event.text}")
         elif isinstance(event, events.ModelRetry):
             self._line(f"      model server: {event.reason}; retry {event.attempt} in "
                        f"{event.delay:.1f}s")
@@ -160,15 +163,6 @@ class StepLog:
     def _line(self, text: str) -> None:
         # Commands, paths and the server's reasons are the model's (or its server's) words.
         self.live.print(safe_terminal_text(text))
-
-
-def _running(name: str, args: dict) -> str:
-    """`execute_bash python3 x.py`, `str_replace_editor create /testbed/a.py`: the tool at work."""
-    if name == "execute_bash":
-        return f"{name} {' '.join(str(args.get('command', '')).split())}"
-    if name == "str_replace_editor":
-        return f"{name} {args.get('command', '?')} {args.get('path', '?')}"
-    return name
 
 
 def step_line(step: Any) -> str:

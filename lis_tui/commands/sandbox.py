@@ -59,7 +59,7 @@ def spec_from_args(args: argparse.Namespace, config=None):
     """The SandboxSpec the flags ask for; [network] allow/deny come from `config` (loaded if None)."""
     from isolation import SandboxSpec  # noqa: PLC0415 (keep `lis-tui --help` fast)
 
-    from lis_tui.config import configured_rootfs, load_config, sandbox_limits  # noqa: PLC0415
+    from lis_tui.config import configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: PLC0415
 
     if config is None:
         config = load_config()
@@ -70,7 +70,7 @@ def spec_from_args(args: argparse.Namespace, config=None):
     if getattr(args, "nested_userns", None):
         config.set("sandbox.nested_userns", True, "--nested-userns")
     hosts = {"allow_hosts": tuple(config.network.allow) + tuple(getattr(args, "allow_host", None) or ()),
-             "deny_hosts": tuple(config.network.deny)}
+             "deny_hosts": tuple(config.network.deny), "credentials": network_credentials(config)}
 
     env = {}
     for item in args.env:

@@ -27,9 +27,11 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_tui)
 
     p = sub.add_parser("replay", help="show a finished run in the app",
-                       description="Show a saved run (its directory or trajectory.json) in the "
-                                   "same transcript view as a live one.")
-    p.add_argument("trajectory", metavar="RUN", help="a run's directory or its trajectory.json")
+                       description="Show a saved run in the same transcript view as a live one: "
+                                   "its id from `lis-tui runs` (or a prefix naming one run), its "
+                                   "directory, or its trajectory.json.")
+    p.add_argument("trajectory", metavar="RUN", help="a run id from `lis-tui runs`, a run's directory "
+                   "or its trajectory.json")
     p.set_defaults(func=cmd_replay)
 
 
@@ -75,11 +77,14 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from lis_tui.replay import load_trajectory  # noqa: PLC0415
+    from lis_tui.runs import find_run  # noqa: PLC0415
 
     try:
-        doc = load_trajectory(args.trajectory)
+        doc = load_trajectory(find_run(args.trajectory))
     except ValueError as exc:  # a wrong path first: that answer needs no terminal
-        print(f"lis-tui replay: {exc}", file=sys.stderr)
+        from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
+
+        print(safe_terminal_text(f"lis-tui replay: {exc}"), file=sys.stderr)  # may name runs on disk
         return 2
     if (refused := needs_terminal("replay")) is not None:
         return refused

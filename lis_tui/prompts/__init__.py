@@ -27,7 +27,12 @@ class Prompts:
 
 
 def load_prompts(path: Path | str | None = None) -> Prompts:
-    """The built-in prompts, with the keys that `path` (a TOML file) sets replaced."""
+    """The built-in prompts, with the keys that `path` (a TOML file) sets replaced; or, for
+    "llm-in-sandbox:SUITE", that suite's prompts from the installed package (`package.py`)."""
+    from lis_tui.prompts.package import is_package_ref, package_prompts  # noqa: PLC0415
+
+    if is_package_ref(path):
+        return Prompts(**package_prompts(str(path)))
     prompts = Prompts(**_read(DEFAULT_FILE))
     if path:
         prompts = replace(prompts, **_read(Path(path).expanduser()))

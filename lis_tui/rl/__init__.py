@@ -1,9 +1,10 @@
-"""Reinforcement learning on sandbox episodes: task sets whose context is files, and group rollouts."""
+"""Reinforcement learning on sandbox episodes: task sets whose context is files, group rollouts,
+and environments (`SandboxEnv`, served by `lis-tui env serve`) for trainers that generate themselves."""
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["rollout", "build_tasks", "read_items"]
+__all__ = ["rollout", "build_tasks", "read_items", "SandboxEnv"]
 
 
 def __getattr__(name: str) -> Any:  # lazy: `lis-tui --help` and the task builder need no agent
@@ -19,4 +20,8 @@ def __getattr__(name: str) -> Any:  # lazy: `lis-tui --help` and the task builde
         from lis_tui.rl.items import read_items  # noqa: PLC0415
 
         return read_items
+    if name == "SandboxEnv":
+        from lis_tui.rl.env import SandboxEnv  # noqa: PLC0415
+
+        return SandboxEnv
     raise AttributeError(name)

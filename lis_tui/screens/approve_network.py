@@ -19,7 +19,7 @@ CHOICES = (("allow_once", "Allow once (o)", "o"), ("allow_session", "This sessio
 
 
 class NetworkApprovalScreen(QuestionScreen):
-    """Answers with one of isolation.network.ANSWERS; Esc denies."""
+    """Answers with one of isolation.net.ANSWERS; Esc denies."""
 
     CSS_PATH = "approve.tcss"
     BINDINGS = [*(Binding(key, f"answer('{answer}')", label.split(" (")[0])

@@ -64,7 +64,7 @@ class FilesScreen(ModalScreen[None]):
         if ordered:
             listing.highlighted = 0
         else:
-            self._show_preview("No files yet: the sandbox starts with the first task.")
+            self._show_preview(empty_text(self.conversation))
         listing.focus()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
@@ -81,3 +81,16 @@ class FilesScreen(ModalScreen[None]):
     def _show_preview(self, text: str, path: str = "") -> None:
         title = plain(f"{path}\n", style="bold") if path else Text()
         self.query_one("#preview", Static).update(title + plain(text))
+
+
+def empty_text(conversation: Any) -> str:
+    """Why the list is empty: no sandbox yet, none any more, or nothing written so far."""
+    if conversation.spec is None:
+        return "No sandbox: in mode llm the model only answers in words."
+    if conversation.sandbox is not None:
+        return "/testbed is empty so far: files the model writes show here (r reloads)."
+    if getattr(conversation, "state", "idle") == "starting":
+        return "The sandbox is starting: r reloads once it runs."
+    if conversation.out is None:
+        return "No files yet: the sandbox starts with the first task."
+    return "The sandbox is not running (it failed to start, or was closed): no files to show."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any, Iterable
 
 from textual import work
@@ -13,6 +14,8 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from lis_tui import events as ev
+from lis_tui.commands.live import running_text
+from lis_tui.conversation import runs_dir
 from lis_tui.screens.approve_command import CommandApprovalScreen
 from lis_tui.screens.files import FilesScreen
 from lis_tui.screens.review import ReviewScreen
@@ -23,6 +26,7 @@ from lis_tui.widgets.plain import notify_plain
 from lis_tui.widgets.prompt import PromptInput
 from lis_tui.widgets.status import Status, StatusBar
 from lis_tui.widgets.transcript import Transcript
+from lis_tui.widgets.welcome import Welcome
 
 log = logging.getLogger(__name__)
 NETWORK_CYCLE = {"off": "ask", "ask": "on", "on": "off"}
@@ -43,10 +47,11 @@ class MainScreen(Screen):
     """A live run, or a replay when `replay` holds a finished run's events."""
 
     CSS_PATH = "main.tcss"
+    # Short labels: the footer holds them all at 80 columns (F1 lists them in full).
     BINDINGS = [
-        Binding("escape", "interrupt", "Interrupt"),
-        Binding("f2", "network", "Network"),
-        Binding("f3", "approvals", "Approvals"),
+        Binding("escape", "interrupt", "Stop"),
+        Binding("f2", "network", "Net"),
+        Binding("f3", "approvals", "Approve"),
         Binding("f4", "setup", "Model"),
         Binding("f5", "files", "Files"),
         Binding("f6", "review", "Review"),
@@ -65,7 +70,7 @@ class MainScreen(Screen):
         yield StatusBar(self.first_status, id="status")
         yield Transcript(id="transcript")
         yield PromptInput(id="prompt")
-        yield Footer()
+        yield Footer(show_command_palette=False)  # ctrl+p still opens it; the room goes to keys
 
     def on_mount(self) -> None:
         prompt = self.query_one(PromptInput)
@@ -77,6 +82,9 @@ class MainScreen(Screen):
             return
         prompt.set_mode("task")
         prompt.focus()
+        if not self.first_task:
+            self.query_one(Transcript).mount(Welcome(self.conversation, str(runs_dir()),
+                                                     self.app.rootfs_job))
         if self.setup_first:  # the task, if one was given, starts once the model is known
             self.action_setup(then=self.first_task)
         elif self.first_task:
@@ -92,8 +100,12 @@ class MainScreen(Screen):
     def start(self, task: str) -> None:
         """Run `task` (or a follow-up) in the worker; the UI stays live."""
         self.busy = True
+        self.refresh_bindings()  # Esc (stop) shows in the footer while a task runs
+        self.query(Welcome).remove()
         self.query_one(PromptInput).set_mode("busy")
         self.query_one(StatusBar).start_clock()
+        if self.conversation.sandbox is None and self.conversation.spec is not None:
+            self._status(doing="starting the sandbox")
         self.query_one(Transcript).focus()
         self.run_task(task)
 
@@ -121,19 +133,37 @@ class MainScreen(Screen):
             handler(event)
 
     def _on_RunStarted(self, e: ev.RunStarted) -> None:
-        state = getattr(self.conversation, "state", "replay")
-        self.query_one(StatusBar).change(sandbox=state, session=self._session())
+        out = getattr(self.conversation, "out", None)
+        self._status(sandbox=self._state(), session=self._session(), doing="",
+                     run_dir=str(out) if out else "")
 
     def _on_StepStarted(self, e: ev.StepStarted) -> None:
-        self.query_one(StatusBar).change(step=e.step, sandbox=self._state())
+        self._status(step=e.step, sandbox=self._state())
+
+    def _on_ModelRequest(self, e: ev.ModelRequest) -> None:
+        self._live(f"step {e.step} · waiting for the model")
+
+    def _on_ToolStarted(self, e: ev.ToolStarted) -> None:
+        self._live(f"step {e.step} · {running_text(e.call.name, e.arguments or {})}")
+
+    def _on_ToolFinished(self, e: ev.ToolFinished) -> None:
+        self._live("")
 
     def _on_ModelReply(self, e: ev.ModelReply) -> None:
+        self._live("")
+        if self.replayed is None and self.conversation.model_name:  # the server's pick, once known
+            self._status(model=self.conversation.model_name)
         if e.usage is not None:
             self._tokens = (self._tokens[0] + e.usage.prompt_tokens,
                             self._tokens[1] + e.usage.completion_tokens)
             estimated = e.usage.estimated or self.query_one(StatusBar).status.tokens_estimated
-            self.query_one(StatusBar).change(tokens_in=self._tokens[0], tokens_out=self._tokens[1],
-                                             tokens_estimated=estimated)
+            self._status(tokens_in=self._tokens[0], tokens_out=self._tokens[1],
+                         tokens_estimated=estimated)
+
+    def _live(self, doing: str) -> None:
+        """The status line's second line: what the running step does (not in a replay)."""
+        if self.replayed is None and self.query_one(StatusBar).status.doing != "interrupting…":
+            self._status(doing=doing)
 
     def _on_ApprovalNeeded(self, e: ev.ApprovalNeeded) -> None:
         block = self.query_one(Transcript).last_tool
@@ -168,8 +198,11 @@ class MainScreen(Screen):
 
     def _idle(self, failed: bool = False) -> None:
         self.busy = False
+        self.refresh_bindings()
         self.query_one(StatusBar).stop_clock()
-        self.query_one(StatusBar).change(sandbox="failed" if failed else self._state())
+        state = self._state()  # the conversation says "working" until its thread is back
+        self._status(sandbox="failed" if failed else "ready" if state == "working" else state,
+                     doing="")
         if self.replayed is None:
             prompt = self.query_one(PromptInput)
             prompt.set_mode("follow-up" if self.conversation.messages else "task")
@@ -179,12 +212,14 @@ class MainScreen(Screen):
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """A replay has nothing to interrupt or configure: hide those keys."""
         live = ("interrupt", "network", "approvals", "setup", "files", "review")
+        if action == "interrupt" and not self.busy:
+            return False
         return not (self.replayed is not None and action in live)
 
     def action_interrupt(self) -> None:
-        if self.busy:
+        if self.busy:  # said in the status line until the run has stopped (not a toast that stays)
+            self._status(doing="interrupting…")
             self.conversation.cancel()
-            self.notify("Interrupting the current step…")
 
     def action_network(self) -> None:
         if self.conversation is None or self.conversation.spec is None:
@@ -192,7 +227,7 @@ class MainScreen(Screen):
             return
         mode = NETWORK_CYCLE.get(self.conversation.network, "off")
         self.conversation.set_network(mode)
-        self.query_one(StatusBar).change(network=mode)
+        self._status(network=mode)
         self.notify(f"Network mode: {mode.upper()}")
 
     def action_approvals(self) -> None:
@@ -200,7 +235,7 @@ class MainScreen(Screen):
             return
         on = not self.conversation.command_approval
         self.conversation.set_command_approval(on)
-        self.query_one(StatusBar).change(approvals=on)
+        self._status(approvals=on)
         self.notify(f"Command approvals {'on' if on else 'off'}")
 
     def action_setup(self, then: str | None = None) -> None:
@@ -212,12 +247,21 @@ class MainScreen(Screen):
         def chosen(model: Any) -> None:
             if model is not None:
                 self.conversation.set_model(model)
-                self.query_one(StatusBar).change(model=model.model or "(server default)")
+                self._status(model=model.model or "(server default)")
             if then:
                 self.start(then)
 
-        self.app.push_screen(SetupScreen(self.conversation.config.model, self.conversation.spec),
-                             chosen)
+        self.app.push_screen(SetupScreen(self.conversation.config.model, self.conversation.spec,
+                                         rootfs_job=self.app.rootfs_job,
+                                         ports=self.app.server_ports), chosen)
+
+    def use_rootfs(self, name: str) -> None:
+        """A rootfs was built: the session uses it if its sandbox has not started yet."""
+        spec = getattr(self.conversation, "spec", None)
+        if spec is None or self.conversation.sandbox is not None or self.busy:
+            return
+        self.conversation.spec = replace(spec, rootfs=name)
+        self._status(rootfs=name)
 
     def action_files(self) -> None:
         if self.conversation is not None:
@@ -226,6 +270,12 @@ class MainScreen(Screen):
     def action_review(self) -> None:
         if self.conversation is not None:
             self.app.push_screen(ReviewScreen(self.conversation))
+
+    def _status(self, **fields: Any) -> None:
+        """Change the status line (and the welcome, which shows some of the same)."""
+        self.query_one(StatusBar).change(**fields)
+        for welcome in self.query(Welcome):
+            welcome.redraw()
 
     def _state(self) -> str:
         return getattr(self.conversation, "state", "replay")

@@ -1,6 +1,7 @@
-"""First run: where is the model? Base URL, model name, the variable holding the key; a test
-that lists the server's models; saved to the user's config file. Meanwhile the sandbox works:
-ctrl+o opens a plain shell in a fresh one (the app steps aside until it exits)."""
+"""First run (and F4): where is the model? The model servers found on this machine, one Enter each;
+or a base URL, model name and the variable holding the key, with a test that lists the server's
+models; saved to the user's config file. Below, the offer to build the recommended rootfs. Meanwhile
+the sandbox works: ctrl+o opens a plain shell in a fresh one (the app steps aside until it exits)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,20 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
 
 from lis_tui.config import ModelConfig, save_model_setup
+from lis_tui.discover import KNOWN_PORTS, FoundServer, find_servers
 from lis_tui.widgets.plain import notify_plain, plain
+from lis_tui.widgets.rootfs_panel import RootfsPanel
 
 log = logging.getLogger(__name__)
-FIELDS = (("base_url", "Base URL (OpenAI-compatible, e.g. http://localhost:8000/v1)"),
-          ("model", "Model name (empty: the first one the server lists)"),
-          ("api_key_env", "Environment variable that holds the API key"))
+FIELDS = (("base_url", "Base URL", "OpenAI-compatible, e.g. http://localhost:8000/v1"),
+          ("model", "Model name", "empty: the first one the server lists"),
+          ("api_key_env", "Key variable", "the environment variable that holds the API key"))
 
 
 class SetupScreen(ModalScreen[ModelConfig]):
@@ -31,35 +35,88 @@ class SetupScreen(ModalScreen[ModelConfig]):
 
     CSS_PATH = "setup.tcss"
     BINDINGS = [Binding("ctrl+t", "test", "Test connection"), Binding("ctrl+s", "save", "Save"),
+                Binding("ctrl+b", "build", "Build rootfs"),
                 Binding("ctrl+o", "shell", "Sandbox shell"), Binding("escape", "later", "Later")]
 
-    def __init__(self, model: ModelConfig, spec: Any = None) -> None:
+    def __init__(self, model: ModelConfig, spec: Any = None, *, rootfs_job: Any = None,
+                 ports: tuple[tuple[str, int], ...] = KNOWN_PORTS) -> None:
         super().__init__()
         self.model = model
         self.spec = spec
         """The sandbox the shell is made like (None: no sandbox, mode llm)."""
+        self.rootfs_job = rootfs_job
+        """The app's build of the recommended rootfs (None: not offered, e.g. mode llm)."""
+        self.ports = ports
+        """Where to look for model servers: (kind, loopback port) pairs."""
+        self.found: dict[str, tuple[FoundServer, str]] = {}
+        """Each offered choice by its option id: the server and one of its models."""
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="setup"):
+        with VerticalScroll(id="setup"):
             yield Label("Where is the model?", classes="title")
-            for name, label in FIELDS:
-                yield Label(label)
-                yield Input(str(getattr(self.model, name) or ""), id=name)
+            yield Static("Looking for model servers on this machine…", id="found-text")
+            yield OptionList(id="found")
+            for name, label, hint in FIELDS:
+                with Horizontal(classes="field"):
+                    yield Label(label)
+                    yield Input(str(getattr(self.model, name) or ""), placeholder=hint, id=name,
+                                compact=True)
             yield Static("", id="result")
             with Horizontal(classes="buttons"):
-                yield Button("Test (ctrl+t)", id="test", variant="primary")
-                yield Button("Save (ctrl+s)", id="save", variant="success")
+                yield Button("Test (ctrl+t)", id="test", variant="primary", compact=True)
+                yield Button("Save (ctrl+s)", id="save", variant="success", compact=True)
                 if self.spec is not None:
-                    yield Button("Shell (ctrl+o)", id="shell")
-                yield Button("Later (esc)", id="later")
+                    yield Button("Shell (ctrl+o)", id="shell", compact=True)
+                yield Button("Later (esc)", id="later", compact=True)
+            if self.rootfs_job is not None and self.spec is not None and self.rootfs_job.wanted():
+                yield RootfsPanel(self.rootfs_job, id="rootfs")
+
+    def on_mount(self) -> None:
+        self.query_one("#found", OptionList).display = False
+        self.look_for_servers()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
         getattr(self, f"action_{event.button.id}")()
 
     def entered(self) -> ModelConfig:
-        values = {name: self.query_one(f"#{name}", Input).value.strip() for name, _ in FIELDS}
+        values = {name: self.query_one(f"#{name}", Input).value.strip() for name, _, _ in FIELDS}
         return replace(self.model, **values)
+
+    # -- servers found on this machine ------------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="discover")
+    def look_for_servers(self) -> None:
+        found = find_servers(self.ports)
+        self.app.call_from_thread(self._show_found, found)
+
+    def _show_found(self, servers: list[FoundServer]) -> None:
+        listing = self.query_one("#found", OptionList)
+        options = []
+        for server in servers:
+            for model in server.models or ("",):
+                key = str(len(options))  # by position: a server may list a name twice
+                self.found[key] = (server, model)
+                options.append(Option(plain(f"{server.kind} · {model or '(its default model)'}"
+                                            f"   {server.base_url}"), id=key))
+        if not options:
+            ports = ", ".join(f"{kind} {port}" for kind, port in self.ports)
+            self.query_one("#found-text", Static).update(Text(
+                f"No model server found on this machine's usual ports ({ports}): enter one below.",
+                style="dim"))
+            return
+        self.query_one("#found-text", Static).update(Text.assemble(
+            ("Found on this machine", "bold"), " (Enter uses one and saves it):"))
+        listing.add_options(options)
+        listing.display = True
+        listing.highlighted = 0
+        listing.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        server, model = self.found[str(event.option.id)]
+        self.query_one("#base_url", Input).value = server.base_url
+        self.query_one("#model", Input).value = model
+        self.action_save()
 
     def action_test(self) -> None:
         self.query_one("#result", Static).update("Asking the server for its models…")
@@ -93,7 +150,14 @@ class SetupScreen(ModalScreen[ModelConfig]):
         self.dismiss(model)
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "build":
+            return bool(self.query("#rootfs"))
         return action != "shell" or self.spec is not None
+
+    def action_build(self) -> None:
+        """Build the recommended rootfs; the app runs it, so closing this screen does not stop it."""
+        if self.rootfs_job is not None:
+            self.app.build_rootfs()
 
     def action_shell(self) -> None:
         """A bash in a fresh sandbox on the real terminal; the app comes back when it exits."""

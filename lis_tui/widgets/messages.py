@@ -22,7 +22,7 @@ class AgentEvent(Message):
 
 @dataclass
 class NetworkQuestion(Message):
-    """The sandbox wants a host; resolve `future` with one of isolation.network.ANSWERS."""
+    """The sandbox wants a host; resolve `future` with one of isolation.net.ANSWERS."""
 
     request: Any
     future: Future
@@ -33,3 +33,10 @@ class RunCrashed(Message):
     """The run's worker failed outside the agent (a bug or a bad setting): say it, don't crash."""
 
     text: str
+
+
+@dataclass
+class RootfsProgress(Message):
+    """The rootfs build printed a line, or ended (the job holds its state): redraw what shows it."""
+
+    done: bool = False

@@ -60,6 +60,9 @@ class Transcript(VerticalScroll):
         self.mount(NoticeBlock(f"Model server: {e.reason}; retry {e.attempt} in {e.delay:.1f}s",
                                "warning"))
 
+    def _on_CredentialAdded(self, e: ev.CredentialAdded) -> None:
+        self.mount(NoticeBlock(f"Network: {e.text}"))
+
     def _on_ToolStarted(self, e: ev.ToolStarted) -> None:
         block = ToolBlock(e.call.name, e.arguments, e.call.arguments)
         self._tools[(e.step, e.index)] = self.last_tool = block

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import pytest
 
 from isolation.rootfs import Rootfs, RootfsStore
-from isolation.rootfs_build import packages_for
+from isolation.rootfs.build import packages_for
 
 DEBIAN_MIRROR = os.environ.get("LIS_TEST_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 DEBIAN_SUITE = "bookworm"

@@ -27,6 +27,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.requests.append(self.path)
+        self.server.headers.append(self.headers)
         if self.path == "/stream":
             return self._stream()
         if self.path == "/echo-headers":
@@ -71,6 +72,7 @@ class StaticServer:
         self.root = root
         self._server = _Server((HOST, 0), functools.partial(_Handler, directory=str(root)))
         self._server.requests = []
+        self._server.headers = []
         self._server.tls = tls
         self.port = self._server.server_address[1]
         self.url = f"{'https' if tls else 'http'}://{HOST}:{self.port}"
@@ -81,6 +83,11 @@ class StaticServer:
     @property
     def requests(self) -> list[str]:
         return self._server.requests
+
+    @property
+    def headers(self) -> list:
+        """Each request's headers (an email.message.Message), in order."""
+        return self._server.headers
 
     def close(self) -> None:
         self._server.shutdown()

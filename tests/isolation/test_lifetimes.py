@@ -165,3 +165,19 @@ def test_a_disk_filler_is_stopped_at_the_disk_limit_and_the_model_is_told():
         assert used < 400 << 20  # ...and was stopped long before it was done
         assert shell.run("rm /testbed/f*; echo cleaned").output.endswith("cleaned")
         assert "disk limit" not in sb.exec("echo ok").stderr
+
+
+def test_a_sandbox_outlives_the_thread_that_started_it():
+    # --die-with-parent is the parent-death signal, which follows the thread that forked bwrap:
+    # a sandbox started on a short-lived worker thread must not die when that thread ends.
+    started: list = []
+    worker = threading.Thread(target=lambda: started.append(Sandbox().start()))
+    worker.start()
+    worker.join()
+    sb = started[0]
+    try:
+        time.sleep(0.3)  # the signal, were it armed on the worker, has been delivered by now
+        assert sb.running
+        assert sb.exec("echo alive").stdout.strip() == "alive"
+    finally:
+        sb.close()

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import pytest
 
 from isolation import Sandbox, SandboxError, SandboxSpec
-from isolation.proxy import PROXY_PORT
-from isolation.network import EgressProxy, HostRule, NetworkError, NetworkPolicy, ProxyHandle, is_internal
+from isolation.net.proxy import PROXY_PORT
+from isolation.net import EgressProxy, HostRule, NetworkError, NetworkPolicy, ProxyHandle, is_internal
 
 from netfixtures import HOST, StaticServer, make_apt_repo, make_git_repo, make_pip_index, make_test_ca
 
@@ -476,7 +476,7 @@ def test_attach_to_a_dead_sandbox_says_so(proxy):
 
 def test_sandbox_network_wiring(web):
     if not hasattr(Sandbox, "set_network"):
-        pytest.skip("Sandbox.set_network is not wired in yet (see isolation/network.py)")
+        pytest.skip("Sandbox.set_network is not wired in yet (see isolation/net/)")
     with Sandbox(SandboxSpec(network="on", allow_hosts=(web.hostport,))) as sb:
         assert sb.exec(f"curl -sS --max-time 20 {web.url}/hello.txt").stdout == "hello\n"
         sb.set_network("off")

@@ -2,6 +2,9 @@
 (a wheel built here, served over HTTP on 127.0.0.2); in `host`, into the sandbox's own /root."""
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 
 from isolation import Sandbox, SandboxSpec
@@ -78,3 +81,55 @@ def test_directory_rootfs_keeps_its_own_apt_and_path(debian_rootfs):
         r = sb.exec("command -v apt-get; echo $PATH; env")
     assert r.stdout.splitlines()[0] == "/usr/bin/apt-get"
     assert "/root/.local" not in r.stdout and "PIP_" not in r.stdout
+
+
+# -- uv in the host rootfs: a shim sends `uv pip install` outside a venv to /root/.local ----------
+
+def _uv_binary() -> str | None:
+    import shutil  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    beside = Path(sys.executable).parent / "uv"  # `pip install uv` into the test's venv puts it here
+    return str(beside) if beside.is_file() else shutil.which("uv")
+
+
+def test_host_uv_shim_exists_only_where_the_host_has_uv(tmp_path, monkeypatch):
+    from isolation import layout  # noqa: PLC0415
+
+    fake = tmp_path / "uv"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(layout, "HOST_UV", (str(tmp_path / "missing"), str(fake)))
+    (tmp_path / "with").mkdir()
+    (tmp_path / "without").mkdir()
+    shims = layout._apt_shims(tmp_path / "with")  # noqa: SLF001
+    assert f"real={fake}" in (shims / "uv").read_text() and os.access(shims / "uv", os.X_OK)
+    monkeypatch.setattr(layout, "HOST_UV", (str(tmp_path / "missing"),))
+    assert not (layout._apt_shims(tmp_path / "without") / "uv").exists()  # noqa: SLF001
+
+
+def test_host_uv_pip_install_lands_in_root_local_and_venvs_keep_theirs(index, tmp_path):
+    """The shim as the host rootfs writes it, around a real uv (from the test's venv, given to the
+    sandbox as input: the host rootfs shows only the host's /usr)."""
+    from isolation.layout import uv_shim  # noqa: PLC0415
+
+    uv = _uv_binary()
+    if uv is None:
+        pytest.skip("no uv binary: pip install uv into the test venv")
+    (tmp_path / "in").mkdir()
+    shutil.copy(uv, tmp_path / "in" / "uv")
+    spec = SandboxSpec(rootfs="host", network="on", allow_hosts=(index.hostport,), input_dir=str(tmp_path / "in"))
+    pkg = f"--index-url {index.url}/simple/ {PKG}"
+    where = f"python3 -c 'import {PKG}; print({PKG}.__file__)'"
+    with Sandbox(spec) as sb:
+        sb.write_file("/tmp/bin/uv", uv_shim("/testbed/input/uv").encode(), mode=0o755)
+        bare = sb.exec(f"/testbed/input/uv pip install {pkg}", timeout=120)
+        plain = sb.exec(f"/tmp/bin/uv pip install {pkg} && {where}", timeout=120)
+        venv = sb.exec(f"cd /tmp && /tmp/bin/uv venv -q v && VIRTUAL_ENV=/tmp/v /tmp/bin/uv pip install {pkg} && "
+                       f"/tmp/v/bin/python -c 'import {PKG}; print({PKG}.__file__)'", timeout=120)
+        gone = sb.exec(f"/tmp/bin/uv pip uninstall {PKG} && {where}", timeout=120)
+    assert bare.exit_code != 0 and "No virtual environment found" in bare.stderr  # what the shim is for
+    assert plain.exit_code == 0 and plain.stdout.startswith("/root/.local/lib/python3"), plain
+    assert venv.exit_code == 0 and venv.stdout.startswith("/tmp/v/lib/"), venv
+    assert gone.exit_code != 0 and "No module named" in gone.stderr, gone

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from isolation.rootfs import HOST, RootfsError, RootfsExists, RootfsNotFound, RootfsStore, UnsafeArchive
-from isolation.rootfs_pull import machine_arch
-from isolation.rootfs_tar import open_archive
+from isolation.rootfs.pull import machine_arch
+from isolation.rootfs.tar import open_archive
 from lis_tui.commands import rootfs as rootfs_cli
 
 pytestmark = pytest.mark.sandbox

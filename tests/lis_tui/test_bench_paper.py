@@ -1,6 +1,7 @@
 """`lis-tui bench paper:SUITE DATA` end to end: rows in the published schema for every suite,
 real sandboxes, a scripted model answering right and wrong, the score of each row."""
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -9,6 +10,7 @@ from fakes.openai_server import FakeOpenAI, call, reply, submit
 from lis_tui.bench.judge import Judge
 from lis_tui.bench.paper import load_suite
 from lis_tui.bench.runner import BenchOptions, BenchRunner
+from lis_tui.bench.summary import summarize
 from test_bench_runner import bench_cli, config_for
 
 pytestmark = pytest.mark.sandbox
@@ -96,6 +98,13 @@ def test_every_suite_scores_each_row_as_the_paper_defines(tmp_path):
     for (row_id, mode), reward in got.items():
         assert reward == pytest.approx(want[row_id]), (row_id, mode)
     assert len(got) == 2 * len(rows)
+    groups = summarize(results)["groups"]  # the per-suite table's numbers
+    assert set(groups) == set(ROWS)
+    for suite, suite_rows in ROWS.items():
+        right = sum(r["want"] >= 1.0 for r in suite_rows) / len(suite_rows)
+        assert groups[suite]["modes"]["sandbox"]["accuracy"] == pytest.approx(right), suite
+        assert groups[suite]["modes"]["llm"]["accuracy"] == pytest.approx(right), suite
+        assert groups[suite]["accuracy_delta"] == 0.0
 
 
 def test_chem_from_parquet_through_the_cli_with_suite(tmp_path):
@@ -107,13 +116,33 @@ def test_chem_from_parquet_through_the_cli_with_suite(tmp_path):
              "ground_truth": "A", "input_files": "{}", "say": "A or B"}]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "chem.parquet")
     out = tmp_path / "out"
-    with FakeOpenAI(default=scripted(rows)) as server:
+    with FakeOpenAI(default=counted(scripted(rows))) as server:
         proc = bench_cli(tmp_path / "chem.parquet", server, out, "--suite", "chem", "--mode", "both")
         _, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
     results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert {(r["id"], r["mode"]): r["reward"] for r in results} == {
         ("c1", "sandbox"): 1.0, ("c1", "llm"): 1.0, ("c2", "sandbox"): 0.0, ("c2", "llm"): 0.0}
+    # The per-suite table: two sandbox calls of 100+10 tokens (the last one is the whole
+    # trajectory) against one LLM call of 400+50; one of two sandbox steps managed a file.
+    md = (out / "summary.md").read_text()
+    assert "## Per suite: sandbox against LLM" in md
+    assert ("| chem | 50.0% (n=2) | 50.0% (n=2) | +0.0 pts | 220 | 450 | 0.49x | 0.24x | 0.0% "
+            "| 50.0% | 0.0% |") in md
+    page = (out / "report.html").read_text()
+    assert f"<dd>{server.base_url}</dd>" in page and "<dd>m</dd>" in page
+    links = re.findall(r'<a href="([^"]+)">trajectory</a>', page)
+    assert len(links) == 4 and all((out / link).is_file() for link in links)
+
+
+def counted(answer):
+    """The scripted answers with fixed token counts: 100+10 a sandbox call, 400+50 an LLM one."""
+    def with_usage(request):
+        r = answer(request)
+        prompt, completion = (100, 10) if request.tool_names else (400, 50)
+        return replace(r, usage={"prompt_tokens": prompt, "completion_tokens": completion,
+                                 "total_tokens": prompt + completion})
+    return with_usage
 
 
 def test_a_suite_asks_for_data_and_names_the_suites(tmp_path):
@@ -124,3 +153,41 @@ def test_a_suite_asks_for_data_and_names_the_suites(tmp_path):
         load_suite("chem", str(tmp_path))
     with pytest.raises(TaskError, match="hf:NAME:CONFIG"):
         load_suite("chem", "hf:only-a-name")
+
+
+def probing(seen):
+    """Sandbox mode: a command that writes to both streams and fails, the answer, submit; every
+    request's messages are kept in `seen`."""
+    def answer(request):
+        seen.append(request.messages)
+        step = len(request.tool_outputs)
+        if step == 0:
+            return reply(tool_calls=[call("execute_bash", {"command": "echo hi; ls /nope"})])
+        if step == 1:
+            return reply(tool_calls=[call("str_replace_editor", {
+                "command": "create", "path": "/testbed/answer.txt", "file_text": r"\boxed{4}"})])
+        return submit()
+    return answer
+
+
+@pytest.mark.parametrize("chosen", [None, "lis-tui"])
+def test_a_paper_suite_answers_tools_in_the_papers_frame_unless_told_otherwise(tmp_path, chosen):
+    path = tmp_path / "math.jsonl"
+    path.write_text(json.dumps({"id": "m", "problem_statement": "2+2?", "ground_truth": "4"}) + "\n")
+    seen = []
+    with FakeOpenAI(default=probing(seen)) as server:
+        config = config_for(server, max_steps=5, **({"observation": chosen} if chosen else {}))
+        runner = BenchRunner(load_suite("math", str(path)), config, None, BenchOptions(
+            output=tmp_path / "out", progress=None))
+        (result,) = runner.run().results
+    assert result["reward"] == 1.0 and result["suite"] == "math"
+    first, second = seen[0][-1]["content"], seen[1][-1]["content"]
+    missing = "ls: cannot access '/nope': No such file or directory"
+    if chosen is None:
+        assert first.endswith("\nSteps Remaining: 5")
+        assert second == ("Exit code: Error: Exit code 2\nExecution output of \\[execute_bash]:\n"
+                          f"\\[STDOUT]\nhi\n\\[STDERR]\n{missing}\nSteps Remaining: 4")
+        assert seen[2][-1]["content"].startswith("Execution output of \\[str_replace_editor]:")
+    else:
+        assert "Steps Remaining" not in first
+        assert second == f"hi\n{missing}\n[exit code 2]"

@@ -3,7 +3,8 @@
 import json
 from html.parser import HTMLParser
 
-from lis_tui.bench.report import markdown, write_reports
+from lis_tui.bench.charts import bar_chart
+from lis_tui.bench.report import markdown, run_info, write_reports
 from lis_tui.bench.summary import summarize
 
 
@@ -14,6 +15,7 @@ def rec(id, mode, domain, correct, steps=3, tokens=(100, 10, 5), finish="submitt
             "message": "", "steps": steps,
             "tokens": dict(zip(("prompt", "completion", "environment"), tokens)),
             "wall_time": 1.5, "crashed": crashed, "reward_error": "",
+            "trajectory": f"episodes/{id}.{mode}.0/trajectory.json",
             "capability": dict(zip(("computation", "file_management", "external_resources"), caps))}
 
 
@@ -67,9 +69,68 @@ def test_the_report_files_exist_and_parse(tmp_path):
     page = (tmp_path / "report.html").read_text()
     parser = Collect()
     parser.feed(page)
-    assert parser.tags.count("svg") == 3 and parser.tags.count("table") == 4
+    # per-group, accuracy, steps/tokens, capability, errors, and the episode list
+    assert parser.tags.count("svg") == 3 and parser.tags.count("table") == 6
     assert "docs <&>" in "".join(parser.text) and "<&>" not in page  # escaped, never raw
 
 
 def test_an_empty_run_still_reports():
     assert "No episodes finished yet" in markdown(summarize([]))
+
+
+def test_the_per_group_table_sets_the_modes_side_by_side():
+    records = [dict(r, suite="chem") if r["domain"] == "math" else r for r in RECORDS]
+    records[0] = dict(records[0], tokens={"prompt": 100, "completion": 10, "environment": 5,
+                                          "trajectory": 60})
+    s = summarize(records)
+    assert s["group_by"] == "suite" and list(s["groups"]) == ["chem", "docs <&>"]
+    chem = s["groups"]["chem"]
+    assert chem["accuracy_delta"] == 0.5 and chem["token_ratio"] == 110 / 450
+    assert chem["modes"]["sandbox"]["trajectory_tokens"] == (60 + 110) / 2
+    assert chem["trajectory_ratio"] == 85 / 450
+    assert chem["modes"]["sandbox"]["capability"]["file_management"] == 4 / 6
+    md = markdown(s)
+    assert ("| chem | 100.0% (n=2) | 50.0% (n=2) | +50.0 pts | 110 | 450 | 0.24x | 0.19x | 33.3% "
+            "| 66.7% | 0.0% |") in md
+    only_llm = summarize([r for r in RECORDS if r["mode"] == "llm"])
+    assert "| math | 50.0% (n=2) | - | - | 450 | - | 0.0% | 0.0% | 0.0% |" not in markdown(only_llm)
+    assert "| math | 50.0% (n=2) | - | 450 | - | - | - | - | - |" in markdown(only_llm)
+
+
+def test_the_page_leads_with_title_model_server_and_date_then_charts_then_episodes(tmp_path):
+    run = run_info("qwen", "https://me:sk-secret@api.example.com:8443/v1?api-key=sk-2#x")
+    assert run["server"] == "https://api.example.com:8443/v1"
+    write_reports(RECORDS, tmp_path, title="t <b>", run=run)
+    page = (tmp_path / "report.html").read_text()
+    assert "sk-secret" not in page and "sk-2" not in page and "me:" not in page
+    order = [page.index(x) for x in ("<h1>t &lt;b&gt;</h1>", "<dd>qwen</dd>",
+                                     "<dd>https://api.example.com:8443/v1</dd>", "<dt>Date</dt>",
+                                     "<svg", "<h2>Per domain", "<h2>Episodes</h2>")]
+    assert order == sorted(order)
+    episodes = page.split("<h2>Episodes</h2>")[1]
+    assert episodes.count("<tr>") == 1 + len(RECORDS)
+    assert '<td>a</td><td>llm</td><td>0</td><td class="text">x</td><td>1.00</td>' \
+           '<td>submitted</td><td><a href="episodes/a.llm.0/trajectory.json">trajectory</a>' in episodes
+    assert "Model: qwen" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_link_never_leaves_the_run_folder_and_long_answers_are_cut(tmp_path):
+    records = [dict(RECORDS[0], trajectory="../../etc/passwd", answer="y" * 500),
+               dict(RECORDS[1], trajectory="javascript:alert(1)"),
+               dict(RECORDS[2], trajectory="/abs/trajectory.json")]
+    write_reports(records, tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    assert "href" not in page and "y" * 300 + "…" in page and "y" * 301 not in page
+
+
+def test_all_zero_and_empty_charts_say_so():
+    zero = bar_chart("Capability", ["computation"], {"sandbox": [0.0]}, percent=True)
+    assert "All values are 0" in zero and "No data" not in zero
+    assert "No data" in bar_chart("Tokens", [], {})
+    assert "All values are 0" not in bar_chart("Tokens", ["prompt"], {"llm": [3.0]})
+
+
+def test_older_records_without_suite_or_trajectory_tokens_still_summarize():
+    s = summarize(RECORDS)  # hand-made records: no "suite", no tokens.trajectory
+    assert s["group_by"] == "domain"
+    assert s["groups"]["math"]["modes"]["llm"]["trajectory_tokens"] == 450

@@ -117,7 +117,9 @@ def test_both_modes_on_demo_score_and_report(tmp_path):
     page = (tmp_path / "report.html").read_text()
     parser.feed(page)
     assert parser.tags.count("svg") == 3 and "table" in parser.tags
-    assert "<script" not in page and "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    # self-contained: nothing loaded from elsewhere, no script
+    assert "<script" not in page and "src=" not in page and "<link" not in page
+    assert 'href="http' not in page and "url(" not in page
 
 
 def test_64_episodes_at_concurrency_16_and_a_crash_does_not_stop_the_rest(tmp_path):

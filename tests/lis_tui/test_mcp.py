@@ -159,3 +159,41 @@ def test_http_needs_the_token_and_gives_each_client_its_own_sandbox(tmp_path):
     assert results["a"].endswith("|a") and results["b"].endswith("|b"), results
     assert "mine" not in results["a"].split("|")[0] and "mine" not in results["b"].split("|")[0]
     assert not left  # both ended their sessions: both sandboxes are gone, the server still runs
+
+
+def test_http_sessions_that_vanish_lose_their_sandbox_once_idle(tmp_path):
+    import subprocess
+
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    params = server(tmp_path, "--http", "--idle-timeout", "1")
+    env = {**params.env, "LIS_MCP_TOKEN": "t0ken-for-the-test"}
+    proc = subprocess.Popen([params.command, *params.args], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    headers = {"Authorization": "Bearer t0ken-for-the-test"}
+    try:
+        url = proc.stderr.readline().split("serving ", 1)[1].split()[0]
+
+        async def vanishing_client() -> tuple[str, str]:
+            # terminate_on_close=False: the client goes without DELETE, as a crashed one would.
+            async with httpx2.AsyncClient(headers=headers, timeout=60) as http, \
+                    streamable_http_client(url, http_client=http, terminate_on_close=False) as (read, write), \
+                    ClientSession(read, write) as session:
+                result = await session.initialize()
+                slow = await session.call_tool("execute_bash", {"command": "sleep 2.5; echo still here"})
+                session_id = getattr(result, "session_id", None)
+            return "".join(c.text for c in slow.content), session_id
+
+        said, _ = anyio.run(vanishing_client)
+        running = _ours(tmp_path / "scratch")
+        deadline = time.monotonic() + 15
+        while _ours(tmp_path / "scratch") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _ours(tmp_path / "scratch")
+        alive = proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    assert "still here" in said  # a call longer than the idle timeout is not idleness
+    assert running  # the client left, its sandbox was still there...
+    assert not left and alive  # ...until the reaper removed it, the server still serving

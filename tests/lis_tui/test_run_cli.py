@@ -329,3 +329,18 @@ def test_into_a_pipe_there_is_no_live_line(tmp_path):
         done = lis_run(tmp_path, server.base_url, "a task")
     assert done.returncode == 0, done.stderr
     assert "waiting for the model" not in done.stderr and "\r" not in done.stderr
+
+
+def test_the_papers_observation_format_from_config(tmp_path):
+    script = [reply(tool_calls=[bash("echo hi; echo oops >&2; false")]),
+              reply(tool_calls=[write("/testbed/output/answer.txt", "done")]), submit()]
+    (tmp_path / "lis-tui.toml").write_text(QUICK_RETRIES + '\n[agent]\nobservation = "paper"\n')
+    with FakeOpenAI(script) as server:
+        done = subprocess.run(argv(server.base_url, "--output-dir", "out", "Try the shell."),
+                              cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode == 0, done.stderr
+    first, second = (r.messages[-1]["content"] for r in server.chat_requests[:2])
+    assert first.endswith("\nSteps Remaining: 100")
+    assert second == ("Exit code: Error: Exit code 1\nExecution output of \\[execute_bash]:\n"
+                      "\\[STDOUT]\nhi\n\\[STDERR]\noops\nSteps Remaining: 99")

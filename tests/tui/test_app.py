@@ -393,7 +393,7 @@ def test_first_run_setup_tests_the_server_saves_and_the_task_starts(tmp_path, mo
         with FakeOpenAI(script, models=["qwen3", "llama"]) as server:
             config = load_config(env={}, paths=[])  # nothing says where the model is
             app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out",
-                             task="What is 2+2?")
+                             task="What is 2+2?", server_ports=())
             async with app.run_test(size=(80, 24)) as pilot:
                 await wait_for(pilot, lambda: type(app.screen).__name__ == "SetupScreen"
                                and app.focused is not None)
@@ -415,7 +415,8 @@ def test_first_run_setup_tests_the_server_saves_and_the_task_starts(tmp_path, mo
 def test_setup_says_what_is_wrong_when_the_server_is_down(tmp_path):
     async def scenario():
         config = load_config(env={}, paths=[])
-        app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out")
+        app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out",
+                         server_ports=())  # no servers of this machine's in the way
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: type(app.screen).__name__ == "SetupScreen"
                            and app.focused is not None)
@@ -435,7 +436,8 @@ def test_setup_says_what_is_wrong_when_the_server_is_down(tmp_path):
 def test_setup_shell_without_a_real_terminal_says_where_to_get_one(tmp_path):
     async def scenario():  # Pilot's headless driver cannot step aside; tmux tests the real one
         config = load_config(env={}, paths=[])
-        app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out")
+        app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out",
+                         server_ports=())  # no servers of this machine's in the way
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: type(app.screen).__name__ == "SetupScreen"
                            and app.focused is not None)
@@ -532,3 +534,35 @@ def test_the_app_keeps_its_runs_in_the_state_directory(tmp_path, monkeypatch):
     runs = list((tmp_path / "state" / "lis-tui" / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "trajectory.json").exists()
     assert not (tmp_path / "lis-output").exists()
+
+
+@pytest.mark.sandbox
+def test_each_request_that_got_a_credential_is_a_line_in_the_transcript(tmp_path, monkeypatch, web):
+    from isolation.net.ca import SandboxCA
+    from isolation.net.credentials import Credential
+    from isolation.net.proxy import default_proxy
+
+    monkeypatch.setenv("LIS_TUI_TEST_TOKEN", "tui-secret-value")
+    proxy = default_proxy()
+    before, proxy.ca = proxy._ca, SandboxCA(tmp_path / "ca")
+    host, port = web.hostport.split(":")
+    credential = Credential(host, "X-Api-Key", "${env:LIS_TUI_TEST_TOKEN}", int(port), http=True)
+    script = [reply(tool_calls=[bash(f"curl -s -m 20 {web.url}/hello.txt {web.url}/hello.txt")]), submit()]
+
+    async def scenario():
+        with FakeOpenAI(script) as server:
+            app = app_for(server, tmp_path, task="fetch it twice")
+            app.conversation.spec = SandboxSpec(rootfs="host", network="on", allow_hosts=(web.hostport,),
+                                                credentials=(credential,))
+            app.conversation.network = "on"
+            async with app.run_test(size=SIZE) as pilot:
+                await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
+                return texts(app, NoticeBlock)
+
+    try:
+        shown = run(scenario())
+    finally:
+        proxy.ca = before
+    lines = [t.strip() for t in shown if "credential" in t]
+    assert lines == [f"Network: credential added for {host} (X-Api-Key, GET)"] * 2, shown
+    assert not any("tui-secret-value" in t for t in shown)

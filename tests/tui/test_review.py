@@ -6,7 +6,7 @@ import pytest
 
 from fakes.openai_server import FakeOpenAI, reply, submit
 from isolation import SandboxSpec
-from isolation.network import NetworkRequest
+from isolation.net import NetworkRequest
 from lis_tui.app import create_app
 from lis_tui.config import load_config
 from lis_tui.widgets.blocks import AnswerBlock

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("pytest_textual_snapshot")
 
 from isolation import Sandbox, SandboxSpec  # noqa: E402
-from isolation.network import NetworkRequest  # noqa: E402
+from isolation.net import NetworkRequest  # noqa: E402
 from lis_tui.app import create_app  # noqa: E402
 from lis_tui.screens.approve_command import CommandApprovalScreen  # noqa: E402
 from lis_tui.screens.approve_network import NetworkApprovalScreen  # noqa: E402
@@ -115,3 +115,78 @@ def test_review_screen(snap_compare, tmp_path, monkeypatch):
     with Sandbox(SandboxSpec(rootfs="host", workspace="ws")) as sb:
         assert sb.exec(EDITS).exit_code == 0
         assert snap_compare(create_app(replay=mid_run()), terminal_size=SIZE, run_before=review)
+
+
+# -- at 100x30, the size issue 14 was seen at ----------------------------------------------------
+BIG = (100, 30)
+
+
+def test_main_screen_mid_run_at_100x30(snap_compare):
+    assert snap_compare(create_app(replay=mid_run()), terminal_size=BIG, run_before=_replayed)
+
+
+def test_help_at_100x30(snap_compare):
+    async def help_(pilot):
+        await _replayed(pilot)
+        await pilot.press("f1")
+        await _settled(pilot)
+
+    assert snap_compare(create_app(replay=mid_run()), terminal_size=BIG, run_before=help_)
+
+
+def _live(monkeypatch, model: str = "qwen3-4b"):
+    """A live app that asks nothing of its server until a task starts (fixed URL and places)."""
+    from lis_tui.config import load_config
+    from lis_tui.rootfs_offer import RootfsOffer
+
+    monkeypatch.setenv("XDG_STATE_HOME", "/srv/state")  # outside any home: shown as written
+    overrides = {"model.base_url": "http://127.0.0.1:8080/v1"}
+    if model:
+        overrides["model.model"] = model
+    config = load_config(overrides=overrides, env={}, paths=[])
+    return create_app(config, SandboxSpec(rootfs="host"), server_ports=(("vLLM", 9),),
+                      rootfs_offer=RootfsOffer(exists=lambda: False))
+
+
+async def _welcomed(pilot):
+    for _ in range(300):
+        await pilot.pause(0.01)
+        if pilot.app.screen.query("Welcome") and pilot.app.focused is not None:
+            break
+    await pilot.pause(0.05)
+
+
+def test_welcome_at_100x30(snap_compare, monkeypatch):
+    assert snap_compare(_live(monkeypatch), terminal_size=BIG, run_before=_welcomed)
+
+
+def test_setup_at_100x30(snap_compare, monkeypatch):
+    from lis_tui.config import load_config
+    from lis_tui.rootfs_offer import RootfsOffer
+
+    async def searched(pilot):  # port 9 (discard) has no server on loopback: "none found"
+        for _ in range(500):
+            await pilot.pause(0.01)
+            shown = pilot.app.screen.query("#found-text")
+            if shown and "No model server" in str(shown.first().render()):
+                break
+        await pilot.pause(0.05)
+
+    monkeypatch.setenv("XDG_STATE_HOME", "/srv/state")
+    config = load_config(env={}, paths=[])  # nothing says where the model is: setup first
+    app = create_app(config, SandboxSpec(rootfs="host"), server_ports=(("vLLM", 9),),
+                     rootfs_offer=RootfsOffer(exists=lambda: False))
+    assert snap_compare(app, terminal_size=BIG, run_before=searched)
+
+
+def test_welcome_at_80x24(snap_compare, monkeypatch):
+    assert snap_compare(_live(monkeypatch), terminal_size=SIZE, run_before=_welcomed)
+
+
+def test_help_at_80x24(snap_compare):
+    async def help_(pilot):
+        await _replayed(pilot)
+        await pilot.press("f1")
+        await _settled(pilot)
+
+    assert snap_compare(create_app(replay=mid_run()), terminal_size=SIZE, run_before=help_)

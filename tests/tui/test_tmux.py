@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fakes.hostile import HOSTILE, MARKUP, OSC52, TITLE
-from fakes.openai_server import FakeOpenAI, call, reply, submit
+from fakes.openai_server import FakeOpenAI, call, error, reply, submit
 
 pytestmark = [pytest.mark.sandbox,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
@@ -71,18 +71,22 @@ class Tmux:
         self.tmux("kill-server")
 
 
-def lis_tui_command(tmp_path: Path, *args: str) -> str:
-    """`lis-tui ARGS` run from `tmp_path`, with a config dir of its own (empty unless written)."""
+def lis_tui_command(tmp_path: Path, *args: str, cwd: Path | None = None,
+                    output_dir: bool = True) -> str:
+    """`lis-tui ARGS` run from `cwd` (default `tmp_path`), with a config dir of its own (empty
+    unless written); runs go to tmp_path/out unless `output_dir` is False (the state dir then)."""
     # tmux started without a terminal (as under pytest) sets COLUMNS=80 LINES=24, which would
     # win over the real pane size: unset them. No variable may say where a model is.
     env = {"PYTHONPATH": str(REPO), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
            "XDG_STATE_HOME": str(tmp_path / "state"), "TERM": "xterm-256color",
            "LIS_SCRATCH": os.environ.get("LIS_SCRATCH", str(tmp_path / "scratch"))}
-    argv = [sys.executable, "-m", "lis_tui.cli", *args, "--output-dir", str(tmp_path / "out")]
+    argv = [sys.executable, "-m", "lis_tui.cli", *args]
+    if output_dir:
+        argv += ["--output-dir", str(tmp_path / "out")]
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     unset = " ".join(f"-u {name}" for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LIS_MODEL",
                                                 "COLUMNS", "LINES"))
-    return f"cd {shlex.quote(str(tmp_path))} && env {unset} {exports} {shlex.join(argv)}"
+    return f"cd {shlex.quote(str(cwd or tmp_path))} && env {unset} {exports} {shlex.join(argv)}"
 
 
 def wait_gone(term: Tmux, timeout: float = 15.0) -> None:
@@ -193,3 +197,37 @@ def test_hostile_text_sets_neither_the_title_nor_the_clipboard(tmp_path):
             wait_gone(term)
         finally:
             term.kill()
+
+
+def test_started_where_it_cannot_write_the_run_goes_to_the_state_dir_and_a_failure_stays(tmp_path):
+    # Issue 14: started in a directory the user cannot write (like /tmp with another user's
+    # lis-output/), every run failed and only a vanishing toast said so.
+    readonly = tmp_path / "readonly"
+    (readonly / "lis-output").mkdir(parents=True)
+    readonly.chmod(0o555)
+    script = [reply("Writing it.", [call("execute_bash", {"command": "echo 7 > /testbed/output/answer.txt"})]),
+              submit(),
+              error(400, "forced failure: this server refuses the follow-up")]
+    term = Tmux(f"lis-readonly-{os.getpid()}")
+    with FakeOpenAI(script) as server:
+        try:
+            term.start(lis_tui_command(tmp_path, "tui", "--base-url", server.base_url,
+                                       "--model", "m", cwd=readonly, output_dir=False),
+                       width=100, height=30)
+            term.wait_for("Type a task", "Runs go to")
+            term.keys("What is 3+4?", "Enter")
+            shown = term.wait_for("Answer", "7", "run ")
+            assert "state/lis-tui/runs/" in shown  # the status line names the run's directory
+            term.keys("And now?", "Enter")
+            shown = term.wait_for("The run failed", "refuses the follow-up")
+            assert " failed " in shown.splitlines()[0]  # the status line says so too
+            time.sleep(12)  # longer than any toast lasts: the failure is still on screen
+            assert "refuses the follow-up" in term.screen(), term.screen()
+            term.keys("C-q")
+            wait_gone(term)
+        finally:
+            term.kill()
+            readonly.chmod(0o755)
+    runs = list((tmp_path / "state" / "lis-tui" / "runs").iterdir())
+    assert len(runs) == 1 and (runs[0] / "answer.txt").read_text() == "7\n"
+    assert list((readonly / "lis-output").iterdir()) == []

@@ -46,6 +46,8 @@ def letter(answer: str, row: Any) -> float:
 def instruct_pretrain(answer: str, row: Any) -> float:
     kind = str(row.extra.get("qa_type") or "").lower()
     truth = _truths(row)[0]
+    if "multiple choice" in kind:  # the package's own value: a comma in the truth means several
+        kind = "multiple" if "," in truth else "single"
     if "multi" in kind:
         return letters_f1(extract_choices(answer), choice_letters(truth))
     if "single" in kind or "choice" in kind:

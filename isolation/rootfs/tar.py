@@ -1,7 +1,7 @@
 """Rootfs tarballs: safe extraction into a fresh directory, and export.
 
 Extraction is ours rather than `tarfile.extractall`: every member is written through directory
-descriptors opened with O_NOFOLLOW (see rootfs_safe), owners are never restored (the invoking user
+descriptors opened with O_NOFOLLOW (see rootfs.safe), owners are never restored (the invoking user
 owns everything, which the sandbox maps to uid 0), setuid/setgid bits are dropped, device nodes and
 fifos are skipped, and an archive without its end-of-archive block counts as truncated.
 """
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from .rootfs_errors import RootfsError, UnsafeArchive
-from .rootfs_safe import SafeRoot, split_member, unlink_entry
+from .errors import RootfsError, UnsafeArchive
+from .safe import SafeRoot, split_member, unlink_entry
 
 _MAGIC = ((b"\x1f\x8b", "gz"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bz2"), (b"\x28\xb5\x2f\xfd", "zst"))
 _SUFFIXES = {".tar": "", ".tar.gz": "gz", ".tgz": "gz", ".tar.xz": "xz", ".txz": "xz",

@@ -8,15 +8,17 @@
     handle.records()                                       # the request log, for the trajectory
     handle.detach()                                        # before the sandbox goes
 
-The parts: netpolicy (rules, modes, approval), netaddr (what counts as this machine), proxyhttp (heads), proxyconn (one connection), proxy (the loop).
+The parts: policy (rules, modes, approval), addr (what counts as this machine), http (heads), conn (one connection), relay (bytes both ways), proxy (the loop).
+Credentials the proxy adds for named hosts: credentials (config and secrets), ca (the sandbox CA),
+tls (TLS over the proxy's sockets), intercept (requests inside a TLS session the proxy ended).
 """
 from __future__ import annotations
 
-from .netaddr import is_internal
-from .netpolicy import ANSWERS, Decision, HostRule, NetworkError, NetworkPolicy, NetworkRequest, refusal_text
+from .addr import is_internal
+from .conn import RequestRecord
+from .policy import ANSWERS, CredentialUse, Decision, HostRule, NetworkError, NetworkPolicy, NetworkRequest, refusal_text
 from .proxy import NO_PROXY, PROXY_PORT, EgressProxy, ProxyHandle, default_proxy, proxy_env
-from .proxyconn import RequestRecord
 
-__all__ = ["ANSWERS", "Decision", "EgressProxy", "HostRule", "NO_PROXY", "NetworkError", "NetworkPolicy",
-           "NetworkRequest", "PROXY_PORT", "ProxyHandle", "RequestRecord", "default_proxy", "is_internal",
-           "proxy_env", "refusal_text"]
+__all__ = ["ANSWERS", "CredentialUse", "Decision", "EgressProxy", "HostRule", "NO_PROXY", "NetworkError",
+           "NetworkPolicy", "NetworkRequest", "PROXY_PORT", "ProxyHandle", "RequestRecord", "default_proxy",
+           "is_internal", "proxy_env", "refusal_text"]

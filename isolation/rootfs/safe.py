@@ -11,8 +11,8 @@ import os
 import stat
 from pathlib import Path
 
-from .hostwalk import remove_tree, tree_size  # noqa: F401 (re-exported: one walk for every tree)
-from .rootfs_errors import UnsafeArchive
+from ..hostwalk import remove_tree, tree_size  # noqa: F401 (re-exported: one walk for every tree)
+from .errors import UnsafeArchive
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

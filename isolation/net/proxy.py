@@ -6,14 +6,16 @@ import collections
 import ipaddress
 import resource
 import socket
+import ssl
 import threading
 import time
 from typing import Callable, Iterable, Mapping
 
-from .netaddr import is_internal
-from .netpolicy import NetworkPolicy
-from .proxyconn import Connection, Refused, RequestRecord
-from .proxyhttp import response
+from .addr import is_internal
+from .conn import Connection, Refused, RequestRecord
+from .credentials import CredentialSet, Secret
+from .http import response
+from .policy import CredentialUse, NetworkPolicy
 
 HEADER_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 30.0
@@ -43,18 +45,52 @@ class EgressProxy:
         self.handles: set[ProxyHandle] = set()
         self.open_connections = 0
         self._resolve = resolve
+        self._upstream_tls: ssl.SSLContext | None = None
+        self._ca = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def attach(self, sandbox, policy: NetworkPolicy, label: str = "") -> ProxyHandle:
+    @property
+    def upstream_tls(self) -> ssl.SSLContext:
+        """How the proxy checks servers it speaks TLS to for a credential: the system trust store.
+        Tests set this (an explicit option in our process, never something a sandbox could set)
+        to a context that also trusts their loopback server's CA."""
+        if self._upstream_tls is None:
+            from .ca import upstream_context  # noqa: PLC0415
+
+            self._upstream_tls = upstream_context()
+        return self._upstream_tls
+
+    @upstream_tls.setter
+    def upstream_tls(self, context: ssl.SSLContext | None) -> None:
+        self._upstream_tls = context
+
+    @property
+    def ca(self):
+        """The sandbox CA (net/ca.py), made on first use; NetworkError without `cryptography`."""
+        with self._lock:
+            if self._ca is None:
+                from .ca import SandboxCA  # noqa: PLC0415
+
+                self._ca = SandboxCA()
+            return self._ca
+
+    @ca.setter
+    def ca(self, ca) -> None:
+        self._ca = ca
+
+    def attach(self, sandbox, policy: NetworkPolicy, label: str = "",
+               credentials: CredentialSet | None = None) -> ProxyHandle:
         """Open the proxy port inside `sandbox`'s network namespace (`sandbox.listen`: a socket
-        made in there, used from here, so no process relays) and serve it."""
+        made in there, used from here, so no process relays) and serve it. `credentials`: the
+        headers this sandbox's requests get for their hosts."""
         loop = self._ensure_loop()
         sock = sandbox.listen(PROXY_PORT, BACKLOG)
         try:
             sock.setblocking(False)
-            handle = ProxyHandle(self, policy, sock.getsockname()[1], label or f"pid {sandbox.pid}")
+            handle = ProxyHandle(self, policy, sock.getsockname()[1], label or f"pid {sandbox.pid}",
+                                 credentials)
             asyncio.run_coroutine_threadsafe(handle._serve(sock), loop).result(30)
         except BaseException:
             sock.close()
@@ -120,9 +156,11 @@ class EgressProxy:
 class ProxyHandle:
     """One sandbox's proxy port: its policy, its open connections, and its request log."""
 
-    def __init__(self, proxy: EgressProxy, policy: NetworkPolicy, port: int, label: str) -> None:
+    def __init__(self, proxy: EgressProxy, policy: NetworkPolicy, port: int, label: str,
+                 credentials: CredentialSet | None = None) -> None:
         self.proxy = proxy
         self.policy = policy
+        self.credentials = credentials or CredentialSet()
         self.port = port
         self.label = label
         self.url = f"http://127.0.0.1:{port}"
@@ -221,6 +259,17 @@ class ProxyHandle:
             self.dropped += 1
         self.log.append(record)
         return record
+
+
+    def credential_added(self, host: str, port: int, method: str, secret: Secret,
+                         tunnel: RequestRecord | None = None) -> None:
+        """Log and announce one request that got a credential; inside a TLS tunnel each request
+        gets a record of its own beside the CONNECT's."""
+        if tunnel is not None:
+            record = self.new_record(host, port, method)
+            record.decision, record.decided_by, record.answer = tunnel.decision, tunnel.decided_by, tunnel.answer
+            record.address, record.credential = tunnel.address, secret.credential.header
+        self.policy.credential_used(CredentialUse(host, port, method, secret.credential.header, self.label))
 
 
 def proxy_env(url: str, base: Mapping[str, str] | None = None) -> dict[str, str]:

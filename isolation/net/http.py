@@ -5,8 +5,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from .netpolicy import NetworkError, normalize_host, split_host_port
-from .netaddr import is_ip
+from .policy import NetworkError, normalize_host, split_host_port
+from .addr import is_ip
 
 MAX_HEAD = 64 << 10
 _TOKEN = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -90,13 +90,16 @@ def _authority(text: str, default_port: int | None, path: str) -> Destination:
     return Destination(host, port, path)
 
 
-def forward_head(head: RequestHead, dest: Destination) -> bytes:
-    """The head to send upstream: origin-form target, hop-by-hop headers gone, one connection per request."""
+def forward_head(head: RequestHead, dest: Destination, credential=None) -> bytes:
+    """The head to send upstream: origin-form target, hop-by-hop headers gone, one connection per request;
+    `credential` (a net.credentials.Secret) replaces any header of its name."""
     named = {n.strip().lower() for name, value in head.headers if name.lower() == b"connection"
              for n in value.split(b",")}
     lines = [f"{head.method} {dest.path} {head.version}".encode()]
-    lines += [name + b": " + value for name, value in head.headers
-              if name.lower() not in _HOP and name.lower() not in named and name.lower() != b"host"]
+    dropped = _HOP | named | {b"host"} | ({credential.header.lower()} if credential is not None else set())
+    lines += [name + b": " + value for name, value in head.headers if name.lower() not in dropped]
+    if credential is not None:
+        lines.append(credential.header + b": " + credential.value)
     host = f"[{dest.host}]" if ":" in dest.host else dest.host
     lines.insert(1, b"Host: " + (host if dest.port == 80 else f"{host}:{dest.port}").encode())
     lines.append(b"Connection: close")
@@ -114,6 +117,7 @@ def rewrite_response_head(raw: bytes) -> tuple[bytes, int]:
 
 
 REASONS = {200: "Connection Established", 400: "Bad Request", 403: "Forbidden", 408: "Request Timeout",
+           421: "Misdirected Request",
            431: "Request Header Fields Too Large", 502: "Bad Gateway", 503: "Service Unavailable",
            504: "Gateway Timeout"}
 

@@ -18,9 +18,10 @@ import threading
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from .rootfs_errors import RootfsError
-from .rootfs_safe import process_alive, remove_tree
-from .rootfs_tar import ExtractStats, extract
+from .errors import RootfsError
+from .keys import UBUNTU_ARCHIVE_KEYS, write_keyring
+from .safe import process_alive, remove_tree
+from .tar import ExtractStats, extract
 
 Progress = Callable[[str], None]
 
@@ -49,8 +50,7 @@ _HINTS = (
      "the mirror {mirror} could not be reached. Fix: check the network or pass --mirror with a "
      "reachable one (Debian: --suite bookworm --mirror http://deb.debian.org/debian)"),
     (r"NO_PUBKEY|not signed|GPG error|signed-by",
-     "apt could not check the archive's signature. Fix: install the keyring for the distribution "
-     "(ubuntu-keyring for Ubuntu, debian-archive-keyring for Debian)"),
+     "apt could not check the signature of {mirror}. Fix: {keys_fix}"),
     (r"Unable to locate package|has no installation candidate",
      "a requested package does not exist in {suite!r}. Fix: check --include and --preset"),
     (r"subuid|subgid|newuidmap|unshare",
@@ -89,12 +89,22 @@ def mmdebstrap_argv(suite: str, mirror: str | None, packages: list[str], slim: b
     return argv + [suite, "-"] + ([mirror] if mirror else [])
 
 
-def run_mmdebstrap(argv: list[str], dest: Path, progress: Progress | None) -> tuple[ExtractStats, str]:
-    """Run mmdebstrap, unpack its tarball into `dest`; returns what was written and its sha256."""
+def run_mmdebstrap(argv: list[str], dest: Path, progress: Progress | None,
+                   ubuntu_keys: bool = False) -> tuple[ExtractStats, str]:
+    """Run mmdebstrap, unpack its tarball into `dest`; returns what was written and its sha256.
+    With `ubuntu_keys`, apt checks the archive against the Ubuntu keys shipped with lis-tui."""
     if not shutil.which(argv[0]):
         raise RootfsError("mmdebstrap is not installed. Fix: apt install mmdebstrap uidmap")
     _sweep_scratch()
     scratch = _make_scratch()
+    try:
+        if ubuntu_keys:
+            argv = [argv[0], *_keyring_args(scratch), *argv[1:]]
+    except BaseException:
+        _remove_scratch(scratch)
+        raise
+    if progress:
+        progress(" ".join(argv))
     log: collections.deque[str] = collections.deque(maxlen=40)
     # A session of its own: on failure mmdebstrap sends SIGHUP to its whole process group.
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -109,11 +119,11 @@ def run_mmdebstrap(argv: list[str], dest: Path, progress: Progress | None) -> tu
         except RootfsError:
             if stream.eof and proc.wait() != 0:  # mmdebstrap stopped first: its error is the real one
                 pump.join()
-                raise _failure(argv, log) from None
+                raise _failure(argv, log, shown=progress is not None) from None
             raise
         if proc.wait() != 0:
             pump.join()
-            raise _failure(argv, log)
+            raise _failure(argv, log, shown=progress is not None)
         return stats, stream.hexdigest()
     finally:
         _stop(proc)
@@ -122,6 +132,15 @@ def run_mmdebstrap(argv: list[str], dest: Path, progress: Progress | None) -> tu
         if not pump.is_alive():
             proc.stderr.close()
         _remove_scratch(scratch)
+
+
+def _keyring_args(scratch: Path) -> list[str]:
+    """Make apt trust only the Ubuntu keys shipped with lis-tui, copied into the scratch (what apt
+    reads is what was verified, and readable to mmdebstrap's subordinate uids). A directory sets
+    apt's trusted parts, a file its trusted keyring (else the host's /etc/apt/trusted.gpg counts);
+    mmdebstrap's signed-by guess is skipped, as it would add the host's keyring for the suite."""
+    files = write_keyring(scratch / "ubuntu-keyring")
+    return [f"--keyring={files[0].parent}", f"--keyring={files[0]}", "--skip=check/signed-by"]
 
 
 def _pump(pipe: BinaryIO, log: collections.deque, progress: Progress | None) -> None:
@@ -169,17 +188,30 @@ def _remove_scratch(path: Path) -> None:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
 
-def _failure(argv: list[str], log: collections.deque) -> RootfsError:
+def _failure(argv: list[str], log: collections.deque, shown: bool) -> RootfsError:
+    """The error for a failed run: the hint, and mmdebstrap's last error lines unless `shown`
+    (progress printed them already; printing them again doubled every error on the terminal)."""
     suite, mirror = _suite_and_mirror(argv)
     text = "\n".join(log)
     hint = next((h for pattern, h in _HINTS if re.search(pattern, text)), "Fix: see mmdebstrap's output above")
+    message = "mmdebstrap failed: " + hint.format(suite=suite, mirror=mirror, keys_fix=_keys_fix(argv))
+    if shown:
+        return RootfsError(message)
     errors = [line for line in log if line.startswith(("E:", "W:", "Err:", "  "))][-8:]
-    return RootfsError(f"mmdebstrap failed: {hint.format(suite=suite, mirror=mirror)}\n"
-                       + "\n".join(errors or list(log)[-8:]))
+    return RootfsError(message + "\n" + "\n".join(errors or list(log)[-8:]))
+
+
+def _keys_fix(argv: list[str]) -> str:
+    if any(arg.startswith("--keyring=") for arg in argv):
+        return (f"lis-tui checks Ubuntu's archive with the keys it ships (fingerprints "
+                f"{', '.join(UBUNTU_ARCHIVE_KEYS.values())}); a mirror signed with another key is not "
+                "Ubuntu's archive: check --mirror, or for Debian use --suite bookworm "
+                "--mirror http://deb.debian.org/debian")
+    return "install the distribution's keyring on this machine (Debian: apt install debian-archive-keyring)"
 
 
 def _suite_and_mirror(argv: list[str]) -> tuple[str, str]:
-    dash = argv.index("-")
+    dash = len(argv) - 1 - argv[::-1].index("-")
     mirror = argv[dash + 1] if len(argv) > dash + 1 else f"(mmdebstrap's default for {argv[dash - 1]})"
     return argv[dash - 1], mirror
 

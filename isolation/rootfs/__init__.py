@@ -19,12 +19,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from .rootfs_build import PRESETS, mmdebstrap_argv, packages_for, run_mmdebstrap
-from .rootfs_errors import RootfsError, RootfsExists, RootfsNotFound, UnsafeArchive
-from .rootfs_prepare import installed_packages, prepare
-from .rootfs_pull import DEFAULT_BASE_URL, download, find_image, machine_arch, parse_ref
-from .rootfs_safe import SafeRoot, process_alive, remove_tree, tree_size
-from .rootfs_tar import ExtractStats, extract, open_archive, write_archive
+from .build import PRESETS, is_ubuntu, mmdebstrap_argv, packages_for, run_mmdebstrap
+from .errors import RootfsError, RootfsExists, RootfsNotFound, UnsafeArchive
+from .prepare import installed_packages, prepare
+from .pull import DEFAULT_BASE_URL, download, find_image, machine_arch, parse_ref
+from .safe import SafeRoot, process_alive, remove_tree, tree_size
+from .tar import ExtractStats, extract, open_archive, write_archive
 
 __all__ = ["RootfsStore", "Rootfs", "RootfsError", "RootfsNotFound", "RootfsExists", "UnsafeArchive",
            "HOST", "PRESETS", "DEFAULT_BASE_URL", "default_store_root"]
@@ -169,8 +169,7 @@ class RootfsStore:
         argv = mmdebstrap_argv(suite, mirror, packages, slim)
         with self._stage(name, force) as staging:
             (staging / "root").mkdir()
-            _say(progress, " ".join(argv))
-            stats, digest = run_mmdebstrap(argv, staging / "root", progress)
+            stats, digest = run_mmdebstrap(argv, staging / "root", progress, ubuntu_keys=is_ubuntu(suite, mirror))
             build = {"suite": suite, "mirror": mirror, "preset": preset, "include": list(include),
                      "requested": packages, "slim": slim}
             source = f"mmdebstrap {suite} {mirror or '(default mirror)'} preset={preset}"

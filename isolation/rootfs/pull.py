@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .rootfs_errors import RootfsError
+from .errors import RootfsError
 
 DEFAULT_BASE_URL = "https://cdimage.ubuntu.com/ubuntu-base/releases"
 _CODENAMES = {"noble": "24.04", "jammy": "22.04", "focal": "20.04"}

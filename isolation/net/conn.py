@@ -8,15 +8,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import struct
 import sys
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, NoReturn
 
-from .netpolicy import Decision, refusal_text
-from .proxyhttp import MAX_HEAD, Destination, HttpError, destination, forward_head, parse_request_head, \
+from . import intercept
+from .http import MAX_HEAD, Destination, HttpError, destination, forward_head, parse_request_head, \
     response, rewrite_response_head
+from .policy import Decision, refusal_text
 from .relay import Pump
+from .tls import TlsStream
 
 if TYPE_CHECKING:
     from .proxy import ProxyHandle
@@ -57,6 +60,8 @@ class RequestRecord:
     bytes_up: int = 0
     bytes_down: int = 0
     error: str = ""
+    credential: str = ""
+    """The name of the header the proxy added from `[network.credentials]` (never its value)."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -108,9 +113,16 @@ class Connection:
         self.record = self.handle.new_record(dest.host, dest.port, head.method)
         decision, addresses = await self._decide(dest, head.method)
         plain = head.method != "CONNECT"
+        credentials = self.handle.credentials
+        secret = credentials.for_plain(dest.host, dest.port) if plain else credentials.for_tls(dest.host, dest.port)
         await self._connect(dest, decision, addresses)
         if plain:
-            await self._send_all(self.upstream, forward_head(head, dest) + rest)
+            await self._send_all(self.upstream, forward_head(head, dest, secret) + rest)
+            if secret is not None:
+                self.record.credential = secret.credential.header
+                self.handle.credential_added(dest.host, dest.port, head.method, secret)
+        elif secret is not None:
+            return await self._intercept(dest, secret, rest)
         else:
             await self._send_all(self.client, b"HTTP/1.1 200 Connection Established\r\n\r\n")
             await self._send_all(self.upstream, rest)
@@ -188,6 +200,34 @@ class Connection:
         record.decision = "allow" if decision.allowed else "deny"
         record.decided_by, record.answer = decision.by, decision.answer
         record.status, record.error = status, error
+
+    # ---- a host with a credential: TLS ends here (net/intercept.py) ------------------------------
+
+    async def _intercept(self, dest: Destination, secret, rest: bytes) -> None:
+        proxy, record = self.handle.proxy, self.record
+        upstream = TlsStream(self.upstream, proxy.upstream_tls, server_side=False, server_hostname=dest.host)
+        try:
+            await _within(proxy.connect_timeout, upstream.handshake())
+        except (ssl.SSLError, OSError, asyncio.TimeoutError) as exc:
+            why = (f"certificate verify failed: {exc.verify_message}" if isinstance(exc, ssl.SSLCertVerificationError)
+                   else getattr(exc, "reason", None) or str(exc) or "timed out")
+            record.status, record.error = 502, f"TLS to {dest.host} failed: {why}"
+            await self.answer(502, f"The proxy could not open a verified TLS connection to {dest.host} ({why}); "
+                                   "it sends the credential only to the real server.\n",
+                              f"TLS to {dest.host} failed: {why}")
+        await self._send_all(self.client, b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        client = TlsStream(self.client, proxy.ca.server_context(dest.host), server_side=True, initial=rest)
+        try:
+            await _within(proxy.header_timeout, client.handshake())
+        except (ssl.SSLError, asyncio.TimeoutError) as exc:
+            record.error = f"the sandbox's client refused the proxy's certificate for {dest.host}: {exc}"
+            return
+        record.credential = secret.credential.header
+
+        def noted(method: str) -> None:
+            self.handle.credential_added(dest.host, dest.port, method, secret, record)
+
+        await intercept.relay(client, upstream, dest.host, secret, noted, self._count_up, self._count_down)
 
     # ---- relaying ----------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .netaddr import is_ip
-from .spec import NETWORK_MODES, SandboxError
+from .addr import is_ip
+from ..spec import NETWORK_MODES, SandboxError
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,20 @@ class NetworkRequest:
 
 
 @dataclass(frozen=True)
+class CredentialUse:
+    """The proxy added a configured credential to a request: which host, and the header's name only."""
+
+    host: str
+    port: int
+    method: str
+    header: str
+    sandbox: str = ""
+
+    def __str__(self) -> str:
+        return f"credential added for {self.host} ({self.header}, {self.method})"
+
+
+@dataclass(frozen=True)
 class Decision:
     """Allowed or not, and who said so: deny-list, allow-list, session, mode, user, headless,
     timeout, error, host-internal."""
@@ -111,7 +125,8 @@ class NetworkPolicy:
 
     def __init__(self, mode: str = "off", allow: Iterable[str] = (), deny: Iterable[str] = (),
                  decide: Approver | None = None, on_allow_always: Callable[[str], object] | None = None,
-                 host_services: Iterable[str] = (), ask_timeout: float = ASK_TIMEOUT) -> None:
+                 host_services: Iterable[str] = (), ask_timeout: float = ASK_TIMEOUT,
+                 on_credential: Callable[[CredentialUse], object] | None = None) -> None:
         self._mode = _check_mode(mode)
         self.allow = [HostRule.parse(r) for r in allow]
         self.deny = [HostRule.parse(r) for r in deny]
@@ -122,6 +137,8 @@ class NetworkPolicy:
         self.ask_timeout = ask_timeout
         self._ask = decide
         self._on_allow_always = on_allow_always
+        self.on_credential = on_credential
+        """Told of each request the proxy added a credential to, on the proxy's thread: be quick."""
         self._listeners: list[Callable[[str], None]] = []
         self._pending: dict[str, asyncio.Future] = {}
 
@@ -164,6 +181,14 @@ class NetworkPolicy:
         if self._mode == "on":
             return Decision(True, "mode")
         return None if self._ask is not None else Decision(False, "headless")
+
+    def credential_used(self, use: CredentialUse) -> None:
+        log.info("%s in %s", use, use.sandbox)
+        if self.on_credential is not None:
+            try:
+                self.on_credential(use)
+            except Exception:  # a display bug must not cost the request
+                log.exception("the credential listener failed")
 
     def may_reach_internal(self, host: str, port: int) -> bool:
         """Whether host:port is named exactly enough to be let through to a host-internal address."""

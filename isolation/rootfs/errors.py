@@ -1,7 +1,7 @@
 """Errors of the rootfs store; each message says how to fix what went wrong."""
 from __future__ import annotations
 
-from .spec import SandboxError
+from ..spec import SandboxError
 
 
 class RootfsError(SandboxError):

@@ -6,8 +6,8 @@ everything goes through SafeRoot, so a planted `etc -> /etc` cannot send a write
 """
 from __future__ import annotations
 
-from .rootfs_errors import RootfsError
-from .rootfs_safe import SafeRoot
+from .errors import RootfsError
+from .safe import SafeRoot
 
 APT_CONF = ("etc", "apt", "apt.conf.d", "99lis-tui-sandbox")
 PIP_CONF = ("etc", "pip.conf")

@@ -1,0 +1,85 @@
+"""`lis-tui runs`: past runs, newest first, with the id `lis-tui replay ID` takes."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import sys
+
+_DESCRIPTION = """\
+List past runs, newest first: the app's (kept under $XDG_STATE_HOME/lis-tui/runs/) and those of
+`lis-tui run` started in this directory (./lis-output/). Show one with `lis-tui replay ID`; an id
+may be shortened to any prefix that names one run."""
+_RESULTS = {"submitted": "submitted", "max_steps": "limit: steps", "max_context": "limit: context",
+            "wall_time": "limit: time", "no_action": "limit: no tool", "error": "error",
+            "cancelled": "cancelled", None: "unfinished"}
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("runs", help="list past runs (id, time, task, model, result)", description=_DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-n", "--limit", type=int, default=20, metavar="N",
+                   help="show the newest N runs (default 20; 0 for all)")
+    p.add_argument("--dir", action="append", default=[], metavar="DIR",
+                   help="also list the runs in DIR (a run's --output-dir parent); may be repeated")
+    p.add_argument("--json", action="store_true", help="print JSON, one object per run")
+    p.set_defaults(func=cmd_runs)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from pathlib import Path  # noqa: PLC0415
+
+    from lis_tui.runs import default_places, list_runs  # noqa: PLC0415
+
+    places = default_places() + [Path(d).expanduser().absolute() for d in args.dir]
+    runs = list_runs(places)
+    shown = runs if args.limit <= 0 else runs[:args.limit]
+    if args.json:
+        for run in shown:
+            print(json.dumps({"id": run.short_id, "name": run.name, "path": str(run.path), "created": run.created,
+                              "task": run.task, "model": run.model, "finish_reason": run.finish_reason,
+                              "answer": run.answer, "message": run.message, "steps": run.steps}))
+        return 0
+    if not runs:
+        print("no runs yet (looked in " + ", ".join(str(p) for p in places) + '); start one: lis-tui run "TASK"')
+        return 0
+    _print_table(shown)
+    if len(shown) < len(runs):
+        print(f"({len(runs) - len(shown)} older; lis-tui runs -n 0 lists all)", file=sys.stderr)
+    return 0
+
+
+def _print_table(runs) -> None:
+    from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
+
+    width = shutil.get_terminal_size((120, 24)).columns
+    rows = [("ID", "WHEN", "STEPS", "MODEL", "RESULT", "TASK")]
+    for run in runs:
+        # Task, model and answer come from the run's file: the model wrote the answer.
+        result = _RESULTS.get(run.finish_reason, str(run.finish_reason))
+        if run.finish_reason == "submitted" and run.answer:
+            result += ": " + _clip(_first_line(run.answer), 24)
+        rows.append((run.short_id, _when(run.created), str(run.steps), _clip(run.model or "-", 24),
+                     result, _first_line(run.task)))
+    rows = [tuple(safe_terminal_text(cell) for cell in row) for row in rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        line = "  ".join(cell.rjust(w) if i == 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+        print(line + "  " + _clip(row[5], max(width - len(line) - 3, 20)))
+
+
+def _when(created: str) -> str:
+    try:
+        return datetime.datetime.fromisoformat(created).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return created[:16] or "-"
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] + (" …" if len(lines) > 1 else "") if lines else ""
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"

@@ -1,0 +1,64 @@
+"""Tool observations as the paper's harness words them (`agent.observation = "paper"`).
+
+llm-in-sandbox 0.2.0, whose format its RL models were trained on, answers each tool call with:
+
+    Exit code: 0                               (non-zero: "Error: Exit code N"; a timeout: -1)
+    Execution output of \\[execute_bash]:
+    \\[STDOUT]
+    ...stdout...
+    \\[STDERR]                                  (only when there is any)
+    ...stderr...
+
+each stream cut to its first and last 40 lines past 80, the editor's answer after an
+`Execution output of \\[str_replace_editor]:` line, `submit` answered `<<< Finished >>>`, and
+`Steps Remaining: N` added to the newest message before every model call. The backslashes
+before the brackets are in what its model reads (they escape Rich markup in its console), so
+they are here too. The words of our tools' answers stay ours; only this frame is the paper's.
+"""
+from __future__ import annotations
+
+from tools import ToolResult
+
+KEEP_LINES = 40  # lines kept at each end of a long stream
+_DIVIDER = "-" * 50
+
+
+def paper_observation(tool: str, result: ToolResult, bound: int) -> str:
+    """One tool call's answer, framed as the paper's harness frames it; each part at most about
+    `bound` characters (our own cut, on top of the paper's line cut)."""
+    if tool == "submit" and result.submitted:
+        return "<<< Finished >>>"
+    if tool != "execute_bash" or result.exit_code is None and not result.timed_out:
+        return f"Execution output of \\[{tool}]:\n{_cut(result.output, bound)}"
+    parts = [f"Exit code: {_exit(result)}", "Execution output of \\[execute_bash]:",
+             f"\\[STDOUT]\n{_cut(result.output, bound)}"]
+    if (result.stderr or "").strip():
+        parts.append(f"\\[STDERR]\n{_cut(result.stderr or '', bound)}")
+    return "\n".join(parts)
+
+
+def steps_remaining(remaining: int) -> str:
+    """The line added to the newest message before a model call."""
+    if remaining > 0:
+        return f"Steps Remaining: {remaining}"
+    return "You have reached the maximum number of steps. Please submit your answer NOW."
+
+
+def _exit(result: ToolResult) -> str:
+    if result.timed_out or result.exit_code is None:
+        return "-1"
+    return "0" if result.exit_code == 0 else f"Error: Exit code {result.exit_code}"
+
+
+def _cut(text: str, bound: int) -> str:
+    """The paper's cut (first and last KEEP_LINES lines of a longer text), then ours."""
+    lines = text.splitlines()
+    if len(lines) > 2 * KEEP_LINES:
+        text = "\n".join([*lines[:KEEP_LINES], _DIVIDER,
+                          "<Observation truncated in middle for saving context>", _DIVIDER,
+                          *lines[-KEEP_LINES:]])
+    if len(text) > bound:
+        half = bound // 2
+        text = (f"{text[:half]}\n[... {len(text) - 2 * half:,} characters cut by lis-tui ...]\n"
+                f"{text[-half:]}")
+    return text

@@ -1,0 +1,225 @@
+"""The environment server: `SandboxEnv`s over HTTP+JSON for trainers in other processes.
+
+    POST   /envs            {"task": {...}} or {"task_id": "..."}   -> 201 {env_id, messages, tools}
+    POST   /envs/ID/step    {"assistant": message or text}          -> 200 {messages, done, reward, ...}
+    DELETE /envs/ID                                                 -> 200 {closed: true}
+    GET    /health                                                  -> 200 {status, live, max_envs}
+
+Every request but /health carries `Authorization: Bearer TOKEN`. Errors are
+`{"error": "what happened and what to do"}` with a fitting status. docs/env-server.md has the rest.
+
+A client with the token is trusted like the user who started the server (it runs commands in
+sandboxes), but a task sent over HTTP brings its files as name -> text: it can name a host
+folder (`documents_dir`, `input_dir`) only under the server's --allow-dir, and answers never
+carry host paths (failures are logged here and answered in general terms).
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from lis_tui.bench.rewards import parse_reward
+from lis_tui.bench.tasks import Task, TaskError, tasks_from_items
+from lis_tui.rl.env import EnvError
+from lis_tui.rl.pool import EnvPool, PoolError
+from lis_tui.rl.textcalls import AssistantError
+from tools.terminal_text import safe_terminal_text
+
+log = logging.getLogger(__name__)
+STEP_PATH = re.compile(r"^/envs/([A-Za-z0-9_-]{1,64})/step$")
+ENV_PATH = re.compile(r"^/envs/([A-Za-z0-9_-]{1,64})$")
+HOST_DIR_FIELDS = ("documents_dir", "input_dir")
+
+
+@dataclass
+class ServerConfig:
+    """What one server accepts."""
+
+    token: str
+    tasks: dict[str, Task] = field(default_factory=dict)
+    """Tasks a reset may name by id (from --tasks)."""
+    allow_dir: Path | None = None
+    """The one host folder tasks sent over HTTP may take `documents_dir` / `input_dir` from."""
+    max_body: int = 64 << 20
+    """Bytes a request body may have."""
+    judge: bool = False
+    """A judge model is set up, so `judge` rewards can be scored."""
+
+
+class RequestError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class EnvServer(ThreadingHTTPServer):
+    """A threaded HTTP server over one EnvPool; `serve_forever()` runs it, `shutdown()` stops it."""
+
+    daemon_threads = True
+    request_queue_size = 1024  # hundreds of trainers' workers connect at once
+
+    def __init__(self, address: tuple[str, int], pool: EnvPool, config: ServerConfig) -> None:
+        super().__init__(address, _Handler)
+        self.pool, self.settings = pool, config
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.pool.close_all()
+
+    def task_from(self, body: dict) -> Task:
+        """The task a reset asks for: one by id from --tasks, or one sent in full."""
+        if "task_id" in body:
+            if not self.settings.tasks:
+                raise RequestError(400, "this server has no task list: send the task itself "
+                                        "({\"task\": {...}}), or start it with --tasks FILE")
+            task = self.settings.tasks.get(str(body["task_id"]))
+            if task is None:
+                raise RequestError(404, f"no task {str(body['task_id'])[:200]!r} in the server's "
+                                        "--tasks file")
+            return self._scorable(task)
+        return self._scorable(self._sent_task(body))
+
+    def _scorable(self, task: Task) -> Task:
+        if not self.settings.judge and parse_reward(task.reward)[0] == "judge":
+            raise RequestError(400, f"task {task.id[:200]!r} is scored by a judge model: start the "
+                                    "server with --judge-model M (and --judge-base-url U)")
+        return task
+
+    def _sent_task(self, body: dict) -> Task:
+        item = body.get("task")
+        if not isinstance(item, dict):
+            raise RequestError(400, 'send {"task": {"id": ..., "problem_statement": ..., '
+                                    '"ground_truth": ..., "input_files": {name: text}}} or '
+                                    '{"task_id": ...}')
+        item = {**item, **{k: self._allowed_dir(k, item[k]) for k in HOST_DIR_FIELDS if item.get(k)}}
+        try:
+            return tasks_from_items([item], self.settings.allow_dir or Path("/nonexistent"),
+                                    "task", None)[0]
+        except TaskError as exc:
+            raise RequestError(400, str(exc)) from None
+
+    def _allowed_dir(self, name: str, value: Any) -> str:
+        root = self.settings.allow_dir
+        if root is None:
+            raise RequestError(400, f"`{name}` names a host folder, which a task sent over HTTP may "
+                                    "not: send the files as `input_files` / `documents` (name -> "
+                                    "text), or start the server with --allow-dir DIR")
+        path = (root / str(value)).resolve()
+        if not path.is_relative_to(root.resolve()) or not path.is_dir():
+            raise RequestError(400, f"`{name}` must be a folder inside the server's --allow-dir, "
+                                    "given relative to it")
+        return str(path)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: EnvServer
+    protocol_version = "HTTP/1.1"  # keep-alive: a trainer's worker reuses its connection
+    disable_nagle_algorithm = True  # headers and body go out as two writes
+    server_version = "lis-tui-env"
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._handle(self._get)
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._handle(self._post)
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._handle(self._delete)
+
+    def _get(self) -> tuple[int, dict]:
+        if self.path == "/health":
+            pool = self.server.pool
+            return 200, {"status": "ok", "live": pool.live, "max_envs": pool.config.max_envs}
+        self._authorize()
+        raise RequestError(404, "unknown path: GET /health, POST /envs, POST /envs/ID/step, "
+                                "DELETE /envs/ID")
+
+    def _post(self) -> tuple[int, dict]:
+        self._authorize()
+        body = self._body()
+        if self.path == "/envs":
+            task = self.server.task_from(body)
+            max_steps = body.get("max_steps")
+            if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+                raise RequestError(400, "`max_steps` must be a positive integer")
+            env_id, first = self.server.pool.create(task, max_steps)
+            return 201, {"env_id": env_id, "task_id": task.id, **first}
+        match = STEP_PATH.match(self.path)
+        if not match:
+            raise RequestError(404, "unknown path: POST /envs or POST /envs/ID/step")
+        if "assistant" not in body:
+            raise RequestError(400, 'send {"assistant": <the OpenAI assistant message, or the '
+                                    'completion text>}')
+        return 200, self.server.pool.step(match.group(1), body["assistant"]).to_dict()
+
+    def _delete(self) -> tuple[int, dict]:
+        self._authorize()
+        match = ENV_PATH.match(self.path)
+        if not match:
+            raise RequestError(404, "unknown path: DELETE /envs/ID")
+        self.server.pool.close(match.group(1))
+        return 200, {"closed": True}
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _handle(self, route: Any) -> None:
+        self._body_read = False
+        try:
+            status, answer = route()
+        except RequestError as exc:
+            status, answer = exc.status, {"error": str(exc)}
+        except PoolError as exc:
+            status, answer = exc.status, {"error": str(exc)}
+        except (AssistantError, EnvError) as exc:
+            status, answer = (400 if isinstance(exc, AssistantError) else 409), {"error": str(exc)}
+        except Exception:  # noqa: BLE001 (the text may hold host paths: it goes to the log only)
+            log.exception("%s %s failed", self.command, safe_terminal_text(self.path[:200]))
+            status, answer = 500, {"error": "the server failed on this request (a sandbox that "
+                                            "could not start, or a bug); its log has the details"}
+        if status >= 400 and not self._body_read and self.headers.get("Content-Length", "0") != "0":
+            self.close_connection = True  # the unread body would be taken for the next request
+        self._send(status, answer)
+
+    def _authorize(self) -> None:
+        given = self.headers.get("Authorization", "")
+        want = f"Bearer {self.server.settings.token}"
+        if not hmac.compare_digest(given.encode(), want.encode()):
+            raise RequestError(401, "missing or wrong token: send `Authorization: Bearer TOKEN`, "
+                                    "the token `lis-tui env serve` printed or was given")
+
+    def _body(self) -> dict:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > self.server.settings.max_body:
+            self.close_connection = True
+            raise RequestError(413, f"the body must have a Content-Length of at most "
+                                    f"{self.server.settings.max_body} bytes (--max-body)")
+        data, self._body_read = self.rfile.read(length), True
+        try:
+            body = json.loads(data or b"{}")
+        except ValueError as exc:
+            raise RequestError(400, f"the body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise RequestError(400, "the body must be a JSON object")
+        return body
+
+    def _send(self, status: int, answer: dict) -> None:
+        data = json.dumps(answer, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if status == 401:
+            self.send_header("WWW-Authenticate", 'Bearer realm="lis-tui env"')
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        # The request line is the client's: shown on a terminal only made safe.
+        log.debug("%s", safe_terminal_text(format % args))

@@ -1,0 +1,134 @@
+"""Past runs: where they are kept, what each one was, and finding one by its id (`lis-tui runs`,
+`lis-tui replay ID`).
+
+A run is a directory holding `trajectory.json`, named `<UTC time>-<6 hex digits>`. The app keeps
+them under $XDG_STATE_HOME/lis-tui/runs/, `lis-tui run` under ./lis-output/. Listing reads only the
+head of each trajectory (one top-level key a line, steps and messages last), so a long history of
+long runs lists in milliseconds.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from isolation.records import state_dir
+
+RUN_OUTPUT = Path("lis-output")
+"""Where `lis-tui run` puts its runs, relative to the directory it was started in."""
+_HEAD_STOP = ' "steps": '
+
+
+def app_runs_dir() -> Path:
+    """Where the app keeps its runs: $XDG_STATE_HOME/lis-tui/runs."""
+    return state_dir() / "runs"
+
+
+def default_places() -> list[Path]:
+    """The directories `lis-tui runs` looks in: the app's, then ./lis-output of `lis-tui run`."""
+    return [app_runs_dir(), RUN_OUTPUT.absolute()]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One past run, as much as a listing shows."""
+
+    path: Path
+    created: str
+    task: str
+    model: str
+    finish_reason: str | None
+    """None while running (or when the run was killed before it ended)."""
+    answer: str
+    message: str
+    steps: int
+
+    @property
+    def name(self) -> str:
+        """The directory's name, `<UTC time>-<hex>`."""
+        return self.path.name
+
+    @property
+    def short_id(self) -> str:
+        """The hex part of the name, what `lis-tui runs` shows and `replay` takes."""
+        return self.name.rsplit("-", 1)[-1]
+
+
+def list_runs(places: Iterable[Path] | None = None) -> list[RunSummary]:
+    """Every run found in `places` (default_places() if None), newest first."""
+    found: dict[Path, RunSummary] = {}
+    for place in places if places is not None else default_places():
+        for entry in _children(Path(place)):
+            summary = read_summary(entry)
+            if summary is not None:
+                found.setdefault(entry.resolve(), summary)
+    return sorted(found.values(), key=lambda run: (run.created, run.name), reverse=True)
+
+
+def read_summary(run_dir: Path) -> RunSummary | None:
+    """What the run in `run_dir` was; None when it holds no readable trajectory."""
+    head = _read_head(run_dir / "trajectory.json")
+    if head is None:
+        return None
+    model = head.get("model") if isinstance(head.get("model"), dict) else {}
+    totals = head.get("totals") if isinstance(head.get("totals"), dict) else {}
+    return RunSummary(path=run_dir, created=str(head.get("created") or ""), task=str(head.get("task") or ""),
+                      model=str(model.get("model") or ""), finish_reason=head.get("finish_reason"),
+                      answer=str(head.get("answer") or ""), message=str(head.get("message") or ""),
+                      steps=int(totals.get("steps") or 0))
+
+
+def find_run(ref: str, places: Iterable[Path] | None = None) -> Path:
+    """The run directory `ref` names: a path, a run's full name or its id, or a unique prefix of
+    either. ValueError with the fix when none or several match."""
+    path = Path(ref).expanduser()
+    if path.exists() or os.sep in ref or ref.endswith(".json"):  # a path: its own errors say more
+        return path
+    runs = list_runs(places)
+    matches = [run for run in runs if run.name.startswith(ref) or run.short_id.startswith(ref)] if ref else []
+    if len(matches) == 1:
+        return matches[0].path
+    if not matches:
+        where = ", ".join(str(p) for p in (places if places is not None else default_places()))
+        raise ValueError(f"no run {ref!r}: not a path, and no run id starts with it (looked in {where}). "
+                         "Fix: lis-tui runs lists the runs and their ids")
+    shown = ", ".join(f"{run.short_id} ({run.name})" for run in matches[:5])
+    raise ValueError(f"{ref!r} matches {len(matches)} runs: {shown}. Fix: give more of the id")
+
+
+def _read_head(file: Path) -> dict[str, Any] | None:
+    """The top-level keys before `steps`, read line by line; the whole file when it is not laid
+    out the way TrajectoryWriter writes it."""
+    head: dict[str, Any] = {}
+    try:
+        with open(file, encoding="utf-8") as handle:
+            if handle.readline().rstrip("\n") != "{":
+                return _read_whole(file)
+            for line in handle:
+                if line.startswith(_HEAD_STOP):
+                    return head
+                head.update(json.loads("{" + line.rstrip().rstrip(",") + "}"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return _read_whole(file)
+    return head or None
+
+
+def _read_whole(file: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
+        return None
+    doc.setdefault("totals", {"steps": len(doc["steps"])})
+    return doc
+
+
+def _children(place: Path) -> list[Path]:
+    try:
+        with os.scandir(place) as entries:
+            return [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+    except OSError:
+        return []

@@ -1,0 +1,80 @@
+"""What the main screen shows before the first task: what to type, the keys, and the set-up the
+task will run with (model, rootfs, network, where runs go). Gone once a task starts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from lis_tui.widgets.status import short_path
+from tools.terminal_text import safe_terminal_text
+
+EXAMPLES = ("How many primes are below 100,000? Check it with a program.",
+            "Write a Python script that prints the first 20 Fibonacci numbers, and run it.",
+            "Install sympy and solve x**3 - 6x**2 + 11x - 6 = 0.  (needs the network: F2)")
+KEYS = ("Enter start · Esc interrupt · F2 network · F3 approvals · F4 model & rootfs · "
+        "F5 files · F6 review · F1 all keys · Ctrl+Q quit")
+
+
+class Welcome(Static):
+    """The empty state; `refresh_from(...)` redraws it after F2 or F4 changed something."""
+
+    def __init__(self, conversation: Any, runs_dir: str, rootfs_job: Any = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.conversation, self.runs_dir, self.rootfs_job = conversation, runs_dir, rootfs_job
+
+    def on_mount(self) -> None:
+        self.redraw()
+
+    def redraw(self) -> None:
+        self.update(welcome_text(self.conversation, self.runs_dir, self.rootfs_job))
+
+
+def welcome_text(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> Group:
+    """The welcome: a line to start with, examples, the set-up, the keys."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    for i, example in enumerate(EXAMPLES):
+        grid.add_row("For example" if i == 0 else "", Text(example, style="italic"))
+    grid.add_row("", "")
+    for name, value in setup_rows(conversation, runs_dir, rootfs_job):
+        grid.add_row(name, value)
+    grid.add_row("", "")
+    grid.add_row("Keys", KEYS)
+    intro = Text.assemble(("Type a task below and press Enter. ", "bold"),
+                          ("The model works in a sandbox, a computer of its own: it runs commands, "
+                           "edits files and writes its answer to /testbed/output/answer.txt.",
+                           "dim"), "\n")
+    return Group(intro, grid)
+
+
+def setup_rows(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> list[tuple[str, Text]]:
+    """Model, rootfs, network and runs, each with the key that changes it."""
+    config, spec = conversation.config, conversation.spec
+    model = safe_terminal_text(conversation.model_name or "the server's first model")
+    url = safe_terminal_text(config.model.base_url or "?")
+    rows = [("Model", Text.assemble((model, "bold"), f" at {url}", ("   F4 changes it", "dim")))]
+    if spec is None:
+        rows.append(("Sandbox", Text("none: mode llm, the model only answers in words")))
+        return rows
+    rootfs = safe_terminal_text(str(spec.rootfs or "host"))
+    state = getattr(rootfs_job, "state", "offered")
+    if rootfs == "host":
+        hint = {"building": "   building the recommended rootfs (F4 shows how far)",
+                "failed": "   the rootfs build failed (F4 says why)"}.get(
+                    state, "   F4 builds the recommended Ubuntu rootfs")
+        about = Text.assemble(("host", "bold"), " (this machine's system, read-only; pip install "
+                              "works, apt does not)", (hint, "dim"))
+    else:
+        about = Text(rootfs, style="bold")
+    net = conversation.network
+    rows += [("Rootfs", about),
+             ("Network", Text.assemble((net.upper(), "bold"), ("   F2: OFF → ASK → ON", "dim"))),
+             ("Runs go to", Text(short_path(runs_dir)))]
+    return rows

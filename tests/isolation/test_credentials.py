@@ -1,0 +1,245 @@
+"""Credentials the proxy adds: a loopback HTTPS server stands in for the API and sees the header;
+another host never does; nothing inside the sandbox holds the secret; curl and pip inside trust the
+sandbox CA; an upstream whose certificate does not verify gets nothing."""
+from __future__ import annotations
+
+import os
+import ssl
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from isolation import Sandbox, SandboxError, SandboxSpec
+from isolation.net.ca import SandboxCA
+from isolation.net.credentials import Credential
+from isolation.net import NetworkPolicy
+from isolation.net.proxy import default_proxy
+
+from netfixtures import HOST, StaticServer, make_pip_index, make_test_ca
+
+pytestmark = pytest.mark.sandbox
+
+SECRET = "lis-secret-7f3a9b2c41"
+# A pattern that matches SECRET without holding it, so the grep's own command line matches nothing.
+PATTERN = "lis-secret-7f3a9b2c4[1]"
+ENV = "LIS_TEST_API_TOKEN"
+
+
+@pytest.fixture(scope="module")
+def test_ca(tmp_path_factory):
+    return make_test_ca(tmp_path_factory.mktemp("test-ca"))
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory, test_ca):
+    """The API (HTTPS, with a credential), another HTTPS host, and two plain HTTP hosts."""
+    root = tmp_path_factory.mktemp("www")
+    (root / "hello").write_text("hello\n")
+    make_pip_index(root, "liscreddemo")
+    made = {"api": StaticServer(root, tls=test_ca[1]), "other": StaticServer(root, tls=test_ca[1]),
+            "plain": StaticServer(root), "plain_no": StaticServer(root)}
+    yield made
+    for server in made.values():
+        server.close()
+
+
+@pytest.fixture
+def proxy_trust(tmp_path, test_ca, monkeypatch):
+    """A CA of this test's own, and an upstream check that also trusts the loopback servers' test CA
+    (an option set in this process: nothing a sandbox can set)."""
+    proxy = default_proxy()
+    before = proxy._ca, proxy._upstream_tls
+    proxy.ca = SandboxCA(tmp_path / "sandbox-ca")
+    upstream = ssl.create_default_context(cafile=str(test_ca[0]))
+    proxy.upstream_tls = upstream
+    monkeypatch.setenv(ENV, SECRET)
+    yield proxy
+    proxy._ca, proxy._upstream_tls = before
+
+
+def _credentials(servers) -> tuple[Credential, ...]:
+    return (Credential(HOST, "Authorization", f"Bearer ${{env:{ENV}}}", servers["api"].port),
+            Credential(HOST, "X-Api-Key", f"${{env:{ENV}}}", servers["plain"].port, http=True),
+            Credential(HOST, "X-Api-Key", f"${{env:{ENV}}}", servers["plain_no"].port))
+
+
+def _spec(servers, rootfs: str = "host") -> SandboxSpec:
+    return SandboxSpec(rootfs=rootfs, network="on", credentials=_credentials(servers),
+                       allow_hosts=tuple(s.hostport for s in servers.values()))
+
+
+def _sent(server: StaticServer, name: str) -> list[str]:
+    return [h.get_all(name) or [] for h in server.headers]
+
+
+def test_the_api_gets_the_header_and_no_other_host_does(servers, proxy_trust):
+    uses = []
+    policy = NetworkPolicy("on", allow=[s.hostport for s in servers.values()], on_credential=uses.append)
+    api, other = servers["api"], servers["other"]
+    for s in servers.values():
+        s.headers.clear()
+    with Sandbox(_spec(servers), network=policy) as sb:
+        # Two requests on one kept-alive connection, the first with a header of the same name the
+        # sandbox made up: each gets the credential, once. No -k: curl must trust the sandbox CA.
+        r = sb.exec(f"curl -sS -H 'Authorization: Bearer forged' {api.url}/echo-headers {api.url}/hello", timeout=60)
+        o = sb.exec(f"curl -sSk -H 'Authorization: Bearer mine' {other.url}/echo-headers", timeout=60)
+        p = sb.exec(f"curl -sS {servers['plain'].url}/hello {servers['plain_no'].url}/hello", timeout=60)
+        # Without the variables too: the system bundle itself was replaced by one that has our CA.
+        bare = sb.exec(f'env -i PATH="$PATH" HTTPS_PROXY="$HTTPS_PROXY" curl -sS {api.url}/hello', timeout=60)
+        records = sb.network.records()
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.count(f"Authorization: Bearer {SECRET}") == 1 and "forged" not in r.stdout
+    assert _sent(api, "Authorization") == [[f"Bearer {SECRET}"]] * 3
+    assert o.exit_code == 0 and SECRET not in o.stdout and "Bearer mine" in o.stdout
+    assert _sent(other, "Authorization") == [["Bearer mine"]]
+    assert p.exit_code == 0, p.stderr
+    assert bare.exit_code == 0 and bare.stdout == "hello\n", bare.stderr
+    assert _sent(servers["plain"], "X-Api-Key") == [[SECRET]]
+    assert _sent(servers["plain_no"], "X-Api-Key") == [[]]  # http = false: not sent in the clear
+    assert [(u.host, u.port, u.method, u.header) for u in uses] == [
+        (HOST, api.port, "GET", "Authorization")] * 2 + [(HOST, servers["plain"].port, "GET", "X-Api-Key"),
+                                                         (HOST, api.port, "GET", "Authorization")]
+    by_port = {(rec["port"], rec["method"]): rec["credential"] for rec in records}
+    assert by_port[(api.port, "CONNECT")] == "Authorization"
+    assert by_port[(other.port, "CONNECT")] == ""  # a plain tunnel: TLS end to end
+    assert SECRET not in repr(records) and all(SECRET not in str(u) for u in uses)
+
+
+def test_nothing_inside_holds_the_secret_or_the_ca_key(servers, proxy_trust, debian_rootfs):
+    key_line = proxy_trust.ca._key_path.read_text().splitlines()[1]
+    key_pattern = key_line[:-1] + f"[{key_line[-1]}]"
+    spec = _spec(servers, str(debian_rootfs.rootfs.path))
+    with Sandbox(spec) as sb:
+        r = sb.exec(f"curl -sS {servers['api'].url}/echo-headers", timeout=60)
+        assert r.exit_code == 0 and r.stdout.count(SECRET) == 1, r.stderr  # it was in use just now
+        sleeper = sb.popen(["sleep", "30"])
+        try:
+            found = sb.exec(f"grep -rlsI --devices=skip -e '{PATTERN}' -e '{key_pattern}' / "
+                            "--exclude-dir=proc --exclude-dir=sys; "
+                            f"cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline | grep -ac -e '{PATTERN}' -e '{key_pattern}'; "
+                            "env | grep -c SSL_CERT_FILE; ls /proc | grep -c '^[0-9]'", timeout=120)
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+    lines = found.stdout.split()
+    assert lines[:2] == ["0", "1"], found.stdout + found.stderr  # no file, no environment; the CA is set
+    assert int(lines[2]) >= 3  # the environments read were really there (init, the shell, sleep)
+    assert stat.S_IMODE(os.stat(proxy_trust.ca._key_path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(proxy_trust.ca.directory).st_mode) == 0o700
+
+
+def test_pip_inside_trusts_the_sandbox_ca(servers, proxy_trust):
+    api = servers["api"]
+    api.headers.clear()
+    with Sandbox(_spec(servers)) as sb:  # no --trusted-host, no --cert: PIP_CERT does it
+        r = sb.exec(f"python3 -m pip download -q --no-cache-dir --disable-pip-version-check --no-deps "
+                    f"-d /tmp/dl --index-url {api.url}/simple/ liscreddemo && ls /tmp/dl", timeout=120)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert "liscreddemo-1.0-py3-none-any.whl" in r.stdout
+    assert len(api.headers) >= 2 and _sent(api, "Authorization") == [[f"Bearer {SECRET}"]] * len(api.headers)
+
+
+def test_an_upstream_that_fails_verification_gets_nothing(servers, proxy_trust):
+    proxy_trust.upstream_tls = ssl.create_default_context()  # the system store: the test CA is unknown
+    api = servers["api"]
+    api.requests.clear()
+    with Sandbox(_spec(servers)) as sb:
+        r = sb.exec(f"curl -sS {api.url}/echo-headers", timeout=60)
+        records = sb.network.records()
+    assert r.exit_code != 0 and "502" in r.stderr, r.stderr
+    assert api.requests == []  # the server saw no request, so no credential
+    record = records[-1]
+    assert record["status"] == 502 and "certificate verify failed" in record["error"], record
+
+
+def test_a_missing_variable_stops_the_start_naming_host_and_fix(servers, proxy_trust, monkeypatch):
+    monkeypatch.delenv(ENV)
+    with pytest.raises(SandboxError) as caught:
+        Sandbox(_spec(servers)).start()
+    assert f"{HOST}:{servers['api'].port}" in str(caught.value) and f"export {ENV}=" in str(caught.value)
+
+
+def test_the_cli_refuses_to_start_with_a_missing_variable(tmp_path):
+    config = tmp_path / "config" / "lis-tui"
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text('[network.credentials."api.github.com"]\nheader = "Authorization"\n'
+                                        f'value = "Bearer ${{env:{ENV}_MISSING}}"\n')
+    env = {k: v for k, v in os.environ.items() if k != f"{ENV}_MISSING"}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    r = subprocess.run([sys.executable, "-c", "import sys; from lis_tui.cli import main; sys.exit(main())", "exec", "--", "true"], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "api.github.com" in r.stderr and f"export {ENV}_MISSING=" in r.stderr
+    assert Path(tmp_path).joinpath("lis-output").exists() is False
+
+
+def test_run_logs_each_request_that_got_a_credential_never_the_value(tmp_path, servers):
+    from fakes.openai_server import FakeOpenAI, call, reply, submit
+
+    plain = servers["plain"]
+    plain.headers.clear()
+    (tmp_path / "lis-tui.toml").write_text(
+        f'[model]\nmodel = "m"\n[network]\nmode = "on"\nallow = ["{plain.hostport}"]\n'
+        f'[network.credentials."{plain.hostport}"]\nheader = "X-Api-Key"\nvalue = "${{env:{ENV}}}"\nhttp = true\n')
+    command = f"curl -sS {plain.url}/hello {plain.url}/hello"
+    env = {**os.environ, ENV: SECRET, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    with FakeOpenAI([reply(tool_calls=[call("execute_bash", {"command": command})]), submit()]) as server:
+        done = subprocess.run([sys.executable, "-c", "import sys; from lis_tui.cli import main; sys.exit(main())",
+                               "run", "--base-url", server.base_url, "--rootfs", "host", "--output-dir", "out", "go"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if "credential added" in line]
+    assert lines == [f"      network: credential added for {HOST} (X-Api-Key, GET)"] * 2, done.stderr
+    assert _sent(plain, "X-Api-Key") == [[SECRET]] * 2
+    saved = "".join(p.read_text(errors="replace") for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert SECRET not in done.stderr + done.stdout + saved
+
+
+# Raw HTTP inside the tunnel, from python in the sandbox: CONNECT through the proxy, TLS with the
+# sandbox's bundle, then the bytes given, and what comes back.
+RAW_CLIENT = r'''
+import os, socket, ssl, sys
+host, port, payload = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode().decode("unicode_escape").encode()
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+assert s.recv(4096).startswith(b"HTTP/1.1 200")
+t = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"]).wrap_socket(s, server_hostname=host)
+t.sendall(payload)
+data = b""
+t.settimeout(5)
+try:
+    while chunk := t.recv(65536):
+        data += chunk
+except (socket.timeout, ssl.SSLError, OSError):
+    pass
+sys.stdout.write(data.decode("latin-1"))
+'''
+
+
+@pytest.mark.parametrize("payload, status", [
+    ("GET /echo-headers HTTP/1.1\\r\\nHost: elsewhere.example\\r\\n\\r\\n", "421"),
+    ("POST /x HTTP/1.1\\r\\nHost: {host}\\r\\nContent-Length: 4\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n0\\r\\n\\r\\n", "400"),
+    ("GET http://{host}/echo-headers HTTP/1.1\\r\\nHost: {host}\\r\\n\\r\\n", "400"),
+])
+def test_requests_the_proxy_cannot_read_safely_are_refused_unsent(servers, proxy_trust, payload, status):
+    api = servers["api"]
+    api.requests.clear()
+    with Sandbox(_spec(servers)) as sb:
+        sb.write_file("/tmp/raw.py", RAW_CLIENT.encode())
+        r = sb.exec(["python3", "/tmp/raw.py", HOST, str(api.port), payload.format(host=api.hostport)], timeout=60)
+    assert r.stdout.startswith(f"HTTP/1.1 {status} "), r.stdout + r.stderr
+    assert api.requests == [] and SECRET not in r.stdout
+
+
+def test_pipelined_requests_each_get_the_credential(servers, proxy_trust):
+    api = servers["api"]
+    api.headers.clear()
+    one = f"GET /echo-headers HTTP/1.1\\r\\nHost: {api.hostport}\\r\\nAuthorization: mine\\r\\n\\r\\n"
+    last = f"GET /echo-headers HTTP/1.1\\r\\nHost: {api.hostport}\\r\\nConnection: close\\r\\n\\r\\n"
+    with Sandbox(_spec(servers)) as sb:
+        sb.write_file("/tmp/raw.py", RAW_CLIENT.encode())
+        r = sb.exec(["python3", "/tmp/raw.py", HOST, str(api.port), one + one + last], timeout=60)
+    assert r.stdout.count("HTTP/1.0 200") + r.stdout.count("HTTP/1.1 200") == 3, r.stdout + r.stderr
+    assert r.stdout.count(f"Authorization: Bearer {SECRET}") == 3 and "mine" not in r.stdout

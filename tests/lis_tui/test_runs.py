@@ -1,0 +1,112 @@
+"""`lis-tui runs` and `lis-tui replay ID`: real runs made by `lis-tui run` against the scripted
+model server, listed and found again by id; hostile text in a run is shown safely."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fakes.hostile import HOSTILE, SHOWN, raw_in
+from fakes.openai_server import FakeOpenAI, error, reply
+from lis_tui.events import RunFinished, RunStarted, RunUsage, StepFinished, StepRecord
+from lis_tui.runs import find_run, list_runs, read_summary
+from lis_tui.trajectory import TrajectoryWriter
+
+REPO = Path(__file__).resolve().parents[2]
+QUICK = '[model]\nmodel = "tiny-model"\nmax_retries = 1\nretry_base_delay = 0.001\nretry_max_delay = 0.01\n'
+
+
+def lis(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LIS_MODEL")}
+    env.update(PYTHONPATH=str(REPO), XDG_CONFIG_HOME=str(tmp_path / "xdg"),
+               XDG_STATE_HOME=str(tmp_path / "state"), COLUMNS="200")
+    return subprocess.run([sys.executable, "-m", "lis_tui.cli", *args], cwd=tmp_path / "project", env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+
+
+def made_runs(tmp_path: Path) -> list[dict]:
+    """Two real runs in ./lis-output (llm mode: no sandbox needed): one answered, one failed."""
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "lis-tui.toml").write_text(QUICK)
+    with FakeOpenAI([reply("The answer is 42.\nIt is six times seven.")]) as server:
+        assert lis(tmp_path, "run", "--mode", "llm", "--base-url", server.base_url,
+                   "What is 6 * 7?\nShow your work.").returncode == 0
+    with FakeOpenAI(default=error(500, "out of memory")) as server:
+        assert lis(tmp_path, "run", "--mode", "llm", "--base-url", server.base_url, "a task that fails").returncode == 1
+    runs = [json.loads(line) for line in lis(tmp_path, "runs", "--json").stdout.splitlines()]
+    assert len(runs) == 2
+    return runs
+
+
+def test_runs_lists_real_runs_newest_first_with_their_result(tmp_path):
+    failed, answered = made_runs(tmp_path)
+    assert failed["task"] == "a task that fails" and failed["finish_reason"] == "error"
+    assert answered["finish_reason"] == "submitted" and answered["answer"].startswith("The answer is 42.")
+    assert answered["model"] == "tiny-model" and answered["steps"] == 1
+    assert Path(answered["path"]).parent == tmp_path / "project" / "lis-output"
+    assert answered["name"].endswith("-" + answered["id"]) and len(answered["id"]) == 6
+
+    done = lis(tmp_path, "runs")
+    header, first, second = done.stdout.splitlines()
+    assert header.split() == ["ID", "WHEN", "STEPS", "MODEL", "RESULT", "TASK"]
+    assert first.startswith(failed["id"]) and "error" in first and first.endswith("a task that fails")
+    assert second.startswith(answered["id"]) and "submitted: The answer is 42. …" in second
+    assert second.endswith("What is 6 * 7? …")  # the first line of a longer task
+
+
+def test_replay_takes_an_id_or_a_unique_prefix_and_names_the_fix_otherwise(tmp_path):
+    failed, answered = made_runs(tmp_path)
+    # Found, then refused only for want of a terminal: the id resolved to the run.
+    for ref in (answered["id"], answered["id"][:3], answered["name"], answered["path"]):
+        done = lis(tmp_path, "replay", ref)
+        assert done.returncode == 2 and "needs a terminal" in done.stderr, (ref, done.stderr)
+    done = lis(tmp_path, "replay", "zzzz")
+    assert done.returncode == 2 and "no run 'zzzz'" in done.stderr and "lis-tui runs" in done.stderr
+    common = os.path.commonprefix([failed["name"], answered["name"]])
+    done = lis(tmp_path, "replay", common)
+    assert done.returncode == 2 and "matches 2 runs" in done.stderr and "give more of the id" in done.stderr
+
+
+def test_runs_with_none_says_where_it_looked_and_how_to_start(tmp_path):
+    (tmp_path / "project").mkdir()
+    done = lis(tmp_path, "runs")
+    assert done.returncode == 0 and "no runs yet" in done.stdout and str(tmp_path / "state") in done.stdout
+
+
+def write_run(parent: Path, name: str, task: str, answer: str, model: str = "m", steps: int = 3) -> Path:
+    """A run written by the real TrajectoryWriter, as the agent's events would."""
+    out = parent / name
+    out.mkdir(parents=True)
+    writer = TrajectoryWriter(out / "trajectory.json", {"id": name, "model": {"model": model}})
+    writer.on_event(RunStarted(task, "sandbox", [], []))
+    for step in range(1, steps + 1):
+        writer.on_event(StepFinished(step, StepRecord(step=step, started=0.0, text="x" * 5000), []))
+    writer.on_event(RunFinished("submitted", answer, steps, RunUsage(), 1.0))
+    return out
+
+
+def test_hostile_task_answer_and_model_are_shown_safely(tmp_path):
+    state = tmp_path / "state" / "lis-tui" / "runs"
+    write_run(state, "20260101T000000Z-abcdef", f"task {HOSTILE}", f"answer {HOSTILE}", model=f"m{HOSTILE}")
+    (tmp_path / "project").mkdir()
+    done = lis(tmp_path, "runs")
+    assert done.returncode == 0 and raw_in(done.stdout) == [], done.stdout
+    assert "abcdef" in done.stdout and SHOWN[0][:10] in done.stdout
+
+
+def test_the_head_reader_agrees_with_the_whole_file_and_skips_what_is_not_a_run(tmp_path):
+    run = write_run(tmp_path, "20260102T000000Z-111111", "t", "a", steps=40)
+    whole = json.loads((run / "trajectory.json").read_text())
+    summary = read_summary(run)
+    assert (summary.task, summary.answer, summary.steps, summary.created) == ("t", "a", 40, whole["created"])
+    pretty = tmp_path / "20260103T000000Z-222222"  # another layout: read whole
+    pretty.mkdir()
+    (pretty / "trajectory.json").write_text(json.dumps({**whole, "task": "pretty"}, indent=2))
+    (tmp_path / "not-a-run").mkdir()
+    (tmp_path / "broken-run").mkdir()
+    (tmp_path / "broken-run" / "trajectory.json").write_text("{\n \"format\": ")
+    runs = list_runs([tmp_path])
+    assert [r.task for r in runs] == ["pretty", "t"] or [r.task for r in runs] == ["t", "pretty"]
+    assert {r.steps for r in runs} == {40}
+    assert find_run("2222", [tmp_path]) == pretty and find_run("20260102", [tmp_path]) == run
