@@ -7,10 +7,18 @@ from pathlib import Path
 from lis_tui.ray import RayOptions
 
 
+def _address(value: str) -> str:
+    """`auto`, HOST:PORT or ray://...: anything else is a word meant for TASKS, caught here."""
+    if value == "auto" or ":" in value:
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r} is not a Ray address (auto, HOST:PORT or ray://HOST:PORT); "
+                                     "give TASKS before --ray, or write --ray auto")
+
+
 def add_ray_flags(parser: argparse.ArgumentParser) -> None:
     """--ray, --ray-cpus, --max-retries, --rootfs-dir."""
     group = parser.add_argument_group("cluster (Ray; pip install 'lis-tui[ray]')")
-    group.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+    group.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS", type=_address,
                        help="run the episodes on a Ray cluster, one worker per node: `auto` (the "
                             "default value) joins RAY_ADDRESS or the cluster `ray start` made on "
                             "this machine, else starts Ray here; or HOST:PORT")

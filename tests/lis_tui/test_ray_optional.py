@@ -72,3 +72,18 @@ def test_doctor_over_a_cluster_that_is_not_there_says_how_to_start_one(tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "no Ray cluster on this machine or at RAY_ADDRESS" in done.stderr
     assert "ray start --head" in done.stderr
+
+
+def test_a_task_file_after_a_bare_ray_is_named_not_taken_for_an_address(capsys):
+    from lis_tui.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["bench", "--ray", "tasks.jsonl", "--model", "m"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "'tasks.jsonl' is not a Ray address" in err and "give TASKS before --ray" in err
+    from lis_tui.cli import build_parser  # `bench TASKS --ray` and `--ray HOST:PORT` parse as before
+
+    for argv in (["bench", "t.jsonl", "--ray"], ["bench", "--ray", "10.0.0.1:6379", "t.jsonl"]):
+        args = build_parser().parse_args(argv)
+        assert args.tasks == "t.jsonl" and args.ray in ("auto", "10.0.0.1:6379")
