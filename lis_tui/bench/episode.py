@@ -179,7 +179,7 @@ def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any,
             stage_files(sandbox, task)
             toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=ctx.config.sandbox.timeout,
                                                    separate_stderr=stderr_apart))
-            agent = make_agent(toolbox, _prompt_values(task, ctx.spec))
+            agent = make_agent(toolbox, task_prompt_values(task, ctx.spec))
             try:
                 finished = agent.run(task.problem_statement)
             finally:
@@ -269,7 +269,11 @@ def _answer(sandbox: Sandbox, task: Task, finished: RunFinished) -> str:
         return ""
 
 
-def _prompt_values(task: Task, spec: SandboxSpec) -> dict[str, str]:
+def task_prompt_values(task: Task, spec: SandboxSpec) -> dict[str, str]:
+    """The values the agent's prompts are filled with for `task` in a sandbox made from `spec`:
+    where its files are (`input_note`, and for a paper suite `input_dir` and `output_dir`), what
+    the network allows (`network_note`) and what the rootfs offers (`environment_note`). Bench
+    episodes and RL environments (lis_tui.rl.env) both use it, so the two prompts agree."""
     from lis_tui.api import NETWORK_NOTES  # noqa: PLC0415
     from lis_tui.prompts.environment import environment_note  # noqa: PLC0415
 
