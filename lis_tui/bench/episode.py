@@ -311,11 +311,14 @@ def _record(episode: Episode, ctx: EpisodeContext, folder: Path, finished: RunFi
 
 
 def _scorer_notes(task: Task) -> list[str]:
-    """What the scorer ran without (shown in the summary: such scores undercount)."""
+    """How the scores differ from what they stand for (shown in the summary): a scorer that ran
+    without math-verify undercounts; a paper suite's other scorer is not the paper's metric."""
+    notes = [task.extra["scorer_note"]] if task.extra.get("scorer_note") else []
     if parse_reward(task.reward)[0] in MATH_REWARDS and math_verify_missing():
-        return ["scored without math-verify (pip install 'lis-tui[paper]'): equal expressions "
-                "written differently, like \\sqrt{12} and 2\\sqrt{3}, count as wrong"]
-    return []
+        notes.append("scored without math-verify (pip install 'lis-tui[paper]'): equal "
+                     "expressions written differently, like \\sqrt{12} and 2\\sqrt{3}, count "
+                     "as wrong")
+    return notes
 
 
 def _crashed(episode: Episode, folder: Path, exc: Exception, started: float,
