@@ -43,7 +43,12 @@ ROWS = {
          "kwargs": IF_KW, "say": "hello there", "want": 1.0},
         {"id": "f2", "problem_statement": "Greet me briefly, no commas.", "ground_truth": "",
          "instruction_id_list": ["length_constraints:number_words", "punctuation:no_comma"],
-         "kwargs": IF_KW, "say": "hello, friend", "want": 0.0}],
+         "kwargs": IF_KW, "say": "hello, friend", "want": 0.0},
+        # the package's form: the instructions in ground_truth; loose mode drops the first line
+        {"id": "f3", "problem_statement": "Greet me with no commas at all.",
+         "ground_truth": json.dumps({"instruction_id_list": ["punctuation:no_comma"],
+                                     "kwargs": [{}]}),
+         "say": "Sure, here:\nhello there", "want": 1.0}],
     "instruct_pretrain": [
         {"id": "i1", "problem_statement": "Year it opened? Read the report.", "qa_type": "open",
          "ground_truth": "The plant opened in 1987.", "input_files": DOCS, "doc": "report.txt",

@@ -5,7 +5,7 @@ import importlib.util
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from lis_tui.bench.paper import scorers
+from lis_tui.bench.paper import instructions, scorers
 from lis_tui.bench.paper.data import load_rows
 from lis_tui.bench.tasks import Task, TaskError, tasks_from_items
 
@@ -77,6 +77,8 @@ class Suite:
     layout: Layout = Layout()
     others: tuple[Scoring, ...] = ()
     """Scorers that are not the paper's, for those who cannot use its own (`--suite-scorer`)."""
+    prepare: Callable[[list[Task]], str] | None = None
+    """Checks the rows at start (TaskError) and returns a note for the summary, or ""."""
 
 
 PHYSICS_BY_MATH = Scoring(
@@ -89,7 +91,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("chem", "paper:chem"),
     Suite("biomed", "paper:biomed"),
     Suite("long_context", JUDGED, inline_documents=True),
-    Suite("instruct_follow", "paper:instruct_follow"),
+    Suite("instruct_follow", "paper:instruct_follow", prepare=instructions.prepare),
     Suite("instruct_pretrain", "paper:instruct_pretrain", ("math_verify", "rouge_score"),
           inline_documents=True),
 )}
@@ -139,7 +141,8 @@ def load_suite(name: str, data: str, scorer_name: str = "") -> list[Task]:
     check_extras(name, scorer_name)
     rows, base, label = load_rows(data)
     tasks = tasks_from_items(rows, base, label, default_reward=None)
-    extra = {"paper_suite": name, **({"scorer_note": other.note} if other else {})}
+    note = other.note if other else chosen.prepare(tasks) if chosen.prepare else ""
+    extra = {"paper_suite": name, **({"scorer_note": note} if note else {})}
     return [replace(t, reward=other.reward if other else chosen.reward, layout=chosen.layout,
                     extra={**t.extra, **extra}) for t in tasks]
 
