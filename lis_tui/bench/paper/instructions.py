@@ -83,10 +83,8 @@ def followed(instruction_id: str, answer: str, kwargs: dict[str, Any],
     `checks()`); RewardError for an id not checked."""
     check = (checks() if known is None else known).get(instruction_id)
     if check is None:
-        raise RewardError(f"instruction {instruction_id!r} has no check here; "
-                          + (f"the checked ones are {', '.join(sorted(CHECKS))}; for IFBench's "
-                             f"run: {IFBENCH_EXTRA}" if not has_ifbench() else
-                             "neither IFBench nor IFEval names it"))
+        raise RewardError(f"instruction {instruction_id!r} has no check here"
+                          + ("" if has_ifbench() else f"; for IFBench's, run: {IFBENCH_EXTRA}"))
     kwargs = {k: v for k, v in kwargs.items() if v is not None}  # Parquet pads with nulls
     return check(answer, kwargs)
 
@@ -147,10 +145,11 @@ def checks() -> Checks:
     if not has_ifbench():
         return dict(CHECKS)
     # It fetches NLTK data at import when missing (and reports, not raises, a failed fetch).
-    from if_verifiable.ifbench.instructions_registry import INSTRUCTION_DICT as IFBENCH  # noqa: PLC0415, I001
-    from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT as IFEVAL  # noqa: PLC0415
+    from if_verifiable.ifbench import instructions_registry as ifbench  # noqa: PLC0415
+    from if_verifiable.ifeval import instructions_registry as ifeval  # noqa: PLC0415
 
-    return {i: functools.partial(_packaged, i, cls) for i, cls in {**IFEVAL, **IFBENCH}.items()}
+    found = {**ifeval.INSTRUCTION_DICT, **ifbench.INSTRUCTION_DICT}
+    return {i: functools.partial(_packaged, i, cls) for i, cls in found.items()}
 
 
 def _packaged(instruction_id: str, cls: Any, answer: str, kwargs: dict[str, Any]) -> bool:
