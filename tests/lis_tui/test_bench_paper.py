@@ -12,6 +12,7 @@ from lis_tui.bench.paper import load_suite
 from lis_tui.bench.runner import BenchOptions, BenchRunner
 from lis_tui.bench.summary import summarize
 from test_bench_runner import bench_cli, config_for
+from test_paper_instructions import nltk_data  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.sandbox
 DOCS = json.dumps({"report.txt": "The plant opened in 1987.", "empty.txt": None})
@@ -83,7 +84,7 @@ def scripted(rows):
     return answer
 
 
-def test_every_suite_scores_each_row_as_the_paper_defines(tmp_path):
+def test_every_suite_scores_each_row_as_the_paper_defines(tmp_path, nltk_data):
     tasks, rows = [], [r for suite in ROWS.values() for r in suite]
     for suite, suite_rows in ROWS.items():
         path = tmp_path / f"{suite}.jsonl"

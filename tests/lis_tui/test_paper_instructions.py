@@ -99,7 +99,7 @@ def test_an_unknown_instruction_is_an_error_that_names_the_fix():
         all_followed("hi", ["made:up"], [{}], CHECKS)
 
 
-def test_a_suite_whose_rows_name_unchecked_instructions_stops_at_start():
+def test_a_suite_whose_rows_name_unchecked_instructions_stops_at_start(nltk_data):
     rows = [Task("f", "Say hi.", ground_truth=json.dumps(
         {"instruction_id_list": ["made:up", "count:numbers"], "kwargs": [{}, {"N": 1}]}))]
     fix = "neither IFBench nor IFEval" if instructions.has_ifbench() else "lis-tui[ifbench]"
@@ -109,6 +109,28 @@ def test_a_suite_whose_rows_name_unchecked_instructions_stops_at_start():
     note = instructions.prepare(ok)
     assert (note == "") is instructions.has_ifbench()
     assert not note or "not IFBench's" in note
+
+
+@pytest.fixture
+def nltk_data(tmp_path, monkeypatch):
+    """With if-verifiable: NLTK's search path holds (empty) folders of the data it asks for,
+    enough for the checks below, which read none of it, and for no download to be tried."""
+    if instructions.has_ifbench():
+        import nltk
+        for resource in instructions.NLTK_RESOURCES:
+            (tmp_path / "nltk" / resource).mkdir(parents=True)
+        monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "nltk")])
+
+
+def test_ifbench_checks_without_nltk_data_stop_at_start_with_the_download_line(tmp_path,
+                                                                              monkeypatch):
+    pytest.importorskip("if_verifiable")
+    import nltk
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    instructions.checks.cache_clear()
+    rows = [Task("f", "Say hi.", extra={"instruction_id_list": ["count:numbers"]})]
+    with pytest.raises(TaskError, match="python -m nltk.downloader punkt punkt_tab"):
+        instructions.prepare(rows)
 
 
 # IFBench's own checks (if-verifiable), ones that need no NLTK data
@@ -122,7 +144,7 @@ IFBENCH = [
 
 
 @pytest.mark.parametrize("iid, kwargs, right, wrong", IFBENCH)
-def test_ifbench_checks_from_if_verifiable(iid, kwargs, right, wrong):
+def test_ifbench_checks_from_if_verifiable(iid, kwargs, right, wrong, nltk_data):
     pytest.importorskip("if_verifiable")
     assert all_followed(right, [iid], [kwargs])
     assert not all_followed(wrong, [iid], [kwargs])

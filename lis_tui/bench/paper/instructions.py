@@ -16,6 +16,7 @@ import re
 from typing import Any, Callable
 
 from lis_tui.bench.rewards import RewardError
+from lis_tui.bench.tasks import TaskError
 
 
 def _words(text: str) -> int:
@@ -68,6 +69,9 @@ def _is_json(text: str) -> bool:
 
 
 IFBENCH_EXTRA = "pip install 'lis-tui[ifbench]'"
+NLTK_RESOURCES = ("tokenizers/punkt", "tokenizers/punkt_tab",
+                  "taggers/averaged_perceptron_tagger_eng", "corpora/stopwords")
+"""The NLTK data if-verifiable's checks read (and would download when it is imported)."""
 NLTK_DATA = ("python -m nltk.downloader punkt punkt_tab averaged_perceptron_tagger_eng "
              "stopwords")
 FALLBACK_NOTE = ("instruct_follow scored with lis-tui's own IFEval-style checks, not IFBench's "
@@ -123,11 +127,12 @@ def instructions_of(row: Any) -> tuple[list[str], list[dict[str, Any]]]:
 def prepare(tasks: list[Any]) -> str:
     """At start: TaskError when a row names an instruction nothing here checks; the note for
     the summary when lis-tui's own checks stand in for IFBench's."""
-    known = checks()
+    try:
+        known = checks()
+    except RewardError as exc:  # no NLTK data for IFBench's checks
+        raise TaskError(str(exc)) from None
     missing = sorted({i for t in tasks for i in instructions_of(t)[0]} - set(known))
     if missing:
-        from lis_tui.bench.tasks import TaskError  # noqa: PLC0415
-
         hint = (f"run: {IFBENCH_EXTRA} (IFBench's own checks)" if not has_ifbench() else
                 "neither IFBench nor IFEval names them")
         raise TaskError(f"instruct_follow rows name instructions with no check here: "
@@ -144,12 +149,30 @@ def checks() -> Checks:
     """Every check by id: IFEval's and IFBench's own when if-verifiable is installed, else ours."""
     if not has_ifbench():
         return dict(CHECKS)
-    # It fetches NLTK data at import when missing (and reports, not raises, a failed fetch).
+    # Imported without its NLTK data, it would fetch it from the internet: a bench must not
+    # download behind the user's back, so it is asked for instead.
+    missing = _nltk_missing()
+    if missing:
+        raise RewardError(f"IFBench's checks (if-verifiable) need NLTK data not found here "
+                          f"({', '.join(missing)}); get it once where there is network: "
+                          f"{NLTK_DATA} (NLTK_DATA=DIR to keep it elsewhere)")
     from if_verifiable.ifbench import instructions_registry as ifbench  # noqa: PLC0415
     from if_verifiable.ifeval import instructions_registry as ifeval  # noqa: PLC0415
 
     found = {**ifeval.INSTRUCTION_DICT, **ifbench.INSTRUCTION_DICT}
     return {i: functools.partial(_packaged, i, cls) for i, cls in found.items()}
+
+
+def _nltk_missing() -> list[str]:
+    import nltk  # noqa: PLC0415 (comes with if-verifiable)
+
+    missing = []
+    for path in NLTK_RESOURCES:
+        try:
+            nltk.data.find(path)
+        except LookupError:
+            missing.append(path.rpartition("/")[2])
+    return missing
 
 
 def _packaged(instruction_id: str, cls: Any, answer: str, kwargs: dict[str, Any]) -> bool:
