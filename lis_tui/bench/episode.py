@@ -329,6 +329,16 @@ def _crashed(episode: Episode, folder: Path, exc: Exception, started: float,
                  message=message, steps=counter.steps, tokens=(0, 0, 0, 0), crashed=True)
 
 
+def lost_record(episode: Episode, output: Path, message: str) -> dict[str, Any]:
+    """The crashed record of an episode that its runner lost (a cluster node died under it)."""
+    folder = output / "episodes" / episode.folder
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "error.txt").write_text(message + "\n", encoding="utf-8")
+    return _line(episode, folder, time.monotonic(), CapabilityCounter(), answer="", reward=0.0,
+                 finish_reason="error", message=message, steps=0, tokens=(0, 0, 0), crashed=True)
+
+
 def _line(episode: Episode, folder: Path, started: float, counter: CapabilityCounter, *,
           answer: str, reward: float, finish_reason: str, message: str, steps: int,
           tokens: tuple[int, int, int, int], crashed: bool = False,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, spec_from_args
+from lis_tui.ray.cli import add_ray_flags, ray_from_args
 from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
@@ -21,6 +22,9 @@ documents_dir), or a folder of task folders (task.toml + input/).
 The --output folder gets results.jsonl (one line per finished episode), episodes/<id>/ (each
 trajectory), summary.md, summary.json and report.html. Ctrl-C stops cleanly: running episodes end,
 their sandboxes are removed, and --resume with the same --output runs what is left.
+
+With --ray the episodes run on a Ray cluster's nodes (each in a sandbox of its node; the rootfs
+is sent to nodes that lack it); this machine writes the results, so the folder is the same.
 
 exit codes: 0 all episodes ran (whatever their score); 1 an error; 2 usage or config error;
 130 interrupted."""
@@ -43,8 +47,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--mode", choices=("sandbox", "llm", "both"), default="sandbox",
                    help="sandbox: the agent with tools (default); llm: one reply, files inlined; "
                         "both: each task both ways, with the difference reported")
-    p.add_argument("--concurrency", "-j", type=int, default=4, metavar="N",
-                   help="episodes at once (default 4)")
+    p.add_argument("--concurrency", "-j", type=int, metavar="N",
+                   help="episodes at once (default 4; with --ray: as many as the nodes' CPUs allow)")
     p.add_argument("--repeat", type=int, default=1, metavar="K", help="runs of each task per mode")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N tasks")
     p.add_argument("--output", metavar="DIR", help="results folder (default ./lis-bench/<set>-<UTC time>)")
@@ -53,6 +57,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--judge-model", metavar="M", help="model for `judge` rewards")
     p.add_argument("--judge-base-url", metavar="U", help="server of the judge (default: --base-url)")
     add_sandbox_flags(p)
+    add_ray_flags(p)
     group = add_model_flags(p)
     group.add_argument("--temperature", type=float, metavar="T", help="sampling temperature")
     group.add_argument("--prompts", metavar="FILE", help="a TOML file replacing built-in prompts, "
@@ -80,8 +85,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 1
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
+    from lis_tui.ray import ClusterError  # noqa: PLC0415 (no Ray in it)
+
     try:
         outcome = runner.run()
+    except ClusterError as exc:
+        print(safe_terminal_text(f"lis-tui bench: {exc}"), file=sys.stderr)
+        return 1
     finally:
         if judge is not None:
             judge.close()
@@ -120,8 +130,9 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any]:
         args.network = args.network or config.network.mode
         spec = spec_from_args(args)
     options = BenchOptions(output=Path(args.output or _default_output(args.tasks)), modes=modes,
-                           concurrency=args.concurrency, repeat=args.repeat, limit=args.limit,
-                           resume=args.resume, progress=None if args.quiet else sys.stderr)
+                           concurrency=args.concurrency or 4, repeat=args.repeat, limit=args.limit,
+                           resume=args.resume, progress=None if args.quiet else sys.stderr,
+                           ray=ray_from_args(args))
     judge = _judge(args, config, tasks)
     return BenchRunner(tasks, config, spec, options, judge), judge
 
