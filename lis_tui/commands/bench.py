@@ -130,7 +130,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any]:
         args.network = args.network or config.network.mode
         spec = spec_from_args(args)
     options = BenchOptions(output=Path(args.output or _default_output(args.tasks)), modes=modes,
-                           concurrency=args.concurrency or 4, repeat=args.repeat, limit=args.limit,
+                           concurrency=4 if args.concurrency is None else args.concurrency, repeat=args.repeat, limit=args.limit,
                            resume=args.resume, progress=None if args.quiet else sys.stderr,
                            ray=ray_from_args(args))
     judge = _judge(args, config, tasks)
