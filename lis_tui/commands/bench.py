@@ -41,6 +41,9 @@ def add_parsers(sub) -> None:
                    ".parquet file or folder in the paper's schema, or hf:NAME:CONFIG[:SPLIT]")
     p.add_argument("--suite", metavar="SUITE", help="score TASKS as this paper suite (math, "
                    "physics, chem, biomed, long_context, instruct_follow, instruct_pretrain)")
+    p.add_argument("--suite-scorer", metavar="NAME", help="score a paper suite another way than "
+                   "the paper (physics: math-verify, for a number without a judge model; the "
+                   "summary notes it is not the paper's metric)")
     p.add_argument("--mode", choices=("sandbox", "llm", "both"), default="sandbox",
                    help="sandbox: the agent with tools (default); llm: one reply, files inlined; "
                         "both: each task both ways, with the difference reported")
@@ -145,12 +148,14 @@ def _tasks(args: argparse.Namespace, load_tasks: Any) -> list:
     elif args.data:
         raise ValueError(f"DATA ({args.data}) goes with paper:SUITE; for a task file give TASKS only")
     if not suite:
+        if args.suite_scorer:
+            raise ValueError("--suite-scorer goes with a paper suite (paper:SUITE DATA or --suite)")
         return load_tasks(args.tasks, default_reward=args.reward)
     if args.reward:
         raise ValueError("--reward does not apply to a paper suite: the suite sets the scorer")
     from lis_tui.bench.paper import load_suite  # noqa: PLC0415
 
-    return load_suite(suite, data)
+    return load_suite(suite, data, args.suite_scorer or "")
 
 
 def _judge(args: argparse.Namespace, config: Any, tasks: list) -> Any:
@@ -164,10 +169,21 @@ def _judge(args: argparse.Namespace, config: Any, tasks: list) -> Any:
         return None
     if not args.judge_model:
         raise ValueError("some tasks use the judge reward: pass --judge-model M (and "
-                         "--judge-base-url U when the judge runs on another server)")
+                         "--judge-base-url U when the judge runs on another server)"
+                         + _without_judge(tasks))
     model = replace(config.model, model=args.judge_model, temperature=0.0,
                     base_url=args.judge_base_url or config.model.base_url)
     return Judge(model)
+
+
+def _without_judge(tasks: list) -> str:
+    """How a judged paper suite can still be scored without a judge model, if it can."""
+    from lis_tui.bench.paper.suites import SUITES  # noqa: PLC0415
+
+    names = {t.extra.get("paper_suite") for t in tasks} & set(SUITES)
+    others = [(n, o) for n in sorted(names) for o in SUITES[n].others]
+    return "".join(f"; or, without one, --suite-scorer {o.name} ({n}: not the paper's metric)"
+                   for n, o in others)
 
 
 def _unreachable(config: Any) -> str:
