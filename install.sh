@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up lis-tui in ./.venv. Idempotent: run it again after a pull.
 #   ./install.sh         the tool
-#   ./install.sh --dev   the tool and what its tests need (the [paper] scorers and Ray too)
+#   ./install.sh --dev   the tool and what its tests need (the [paper] and [ifbench] scorers and Ray too)
 #   ./install.sh --ray   the tool and Ray, for bench/rollout --ray (run it on every node)
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")"
@@ -65,7 +65,7 @@ log=$(mktemp "${TMPDIR:-/tmp}/lis-install.XXXXXX")
 trap 'rm -f "$log"' EXIT
 .venv/bin/python -m pip install -q --upgrade pip >"$log" 2>&1 || true  # an old pip still works
 extras=()
-[ "$dev" = 1 ] && extras+=(dev paper ray)
+[ "$dev" = 1 ] && extras+=(dev paper ray ifbench)
 [ "$ray" = 1 ] && [ "$dev" = 0 ] && extras+=(ray)
 if [ "${#extras[@]}" -gt 0 ]; then target=".[$(IFS=,; echo "${extras[*]}")]"; else target="."; fi
 if ! .venv/bin/python -m pip install -q -e "$target" >"$log" 2>&1; then
