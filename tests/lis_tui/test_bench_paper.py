@@ -133,8 +133,8 @@ def test_chem_from_parquet_through_the_cli_with_suite(tmp_path):
     # trajectory) against one LLM call of 400+50; one of two sandbox steps managed a file.
     md = (out / "summary.md").read_text()
     assert "## Per suite: sandbox against LLM" in md
-    assert ("| chem | 50.0% (n=2) | 50.0% (n=2) | +0.0 pts | 220 | 450 | 0.49x | 0.24x | 0.0% "
-            "| 50.0% | 0.0% |") in md
+    assert ("| chem | 50.0% (n=2) | 50.0% (n=2) | +0.0 pts | 0.500 | 0.500 | 220 | 450 | 0.49x | 0.24x "
+            "| 0.0% | 50.0% | 0.0% |") in md
     page = (out / "report.html").read_text()
     assert f"<dd>{server.base_url}</dd>" in page and "<dd>m</dd>" in page
     links = re.findall(r'<a href="([^"]+)">trajectory</a>', page)
