@@ -115,9 +115,18 @@ def unpack_task(task: Task, folders: bytes | None, into: Path) -> Task:
     if folders is None:
         return task
     with tarfile.open(fileobj=io.BytesIO(folders)) as tar:
-        tar.extractall(into, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(into, filter="data")
+        else:  # Pythons before 3.10.12 and 3.11.4 have no filters: plain files and folders only
+            tar.extractall(into, members=[m for m in tar.getmembers() if _plain_member(m)])
     found = {name: into / name if (into / name).is_dir() else None for name in ("input", "documents")}
     return replace(task, input_dir=found["input"], documents_dir=found["documents"])
+
+
+def _plain_member(member: tarfile.TarInfo) -> bool:
+    parts = PurePosixPath(member.name).parts
+    return (member.isfile() or member.isdir()) and bool(parts) and not member.name.startswith("/") \
+        and ".." not in parts
 
 
 def pack_folder(folder: Path) -> dict[str, bytes]:
