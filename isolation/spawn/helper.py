@@ -7,10 +7,11 @@ sandbox it forks a zygote, which:
    its children) and chroots to the sandbox's root;
 2. seals imports: from here on no module can be loaded, since every path now resolves in the
    sandbox's files (modules already loaded keep working);
-3. confines itself as the sandbox's processes must be: a new session keyring, the sandbox's
-   resource limits, an empty bounding set, no_new_privs and the syscall filter (these right after
-   the join, before the chroot, which still needs the capability it holds), then, chrooted, every
-   capability it holds dropped.
+3. confines itself as the sandbox's processes must be: the helper's own empty session keyring
+   (joined once, at its start; never the user's), the sandbox's resource limits, an empty
+   bounding set, no_new_privs and the syscall filter (these right after the join, before the
+   chroot, which still needs the capability it holds), then, chrooted, every capability it holds
+   dropped.
 Only then does it serve requests, starting each command with posix_spawn (vfork and exec: no
 Python runs in the child), and the command inherits all of the above. So nothing from the
 sandbox's filesystem is executed or loaded while a capability is held, and a command costs one
@@ -61,9 +62,19 @@ class _State:
         self.spare: tuple[int, socket.socket, socket.socket] | None = None  # pid, control, handoff
 
 
+_keyring_error: OSError | None = None  # why the helper has no keyring of its own: each zygote says so
+
+
 def main(channel_fd: int) -> None:
+    global _keyring_error
     linux.prctl(linux.PR_SET_DUMPABLE, 0)
     linux.prctl(linux.PR_SET_CHILD_SUBREAPER, 1)  # a zygote's commands become ours when it exits
+    # One fresh keyring for every zygote to inherit, not one each: an ordinary user may own only
+    # kernel.keys.maxkeys (200) keys, which capped a user at about 200 live sandboxes.
+    try:
+        linux.join_new_session_keyring()
+    except OSError as exc:
+        _keyring_error = exc
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     gc.freeze()  # what the collector would touch stays shared with the forks
@@ -290,14 +301,15 @@ def _confine_before_root(request: dict) -> None:
     still builds the sandbox. After it no exec can gain a capability (empty bounding set,
     no_new_privs) and the filter is on; the process itself still holds its capabilities, for the
     chroot (which the filter allows), until _confine."""
-    linux.join_new_session_keyring()
+    if _keyring_error is not None:  # it would still hold the user's keyring: refuse to confine
+        raise _keyring_error
     for resource_id, value in request["rlimits"]:
         soft, hard = resource.getrlimit(resource_id)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(resource_id, (value, value))
     linux.drop_bounding_set(_LAST_CAP)
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
-    linux.install_seccomp(_FILTERS[request["nested_userns"]])  # denies keyctl: after the keyring
+    linux.install_seccomp(_FILTERS[request["nested_userns"]])
 
 
 def _confine(request: dict) -> None:
