@@ -222,6 +222,14 @@ sys.stdout.write(data.decode("latin-1"))
     ("GET /echo-headers HTTP/1.1\\r\\nHost: elsewhere.example\\r\\n\\r\\n", "421"),
     ("POST /x HTTP/1.1\\r\\nHost: {host}\\r\\nContent-Length: 4\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n0\\r\\n\\r\\n", "400"),
     ("GET http://{host}/echo-headers HTTP/1.1\\r\\nHost: {host}\\r\\n\\r\\n", "400"),
+    # A bare LF ends the head for a lenient server (Python's, nginx): the header the proxy adds
+    # after it would land in the next request, or in a body the server stores and hands back.
+    ("GET /hello HTTP/1.1\\r\\nHost: {host}\\r\\nX-A: a\\nContent-Length: 0\\n\\n"
+     "GET /smuggled HTTP/1.1\\nHost: {host}\\nX-B: b\\r\\n\\r\\n", "400"),
+    ("GET /hello HTTP/1.1\\r\\nHost: {host}\\r\\nX-A: a\\rX-B: b\\r\\n\\r\\n", "400"),
+    ("GET /hello HTTP/1.1\\r\\nHost: {host}\\r\\nX-A: a\\x00b\\r\\n\\r\\n", "400"),
+    ("GET /hello\\nX-A:b HTTP/1.1\\r\\nHost: {host}\\r\\n\\r\\n", "400"),
+    ("GET /hello HTTP/1.1\\n\\r\\nHost: {host}\\r\\n\\r\\n", "400"),
 ])
 def test_requests_the_proxy_cannot_read_safely_are_refused_unsent(servers, proxy_trust, payload, status):
     api = servers["api"]
@@ -231,6 +239,39 @@ def test_requests_the_proxy_cannot_read_safely_are_refused_unsent(servers, proxy
         r = sb.exec(["python3", "/tmp/raw.py", HOST, str(api.port), payload.format(host=api.hostport)], timeout=60)
     assert r.stdout.startswith(f"HTTP/1.1 {status} "), r.stdout + r.stderr
     assert api.requests == [] and SECRET not in r.stdout
+
+
+def test_a_bare_lf_in_a_chunked_trailer_is_refused_before_the_next_head(servers, proxy_trust):
+    """The trailer would end the message early for the server, and the smuggled head's
+    Content-Length would take the proxy's next head, credential and all, as its body."""
+    api = servers["api"]
+    api.requests.clear()
+    first = (f"GET /hello HTTP/1.1\\r\\nHost: {api.hostport}\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
+             f"0\\r\\nX-T: a\\n\\nGET /smuggled HTTP/1.1\\nHost: {api.hostport}\\nContent-Length: 300\\r\\n\\r\\n")
+    then = f"GET /echo-headers HTTP/1.1\\r\\nHost: {api.hostport}\\r\\nConnection: close\\r\\n\\r\\n"
+    with Sandbox(_spec(servers)) as sb:
+        sb.write_file("/tmp/raw.py", RAW_CLIENT.encode())
+        r = sb.exec(["python3", "/tmp/raw.py", HOST, str(api.port), first + then], timeout=60)
+    assert "X-Lis-Proxy: refused" in r.stdout, r.stdout + r.stderr
+    assert "/echo-headers" not in api.requests and SECRET not in r.stdout
+
+
+def test_a_bare_lf_in_a_plain_request_is_refused_unsent(servers, proxy_trust):
+    """The same for plain http:// with `http = true`: nothing reaches the server."""
+    plain = servers["plain"]
+    plain.requests.clear()
+    raw = (f"GET http://{plain.hostport}/hello HTTP/1.1\\r\\nX-A: a\\nContent-Length: 0\\n\\n"
+           f"GET /smuggled HTTP/1.1\\nX-B: b\\r\\n\\r\\n")
+    client = ("import socket, sys\n"
+              "s = socket.create_connection(('127.0.0.1', 3128))\n"
+              "s.sendall(sys.argv[1].encode().decode('unicode_escape').encode())\n"
+              "sys.stdout.write(s.recv(65536).decode('latin-1'))\n")
+    with Sandbox(_spec(servers)) as sb:
+        ok = sb.exec(f"curl -sS {plain.url}/hello", timeout=60)
+        r = sb.exec(["python3", "-c", client, raw], timeout=60)
+    assert ok.stdout == "hello\n", ok.stderr  # the way through works: the refusal is the proxy's
+    assert r.stdout.startswith("HTTP/1.1 400 "), r.stdout + r.stderr
+    assert plain.requests == ["/hello"]
 
 
 def test_pipelined_requests_each_get_the_credential(servers, proxy_trust):
