@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -14,6 +15,7 @@ from lis_tui.events import (
     ToolFinished, ToolRecord, ToolStarted,
 )
 from lis_tui.model import ToolCall, Usage
+from lis_tui.runs import WHOLE_LIMIT, open_run_file
 
 
 def load_trajectory(path: str | Path) -> dict[str, Any]:
@@ -22,12 +24,16 @@ def load_trajectory(path: str | Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / "trajectory.json"
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        with open_run_file(path, follow=True) as handle:
+            if os.fstat(handle.fileno()).st_size > WHOLE_LIMIT:
+                raise ValueError(f"{path} is larger than {WHOLE_LIMIT >> 20} MiB; a trajectory of "
+                                 "lis-tui is far smaller, so this is not one")
+            doc = json.loads(handle.read(WHOLE_LIMIT + 1))
     except FileNotFoundError:
         raise ValueError(f"{path} does not exist; give a run's directory or its "
                          "trajectory.json (lis-tui run saves under ./lis-output/, the app under "
                          "$XDG_STATE_HOME/lis-tui/runs/)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
         raise ValueError(f"{path} is not a lis-tui trajectory (no \"steps\" list)")
