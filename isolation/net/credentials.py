@@ -52,6 +52,11 @@ class Credential:
         return host == self.host and self.port in (None, port)
 
     @property
+    def files(self) -> list[Path]:
+        """The host files the value is read from (`${file:PATH}`), for the sandbox to mask."""
+        return [Path(name).expanduser() for kind, name in _PLACEHOLDER.findall(self.value) if kind == "file"]
+
+    @property
     def target(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return host if self.port is None else f"{host}:{self.port}"

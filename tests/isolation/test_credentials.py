@@ -284,3 +284,26 @@ def test_pipelined_requests_each_get_the_credential(servers, proxy_trust):
         r = sb.exec(["python3", "/tmp/raw.py", HOST, str(api.port), one + one + last], timeout=60)
     assert r.stdout.count("HTTP/1.0 200") + r.stdout.count("HTTP/1.1 200") == 3, r.stdout + r.stderr
     assert r.stdout.count(f"Authorization: Bearer {SECRET}") == 3 and "mine" not in r.stdout
+
+
+def test_a_token_file_in_a_tree_the_sandbox_sees_is_masked_inside(servers, proxy_trust, tmp_path):
+    """`${file:PATH}` in the workspace or an input folder (or /etc under the host rootfs): the
+    sandbox runs as the user's uid, so it could read the file the proxy reads, unless masked."""
+    work, inputs = tmp_path / "ws", tmp_path / "in"
+    for folder in (work, inputs):
+        (folder / "keys").mkdir(parents=True)
+        (folder / "keys" / "token").write_text(SECRET + "\n")
+        (folder / "keys" / "other").write_text("readable\n")
+    api = servers["api"]
+    api.headers.clear()
+    credentials = (Credential(HOST, "Authorization", f"Bearer ${{file:{work}/keys/token}}", api.port),
+                   Credential(HOST, "X-Api-Key", f"${{file:{inputs}/keys/token}}", servers["other"].port))
+    spec = SandboxSpec(rootfs="host", network="on", credentials=credentials, workspace=str(work),
+                       input_dir=str(inputs), allow_hosts=(api.hostport, servers["other"].hostport))
+    with Sandbox(spec) as sb:
+        seen = sb.exec(f"ls /testbed/keys /testbed/input/keys; cat /testbed/keys/other; "
+                       f"cat /testbed/keys/token /testbed/input/keys/token; grep -r '{PATTERN}' /testbed; "
+                       f"curl -sS {api.url}/echo-headers", timeout=60)
+    assert seen.stdout.count("token") == 2 and "readable" in seen.stdout  # there, and the rest reads
+    assert seen.stdout.count(SECRET) == 1 and f"Authorization: Bearer {SECRET}" in seen.stdout, seen.stdout
+    assert _sent(api, "Authorization") == [[f"Bearer {SECRET}"]]  # the proxy still read it
