@@ -77,12 +77,15 @@ def read_summary(run_dir: Path) -> RunSummary | None:
     head = _read_head(run_dir / "trajectory.json")
     if head is None:
         return None
+    # Every field is checked for its type: a file a sandbox made may put anything in any of them.
     model = head.get("model") if isinstance(head.get("model"), dict) else {}
     totals = head.get("totals") if isinstance(head.get("totals"), dict) else {}
+    steps, reason = totals.get("steps"), head.get("finish_reason")
     return RunSummary(path=run_dir, created=str(head.get("created") or ""), task=str(head.get("task") or ""),
-                      model=str(model.get("model") or ""), finish_reason=head.get("finish_reason"),
+                      model=str(model.get("model") or ""),
+                      finish_reason=str(reason) if reason is not None else None,
                       answer=str(head.get("answer") or ""), message=str(head.get("message") or ""),
-                      steps=int(totals.get("steps") or 0))
+                      steps=steps if isinstance(steps, int) and not isinstance(steps, bool) else 0)
 
 
 def find_run(ref: str, places: Iterable[Path] | None = None) -> Path:

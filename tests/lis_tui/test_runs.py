@@ -147,3 +147,17 @@ def test_hostile_run_folders_from_a_sandbox_and_special_files_are_skipped_quickl
                        (long_head, "cannot read"), (bomb, "cannot read")):
         replayed = lis(tmp_path, "replay", f"lis-output/{name}", timeout=30)
         assert replayed.returncode != 0 and says in replayed.stderr, (name, replayed.stderr)
+
+
+def test_fields_of_the_wrong_type_in_a_run_file_are_shown_not_fatal(tmp_path):
+    """Every field of a trajectory a sandbox made may hold anything: steps as text, a list for
+    the finish reason, a date no clock can show. `runs` lists it as best it can."""
+    runs = tmp_path / "project" / "lis-output"
+    for name, doc in (("20260101T000000Z-aaaaaa", {"task": "steps", "totals": {"steps": "many"}}),
+                      ("20260102T000000Z-bbbbbb", {"task": "reason", "finish_reason": ["x"]}),
+                      ("20260103T000000Z-cccccc", {"task": "date", "created": "9999-12-31T23:59:59-23:59"})):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "trajectory.json").write_text(json.dumps({**doc, "steps": []}))
+    done = lis(tmp_path, "runs")
+    assert done.returncode == 0, done.stderr
+    assert all(word in done.stdout for word in ("aaaaaa", "bbbbbb", "cccccc", "['x']")), done.stdout
