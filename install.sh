@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Set up lis-tui in ./.venv. Idempotent: run it again after a pull.
 #   ./install.sh         the tool
-#   ./install.sh --dev   the tool and what its tests need (the [paper] scorers too)
+#   ./install.sh --dev   the tool and what its tests need (the [paper] and [ifbench] scorers and Ray too)
+#   ./install.sh --ray   the tool and Ray, for bench/rollout --ray (run it on every node)
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")"
 
 dev=0
+ray=0
 for arg in "$@"; do
   case "$arg" in
     --dev) dev=1 ;;
+    --ray) ray=1 ;;
     -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $arg (try --help)" >&2; exit 2 ;;
   esac
@@ -61,7 +64,10 @@ say "installing lis-tui into .venv"
 log=$(mktemp "${TMPDIR:-/tmp}/lis-install.XXXXXX")
 trap 'rm -f "$log"' EXIT
 .venv/bin/python -m pip install -q --upgrade pip >"$log" 2>&1 || true  # an old pip still works
-if [ "$dev" = 1 ]; then target=".[dev,paper]"; else target="."; fi
+extras=()
+[ "$dev" = 1 ] && extras+=(dev paper ray ifbench)
+[ "$ray" = 1 ] && [ "$dev" = 0 ] && extras+=(ray)
+if [ "${#extras[@]}" -gt 0 ]; then target=".[$(IFS=,; echo "${extras[*]}")]"; else target="."; fi
 if ! .venv/bin/python -m pip install -q -e "$target" >"$log" 2>&1; then
   cat "$log" >&2
   echo "install.sh: 'pip install -e $target' failed (its output is above); fix that and run ./install.sh again" >&2

@@ -40,6 +40,7 @@ from isolation.spawn.helper import IDLE  # noqa: E402
 from lis_tui.bench.runner import BenchOptions, BenchRunner  # noqa: E402
 from lis_tui.bench.tasks import Task  # noqa: E402
 from lis_tui.config import load_config  # noqa: E402
+from proctree import descendants, pss_kib  # noqa: E402
 
 SERVER = """
 import sys, threading
@@ -98,25 +99,8 @@ def run(base_url: str, count: int, concurrency: int, rootfs: str, out: Path,
 
 def tree_pss_kib(root: int) -> tuple[int, int]:
     """PSS (KiB) of `root` and all its descendants, and how many processes that is."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    total, todo, seen = 0, [root], 0
-    while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
-        seen += 1
-        try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total, seen
+    pids = [root, *descendants(root)]
+    return sum(pss_kib(pid) for pid in pids), len(pids)
 
 
 def memory_per_live_episode(live: int, rootfs: str, tmp: Path) -> tuple[float, int, float]:

@@ -28,10 +28,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from isolation import Sandbox  # noqa: E402
 from lis_tui.rl import SandboxEnv  # noqa: E402
 from lis_tui.rl.client import EnvClient  # noqa: E402
+from proctree import pss_kib, sandbox_processes  # noqa: E402
 from tools.shell import Shell  # noqa: E402
 
 TOKEN = "bench-token"
@@ -103,41 +104,6 @@ def loaded_latency(url: str, clients: int, steps: int) -> list[float]:
     return times
 
 
-def descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    found, todo = [], list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
-
-
-def pss_kib(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def sandbox_pids(server: int) -> list[int]:
-    def helper(pid: int) -> bool:
-        try:
-            return b"spawn/helper.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return True
-    return [p for p in descendants(server) if not helper(p)]
-
-
 def memory(url: str, server: int, live: int) -> tuple[float, float, int, float]:
     """(sandbox PSS MiB per env, server growth MiB per env, processes per env, seconds to reset all)."""
     before = pss_kib(server)
@@ -153,7 +119,7 @@ def memory(url: str, server: int, live: int) -> tuple[float, float, int, float]:
         reset_s = time.perf_counter() - started
         list(pool.map(lambda e: client().step(e, TRUE), ids))
         time.sleep(1.5)
-        pids = sandbox_pids(server)
+        pids = sandbox_processes(server)
         sandboxes = sum(pss_kib(p) for p in pids)
         grown = pss_kib(server) - before
         list(pool.map(lambda e: client().close(e), ids))

@@ -179,7 +179,7 @@ def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any,
             stage_files(sandbox, task)
             toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=ctx.config.sandbox.timeout,
                                                    separate_stderr=stderr_apart))
-            agent = make_agent(toolbox, _prompt_values(task, ctx.spec))
+            agent = make_agent(toolbox, task_prompt_values(task, ctx.spec))
             try:
                 finished = agent.run(task.problem_statement)
             finally:
@@ -269,7 +269,11 @@ def _answer(sandbox: Sandbox, task: Task, finished: RunFinished) -> str:
         return ""
 
 
-def _prompt_values(task: Task, spec: SandboxSpec) -> dict[str, str]:
+def task_prompt_values(task: Task, spec: SandboxSpec) -> dict[str, str]:
+    """The values the agent's prompts are filled with for `task` in a sandbox made from `spec`:
+    where its files are (`input_note`, and for a paper suite `input_dir` and `output_dir`), what
+    the network allows (`network_note`) and what the rootfs offers (`environment_note`). Bench
+    episodes and RL environments (lis_tui.rl.env) both use it, so the two prompts agree."""
     from lis_tui.api import NETWORK_NOTES  # noqa: PLC0415
     from lis_tui.prompts.environment import environment_note  # noqa: PLC0415
 
@@ -307,11 +311,14 @@ def _record(episode: Episode, ctx: EpisodeContext, folder: Path, finished: RunFi
 
 
 def _scorer_notes(task: Task) -> list[str]:
-    """What the scorer ran without (shown in the summary: such scores undercount)."""
+    """How the scores differ from what they stand for (shown in the summary): a scorer that ran
+    without math-verify undercounts; a paper suite's other scorer is not the paper's metric."""
+    notes = [task.extra["scorer_note"]] if task.extra.get("scorer_note") else []
     if parse_reward(task.reward)[0] in MATH_REWARDS and math_verify_missing():
-        return ["scored without math-verify (pip install 'lis-tui[paper]'): equal expressions "
-                "written differently, like \\sqrt{12} and 2\\sqrt{3}, count as wrong"]
-    return []
+        notes.append("scored without math-verify (pip install 'lis-tui[paper]'): equal "
+                     "expressions written differently, like \\sqrt{12} and 2\\sqrt{3}, count "
+                     "as wrong")
+    return notes
 
 
 def _crashed(episode: Episode, folder: Path, exc: Exception, started: float,
@@ -320,6 +327,16 @@ def _crashed(episode: Episode, folder: Path, exc: Exception, started: float,
     (folder / "error.txt").write_text(message + "\n", encoding="utf-8")
     return _line(episode, folder, started, counter, answer="", reward=0.0, finish_reason="error",
                  message=message, steps=counter.steps, tokens=(0, 0, 0, 0), crashed=True)
+
+
+def lost_record(episode: Episode, output: Path, message: str) -> dict[str, Any]:
+    """The crashed record of an episode that its runner lost (a cluster node died under it)."""
+    folder = output / "episodes" / episode.folder
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "error.txt").write_text(message + "\n", encoding="utf-8")
+    return _line(episode, folder, time.monotonic(), CapabilityCounter(), answer="", reward=0.0,
+                 finish_reason="error", message=message, steps=0, tokens=(0, 0, 0), crashed=True)
 
 
 def _line(episode: Episode, folder: Path, started: float, counter: CapabilityCounter, *,

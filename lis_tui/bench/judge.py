@@ -48,7 +48,10 @@ class Judge:
         self._lock = threading.Lock()
 
     def grade(self, task: Any, answer: str, params: dict[str, Any] | None = None) -> float:
-        """1.0 for CORRECT, 0.0 for INCORRECT, or the `score: x` the judge gives (0 to 1)."""
+        """1.0 for CORRECT, 0.0 for INCORRECT, or the `score: x` the judge gives (0 to 1); a
+        reasoning model's thinking (up to `</think>`) is left out of the answer judged."""
+        # A reasoning model's thinking is not its answer (the paper's judge drops it too).
+        answer = answer.partition("</think>")[2] if "</think>" in answer else answer
         if not answer.strip():
             return 0.0
         template = (params or {}).get("prompt") or self.prompt

@@ -14,6 +14,8 @@ class Progress:
         self.out, self.total, self.every = out, total, every
         self.done = self.correct = self.failed = self.running = 0
         self.already = already
+        self.note = ""
+        """Shown at the end of the line (a cluster run puts its nodes there)."""
         self._lock = threading.Lock()  # episodes start and end in the runner's threads
         self.started = time.monotonic()
         self._last = 0.0
@@ -50,7 +52,8 @@ class Progress:
         filled = round(20 * finished / self.total) if self.total else 20
         return (f"{'#' * filled}{'.' * (20 - filled)} "
                 f"[{finished:>{len(str(self.total))}}/{self.total}] running {self.running} | "
-                f"acc {accuracy} | {rate:6.1f} ep/min | ETA {eta}{errors}")
+                f"acc {accuracy} | {rate:6.1f} ep/min | ETA {eta}{errors}"
+                + (f" | {self.note}" if self.note else ""))
 
     def show(self, final: bool = False, end: str | None = None) -> None:
         """Redraw (terminal) or print (elsewhere, at most every `every` seconds unless `final`)."""

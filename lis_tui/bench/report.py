@@ -83,7 +83,7 @@ def _group_table(s: dict[str, Any]) -> str:
     if not modes:
         return ""
     by = s["group_by"]
-    header = [by, *(f"{m} acc" for m in modes), "sandbox − llm",
+    header = [by, *(f"{m} acc" for m in modes), "sandbox − llm", *(f"{m} score" for m in modes),
               *(f"{m} tokens" for m in modes), "tokens ratio", "trajectory ratio",
               *(k.replace("_", " ") for k in KINDS)]
     rows = []
@@ -93,12 +93,14 @@ def _group_table(s: dict[str, Any]) -> str:
         rows.append([md_text(name),
                      *(_n_pct(got[m]) if m in got else "-" for m in modes),
                      _pts(g.get("accuracy_delta")),
+                     *(f"{got[m]['mean_reward']:.3f}" if m in got else "-" for m in modes),
                      *(f"{got[m]['total_tokens']:,.0f}" if m in got else "-" for m in modes),
                      _times(g.get("token_ratio")),
                      _times(g.get("trajectory_ratio")),
                      *(_pct(box["capability"][k]) if box else "-" for k in KINDS)])
     return (f"## Per {by}: sandbox against LLM\n\n" + _table(header, rows) +
-            "\nacc: share of episodes scored correct. tokens: prompt + completion over all "
+            "\nacc: share of episodes scored correct. score: mean reward, the paper's headline "
+            "number (partial credit counts: F1, ROUGE-L). tokens: prompt + completion over all "
             "model calls, mean per episode; ratio: sandbox / llm (the paper reports 0.5-0.8x, "
             "and up to 8x fewer on long context). trajectory ratio: the same for the whole "
             "conversation counted once, the last call's prompt and reply (each mode's value is "

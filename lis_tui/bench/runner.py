@@ -44,6 +44,10 @@ class BenchOptions:
     """Skip the episodes already in results.jsonl."""
     progress: TextIO | None = field(default_factory=lambda: sys.stderr)
     """Where the progress line goes; None for none."""
+    ray: Any = None
+    """Run the episodes on a Ray cluster: "auto", an address, or a `lis_tui.ray.RayOptions`
+    (whose `concurrency`, not this one's, caps them); None (the default) runs them here, in
+    threads, and never imports Ray."""
 
 
 @dataclass
@@ -70,6 +74,10 @@ class BenchRunner:
         if self.results_path.exists() and not options.resume:
             raise ValueError(f"{self.results_path} exists: pass --resume to continue that run, or "
                              "choose another --output")
+        if options.ray:
+            from lis_tui.ray import ray_options  # noqa: PLC0415 (no Ray in it: that comes at run)
+
+            options.ray = ray_options(options.ray)  # a bad value fails here, not mid-run
         self.ctx = EpisodeContext(config, spec or SandboxSpec(), options.output, judge)
         self._write_lock = threading.Lock()
 
@@ -116,6 +124,10 @@ class BenchRunner:
         return {r.get("key") for r in self.read_results() if not r.get("crashed")}
 
     def _run_all(self, todo: list[Episode], progress: Progress) -> bool:
+        if self.options.ray:
+            from lis_tui.ray.cluster import run_on_cluster  # noqa: PLC0415 (Ray only when asked)
+
+            return run_on_cluster(self, todo, progress)
         interrupts = 0
         with cf.ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="lis-bench") as pool:
             pending = {pool.submit(self._one, e, progress) for e in todo}
@@ -151,8 +163,13 @@ class BenchRunner:
             record = run_episode(episode, self.ctx)
         finally:
             progress.end()
-        if record is None:
-            return
+        if record is not None:
+            self.keep(episode, record, progress)
+
+    def keep(self, episode: Episode, record: dict[str, Any], progress: Progress,
+             raw: list[dict] | None = None) -> None:
+        """Append one finished episode's record to results.jsonl (thread-safe); `raw` is what the
+        model server sent, which only rollouts keep."""
         with self._write_lock:
             with self.results_path.open("a", encoding="utf-8") as f:
                 f.write(dumps(record) + "\n")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, spec_from_args
+from lis_tui.ray.cli import add_ray_flags, ray_from_args
 from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
@@ -21,6 +22,9 @@ documents_dir), or a folder of task folders (task.toml + input/).
 The --output folder gets results.jsonl (one line per finished episode), episodes/<id>/ (each
 trajectory), summary.md, summary.json and report.html. Ctrl-C stops cleanly: running episodes end,
 their sandboxes are removed, and --resume with the same --output runs what is left.
+
+With --ray the episodes run on a Ray cluster's nodes (each in a sandbox of its node; the rootfs
+is sent to nodes that lack it); this machine writes the results, so the folder is the same.
 
 exit codes: 0 all episodes ran (whatever their score); 1 an error; 2 usage or config error;
 130 interrupted."""
@@ -37,11 +41,14 @@ def add_parsers(sub) -> None:
                    ".parquet file or folder in the paper's schema, or hf:NAME:CONFIG[:SPLIT]")
     p.add_argument("--suite", metavar="SUITE", help="score TASKS as this paper suite (math, "
                    "physics, chem, biomed, long_context, instruct_follow, instruct_pretrain)")
+    p.add_argument("--suite-scorer", metavar="NAME", help="score a paper suite another way than "
+                   "the paper (physics: math-verify, for a number without a judge model; the "
+                   "summary notes it is not the paper's metric)")
     p.add_argument("--mode", choices=("sandbox", "llm", "both"), default="sandbox",
                    help="sandbox: the agent with tools (default); llm: one reply, files inlined; "
                         "both: each task both ways, with the difference reported")
-    p.add_argument("--concurrency", "-j", type=int, default=4, metavar="N",
-                   help="episodes at once (default 4)")
+    p.add_argument("--concurrency", "-j", type=int, metavar="N",
+                   help="episodes at once (default 4; with --ray: as many as the nodes' CPUs allow)")
     p.add_argument("--repeat", type=int, default=1, metavar="K", help="runs of each task per mode")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N tasks")
     p.add_argument("--output", metavar="DIR", help="results folder (default ./lis-bench/<set>-<UTC time>)")
@@ -50,6 +57,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--judge-model", metavar="M", help="model for `judge` rewards")
     p.add_argument("--judge-base-url", metavar="U", help="server of the judge (default: --base-url)")
     add_sandbox_flags(p)
+    add_ray_flags(p)
     group = add_model_flags(p)
     group.add_argument("--temperature", type=float, metavar="T", help="sampling temperature")
     group.add_argument("--prompts", metavar="FILE", help="a TOML file replacing built-in prompts, "
@@ -77,8 +85,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 1
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
+    from lis_tui.ray import ClusterError  # noqa: PLC0415 (no Ray in it)
+
     try:
         outcome = runner.run()
+    except ClusterError as exc:
+        print(safe_terminal_text(f"lis-tui bench: {exc}"), file=sys.stderr)
+        return 1
     finally:
         if judge is not None:
             judge.close()
@@ -117,8 +130,9 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any]:
         args.network = args.network or config.network.mode
         spec = spec_from_args(args)
     options = BenchOptions(output=Path(args.output or _default_output(args.tasks)), modes=modes,
-                           concurrency=args.concurrency, repeat=args.repeat, limit=args.limit,
-                           resume=args.resume, progress=None if args.quiet else sys.stderr)
+                           concurrency=4 if args.concurrency is None else args.concurrency, repeat=args.repeat, limit=args.limit,
+                           resume=args.resume, progress=None if args.quiet else sys.stderr,
+                           ray=ray_from_args(args))
     judge = _judge(args, config, tasks)
     return BenchRunner(tasks, config, spec, options, judge), judge
 
@@ -134,12 +148,14 @@ def _tasks(args: argparse.Namespace, load_tasks: Any) -> list:
     elif args.data:
         raise ValueError(f"DATA ({args.data}) goes with paper:SUITE; for a task file give TASKS only")
     if not suite:
+        if args.suite_scorer:
+            raise ValueError("--suite-scorer goes with a paper suite (paper:SUITE DATA or --suite)")
         return load_tasks(args.tasks, default_reward=args.reward)
     if args.reward:
         raise ValueError("--reward does not apply to a paper suite: the suite sets the scorer")
     from lis_tui.bench.paper import load_suite  # noqa: PLC0415
 
-    return load_suite(suite, data)
+    return load_suite(suite, data, args.suite_scorer or "")
 
 
 def _judge(args: argparse.Namespace, config: Any, tasks: list) -> Any:
@@ -153,10 +169,21 @@ def _judge(args: argparse.Namespace, config: Any, tasks: list) -> Any:
         return None
     if not args.judge_model:
         raise ValueError("some tasks use the judge reward: pass --judge-model M (and "
-                         "--judge-base-url U when the judge runs on another server)")
+                         "--judge-base-url U when the judge runs on another server)"
+                         + _without_judge(tasks))
     model = replace(config.model, model=args.judge_model, temperature=0.0,
                     base_url=args.judge_base_url or config.model.base_url)
     return Judge(model)
+
+
+def _without_judge(tasks: list) -> str:
+    """How a judged paper suite can still be scored without a judge model, if it can."""
+    from lis_tui.bench.paper.suites import SUITES  # noqa: PLC0415
+
+    names = {t.extra.get("paper_suite") for t in tasks} & set(SUITES)
+    others = [(n, o) for n in sorted(names) for o in SUITES[n].others]
+    return "".join(f"; or, without one, --suite-scorer {o.name} ({n}: not the paper's metric)"
+                   for n, o in others)
 
 
 def _unreachable(config: Any) -> str:

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from lis_tui.commands.sandbox import add_sandbox_flags, spec_from_args
+from lis_tui.ray.cli import add_ray_flags, ray_from_args
 from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
@@ -48,6 +49,7 @@ def add_parsers(sub) -> None:
     s.add_argument("--max-steps", type=int, metavar="N", help="most model calls per episode")
     s.add_argument("--wall-time", type=float, metavar="S", help="stop an episode after S seconds")
     add_sandbox_flags(p)
+    add_ray_flags(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_rollout)
 
@@ -69,7 +71,13 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         return 1
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
-    outcome = runner.run_rollouts()
+    from lis_tui.ray import ClusterError  # noqa: PLC0415 (no Ray in it)
+
+    try:
+        outcome = runner.run_rollouts()
+    except ClusterError as exc:
+        print(safe_terminal_text(f"lis-tui rollout: {exc}"), file=sys.stderr)
+        return 1
     zero = sum(g["zero_variance"] for g in outcome.groups)
     if not args.quiet:
         print(f"{len(outcome.groups)} groups complete ({zero} with zero variance), "
@@ -101,5 +109,5 @@ def _build(args: argparse.Namespace):
     args.network = args.network or config.network.mode
     options = RolloutOptions(output=Path(args.output), n=args.n, concurrency=args.concurrency,
                              limit=args.limit, resume=args.resume, token_ids=args.token_ids,
-                             progress=None if args.quiet else sys.stderr)
+                             progress=None if args.quiet else sys.stderr, ray=ray_from_args(args))
     return RolloutRunner(tasks, config, spec_from_args(args), options)

@@ -36,6 +36,9 @@ def add_parsers(sub) -> None:
     group.add_argument("--max-context-tokens", type=int, metavar="N",
                        help="stop before the prompt grows past N tokens")
     group.add_argument("--prompts", metavar="FILE", help="a TOML file replacing built-in prompts")
+    group.add_argument("--observation", choices=("lis-tui", "paper"), help="how tool results "
+                       "read: ours (default), or the paper harness's (exit code, stdout and "
+                       "stderr apart, steps left)")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-step log on stderr")
     p.set_defaults(func=cmd_run)
 
@@ -50,6 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = {"model.model": args.model, "model.base_url": args.base_url,
                  "agent.max_steps": args.max_steps, "agent.mode": args.mode,
                  "agent.wall_time": args.wall_time, "agent.prompts": args.prompts,
+                 "agent.observation": args.observation,
                  "agent.max_context_tokens": args.max_context_tokens,
                  "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     try:

@@ -118,6 +118,9 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("doctor", help="check what this machine can do, with fixes",
                        description="Check kernel user namespaces, AppArmor, bwrap, helper tools, cgroups and the "
                                    "rootfs store, then start a test sandbox. Exit 0 only when sandboxes work.")
+    p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                   help="check every node of a Ray cluster instead (auto: RAY_ADDRESS or this "
+                        "machine's cluster) and print one table; needs pip install 'lis-tui[ray]'")
     p.set_defaults(func=cmd_doctor)
 
 
@@ -198,6 +201,11 @@ def interactive_shell(spec) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from isolation import doctor  # noqa: PLC0415
+
+    if getattr(args, "ray", None):
+        from lis_tui.ray.doctor import cluster_doctor  # noqa: PLC0415
+
+        return cluster_doctor(args.ray)
 
     checks = doctor.run_checks()
     marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}

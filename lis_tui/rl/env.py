@@ -21,7 +21,7 @@ from typing import Any
 from isolation import Sandbox, SandboxError, SandboxSpec
 from lis_tui.agent import OUTPUT_DIR, Agent
 from lis_tui.agent_errors import Terminating
-from lis_tui.bench.episode import _prompt_values, stage_files
+from lis_tui.bench.episode import stage_files, task_prompt_values
 from lis_tui.bench.rewards import parse_reward, score
 from lis_tui.bench.tasks import Task, tasks_from_items
 from lis_tui.config import Config, load_config
@@ -124,7 +124,7 @@ class SandboxEnv:
         agent_config = replace(self.config.agent, mode="sandbox", max_steps=self.max_steps,
                                wall_time=0)  # the trainer owns time; the pool reaps idle ones
         agent = Agent(self._model, toolbox, agent_config,
-                      prompt_values=_prompt_values(task, self.spec),
+                      prompt_values=task_prompt_values(task, self.spec),
                       reply_reserve=self.config.model.max_tokens or 0)
         with self._lock:
             self.task, self.sandbox, self._toolbox, self._agent = task, sandbox, toolbox, agent

@@ -48,6 +48,8 @@ class RolloutOptions:
     token_ids: bool = True
     """Ask the server for logprobs and token ids (vLLM); turn off for servers that reject them."""
     progress: TextIO | None = field(default_factory=lambda: sys.stderr)
+    ray: Any = None
+    """Run on a Ray cluster: "auto", an address or a `lis_tui.ray.RayOptions`; None: here."""
 
 
 @dataclass
@@ -96,7 +98,7 @@ class RolloutRunner(BenchRunner):
                                                              **config.model.extra_body})
         bench = BenchOptions(output=options.output, concurrency=options.concurrency or options.n,
                              repeat=options.n, limit=options.limit, resume=options.resume,
-                             progress=options.progress)
+                             progress=options.progress, ray=options.ray)
         super().__init__(tasks, config, spec, bench, judge)
         self.rollout_options = options
         self.results_path = options.output / "rollouts.jsonl"
@@ -149,13 +151,13 @@ class RolloutRunner(BenchRunner):
         self.ctx._local.recorder = None  # an episode that crashes before its agent has none
         record = run_episode(episode, self.ctx)
         raw = self.ctx.take_raw()
-        if record is None:
-            return
-        record = self._rollout_line(episode, record, raw)
-        with self._write_lock:
-            with self.results_path.open("a", encoding="utf-8") as f:
-                f.write(dumps(record) + "\n")
-            progress.add(record)
+        if record is not None:
+            self.keep(episode, record, progress, raw)
+
+    def keep(self, episode: Episode, record: dict, progress: Any, raw: list[dict] | None = None) -> None:
+        """Append the episode's rollout line (messages, turns, tokens) and complete its group."""
+        record = self._rollout_line(episode, record, raw or [])
+        super().keep(episode, record, progress)
         if not record["crashed"]:
             self._maybe_complete(episode, float(record["reward"]))
 

@@ -12,6 +12,7 @@ from lis_tui.bench.paper import load_suite
 from lis_tui.bench.runner import BenchOptions, BenchRunner
 from lis_tui.bench.summary import summarize
 from test_bench_runner import bench_cli, config_for
+from test_paper_instructions import nltk_data  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.sandbox
 DOCS = json.dumps({"report.txt": "The plant opened in 1987.", "empty.txt": None})
@@ -25,7 +26,7 @@ ROWS = {
              {"id": "m2", "problem_statement": "Compute 2+2.", "ground_truth": "4", "say": "5",
               "want": 0.0}],
     "physics": [{"id": "p1", "problem_statement": "g in m/s^2?", "ground_truth": "9.81",
-                 "say": r"\boxed{9.8}", "want": 1.0},
+                 "say": r"\boxed{9.81}", "want": 1.0},
                 {"id": "p2", "problem_statement": "c in km/s?", "ground_truth": "299792",
                  "say": "", "want": 0.0}],
     "biomed": [{"id": "b1", "problem_statement": "Which is a kinase? (A) PKA (B) Hb",
@@ -43,7 +44,12 @@ ROWS = {
          "kwargs": IF_KW, "say": "hello there", "want": 1.0},
         {"id": "f2", "problem_statement": "Greet me briefly, no commas.", "ground_truth": "",
          "instruction_id_list": ["length_constraints:number_words", "punctuation:no_comma"],
-         "kwargs": IF_KW, "say": "hello, friend", "want": 0.0}],
+         "kwargs": IF_KW, "say": "hello, friend", "want": 0.0},
+        # the package's form: the instructions in ground_truth; loose mode drops the first line
+        {"id": "f3", "problem_statement": "Greet me with no commas at all.",
+         "ground_truth": json.dumps({"instruction_id_list": ["punctuation:no_comma"],
+                                     "kwargs": [{}]}),
+         "say": "Sure, here:\nhello there", "want": 1.0}],
     "instruct_pretrain": [
         {"id": "i1", "problem_statement": "Year it opened? Read the report.", "qa_type": "open",
          "ground_truth": "The plant opened in 1987.", "input_files": DOCS, "doc": "report.txt",
@@ -57,13 +63,13 @@ ROWS = {
 
 def scripted(rows):
     """Sandbox mode: read the document or write the answer to /testbed/answer.txt, submit.
-    LLM mode: reply with it. As the judge: CORRECT when the answer is the reference."""
+    LLM mode: reply with it. As the judge: CORRECT when the answer holds the reference."""
     def answer(request):
         text = next(m["content"] for m in request.messages if m["role"] == "user")
-        if "Reference answer:" in text:
+        if "<reference>" in text:
             ref = text.split("<reference>\n")[1].split("\n</reference>")[0]
             got = text.split("<answer>\n")[1].split("\n</answer>")[0]
-            return reply("CORRECT" if got.strip() == ref.strip() else "INCORRECT")
+            return reply("CORRECT" if ref.strip() in got else "INCORRECT")
         row = next(r for r in rows if r["problem_statement"] in text)
         said = row.get("say", "The plant opened in 1987.")
         if not request.tool_names:
@@ -78,7 +84,7 @@ def scripted(rows):
     return answer
 
 
-def test_every_suite_scores_each_row_as_the_paper_defines(tmp_path):
+def test_every_suite_scores_each_row_as_the_paper_defines(tmp_path, nltk_data):
     tasks, rows = [], [r for suite in ROWS.values() for r in suite]
     for suite, suite_rows in ROWS.items():
         path = tmp_path / f"{suite}.jsonl"
@@ -127,8 +133,8 @@ def test_chem_from_parquet_through_the_cli_with_suite(tmp_path):
     # trajectory) against one LLM call of 400+50; one of two sandbox steps managed a file.
     md = (out / "summary.md").read_text()
     assert "## Per suite: sandbox against LLM" in md
-    assert ("| chem | 50.0% (n=2) | 50.0% (n=2) | +0.0 pts | 220 | 450 | 0.49x | 0.24x | 0.0% "
-            "| 50.0% | 0.0% |") in md
+    assert ("| chem | 50.0% (n=2) | 50.0% (n=2) | +0.0 pts | 0.500 | 0.500 | 220 | 450 | 0.49x | 0.24x "
+            "| 0.0% | 50.0% | 0.0% |") in md
     page = (out / "report.html").read_text()
     assert f"<dd>{server.base_url}</dd>" in page and "<dd>m</dd>" in page
     links = re.findall(r'<a href="([^"]+)">trajectory</a>', page)
@@ -191,3 +197,43 @@ def test_a_paper_suite_answers_tools_in_the_papers_frame_unless_told_otherwise(t
     else:
         assert "Steps Remaining" not in first
         assert second == f"hi\n{missing}\n[exit code 2]"
+
+
+def test_physics_through_the_cli_is_judged_and_math_verify_only_when_asked(tmp_path):
+    rows = ROWS["physics"] + [{"id": "p3", "problem_statement": "h in J s?",
+                               "ground_truth": "6.626e-34", "say": "6.0e-34", "want": 0.0}]
+    data = tmp_path / "physics.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    with FakeOpenAI(default=scripted(rows)) as server:
+        refused = bench_cli("paper:physics", server, tmp_path / "refused", str(data))
+        _, refusal = refused.communicate(timeout=120)
+        asked_before = len(server.chat_requests)
+        proc = bench_cli("paper:physics", server, out, str(data), "--mode", "both",
+                         "--judge-model", "judge")
+        _, err = proc.communicate(timeout=240)
+        judged = [r for r in server.chat_requests if r.body["model"] == "judge"]
+    assert refused.returncode == 2 and asked_before == 0
+    assert "--judge-model" in refusal and "--suite-scorer math-verify" in refusal, refusal
+    assert not (tmp_path / "refused" / "results.jsonl").exists()
+    assert proc.returncode == 0, err
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {(r["id"], r["mode"]): r["reward"] for r in results} == {
+        (r["id"], mode): r["want"] for r in rows for mode in ("sandbox", "llm")}
+    assert not [r for r in results if r["reward_error"] or r["notes"]]
+    # p2's empty answer is 0 without asking: two judged rows, two modes
+    assert len(judged) == 4 and all("<question>" in r.last_content for r in judged)
+    md = (out / "summary.md").read_text()
+    assert "| physics | 33.3% (n=3) | 33.3% (n=3) | +0.0 pts |" in md, md
+    assert "not the paper's" not in md
+
+    by_math = tmp_path / "by-math"
+    with FakeOpenAI(default=scripted(rows)) as server:
+        proc = bench_cli("paper:physics", server, by_math, str(data), "--suite-scorer",
+                         "math-verify")
+        _, err = proc.communicate(timeout=240)
+        assert not [r for r in server.chat_requests if r.body["model"] == "judge"]
+    assert proc.returncode == 0, err
+    results = [json.loads(line) for line in (by_math / "results.jsonl").read_text().splitlines()]
+    assert {r["id"]: r["reward"] for r in results} == {"p1": 1.0, "p2": 0.0, "p3": 0.0}
+    assert "not the paper's metric" in (by_math / "summary.md").read_text()

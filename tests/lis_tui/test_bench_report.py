@@ -90,11 +90,11 @@ def test_the_per_group_table_sets_the_modes_side_by_side():
     assert chem["trajectory_ratio"] == 85 / 450
     assert chem["modes"]["sandbox"]["capability"]["file_management"] == 4 / 6
     md = markdown(s)
-    assert ("| chem | 100.0% (n=2) | 50.0% (n=2) | +50.0 pts | 110 | 450 | 0.24x | 0.19x | 33.3% "
-            "| 66.7% | 0.0% |") in md
+    assert ("| chem | 100.0% (n=2) | 50.0% (n=2) | +50.0 pts | 1.000 | 0.500 | 110 | 450 | 0.24x | 0.19x "
+            "| 33.3% | 66.7% | 0.0% |") in md
     only_llm = summarize([r for r in RECORDS if r["mode"] == "llm"])
-    assert "| math | 50.0% (n=2) | - | - | 450 | - | 0.0% | 0.0% | 0.0% |" not in markdown(only_llm)
-    assert "| math | 50.0% (n=2) | - | 450 | - | - | - | - | - |" in markdown(only_llm)
+    assert "| math | 50.0% (n=2) | - | 0.500 | 450 | - | - | 0.0% | 0.0% | 0.0% |" not in markdown(only_llm)
+    assert "| math | 50.0% (n=2) | - | 0.500 | 450 | - | - | - | - | - |" in markdown(only_llm)
 
 
 def test_the_page_leads_with_title_model_server_and_date_then_charts_then_episodes(tmp_path):

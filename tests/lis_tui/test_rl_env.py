@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from lis_tui.rl import SandboxEnv
+from proctree import sandbox_processes
 from lis_tui.rl.client import EnvClient, EnvServerError
 from lis_tui.rl.env import EnvError
 
@@ -36,32 +37,6 @@ SUBMIT = '<tool_call>{"name": "submit", "arguments": {}}</tool_call>'
 def task(i: int = 0, **more) -> dict:
     return {"id": f"t{i}", "problem_statement": f"Task {i}: what is the word?",
             "ground_truth": f"word-{i}", "input_files": {"note.txt": f"the word is word-{i}"}, **more}
-
-
-def descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    found, todo = [], list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
-
-
-def sandbox_processes(server: int) -> list[int]:
-    """The server's descendants but the spawn helper it starts once (isolation.spawn)."""
-    def helper(pid):
-        try:
-            return b"spawn/helper.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return False
-    return [p for p in descendants(server) if not helper(p)]
 
 
 def alive(pids: list[int]) -> list[int]:

@@ -346,6 +346,25 @@ def test_the_papers_observation_format_from_config(tmp_path):
                       "\\[STDOUT]\nhi\n\\[STDERR]\noops\nSteps Remaining: 99")
 
 
+@pytest.mark.parametrize("config, flag, paper", [("", "paper", True),
+                                                 ('\n[agent]\nobservation = "paper"\n', "lis-tui",
+                                                  False)])
+def test_the_observation_flag_sets_the_format_over_the_config(tmp_path, config, flag, paper):
+    script = [reply(tool_calls=[bash("echo hi; echo oops >&2; false")]),
+              reply(tool_calls=[write("/testbed/output/answer.txt", "done")]), submit()]
+    (tmp_path / "lis-tui.toml").write_text(QUICK_RETRIES + config)
+    with FakeOpenAI(script) as server:
+        done = subprocess.run(argv(server.base_url, "--output-dir", "out", "--observation", flag,
+                                   "Try the shell."),
+                              cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode == 0, done.stderr
+    second = server.chat_requests[1].messages[-1]["content"]
+    assert ("\\[STDERR]\noops\n" in second) is paper, second
+    assert ("Steps Remaining: 99" in second) is paper, second
+    assert "oops" in second and "hi" in second
+
+
 def test_a_nesting_bomb_in_tool_arguments_is_answered_to_the_model_not_the_end_of_the_run(tmp_path):
     """A hostile model's arguments nested 100,000 deep raised RecursionError out of the agent
     loop: the run ended in an error. Now the model is told, and the run goes on."""

@@ -1,11 +1,22 @@
-"""IFEval-style instruction checks (the ids the instruct_follow rows use), written from the
-instruction texts; no maintained PyPI package implements them without heavy dependencies."""
+"""instruct_follow's instruction checks, scored as the paper's package scores them: a row is
+right when every one of its instructions is kept (prompt level), each in IFEval's loose mode
+(the answer also counts with its asterisks removed, or its first line, last line or both).
+
+The package's rows name IFBench's instructions (count:..., ratio:..., format:...). With
+if-verifiable installed (`pip install 'lis-tui[ifbench]'`, a PyPI port of IFBench's and IFEval's
+own checks) those checks grade them; without it lis-tui's own IFEval-style checks below grade
+the ids they know, the summary says so, and a suite whose rows use another id stops at start.
+"""
 from __future__ import annotations
 
+import functools
+import importlib.util
+import json
 import re
 from typing import Any, Callable
 
 from lis_tui.bench.rewards import RewardError
+from lis_tui.bench.tasks import TaskError
 
 
 def _words(text: str) -> int:
@@ -22,7 +33,7 @@ def _sentences(text: str) -> int:
     return len([s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s])
 
 
-CHECKS: dict[str, Callable[[str, dict], bool]] = {
+CHECKS: dict[str, Callable[[str, dict], bool]] = {  # lis-tui's own
     "length_constraints:number_words": lambda t, kw: _compare(_words(t), kw, "num_words"),
     "length_constraints:number_sentences": lambda t, kw: _compare(_sentences(t), kw,
                                                                   "num_sentences"),
@@ -49,8 +60,6 @@ CHECKS: dict[str, Callable[[str, dict], bool]] = {
 
 
 def _is_json(text: str) -> bool:
-    import json  # noqa: PLC0415
-
     text = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip(), flags=re.IGNORECASE)
     try:
         json.loads(text)
@@ -59,12 +68,118 @@ def _is_json(text: str) -> bool:
     return True
 
 
-def followed(instruction_id: str, answer: str, kwargs: dict[str, Any]) -> bool:
-    """Whether `answer` keeps the instruction; RewardError for an id we do not check."""
-    check = CHECKS.get(instruction_id)
+IFBENCH_EXTRA = "pip install 'lis-tui[ifbench]'"
+NLTK_RESOURCES = ("tokenizers/punkt", "tokenizers/punkt_tab",
+                  "taggers/averaged_perceptron_tagger_eng", "corpora/stopwords")
+"""The NLTK data if-verifiable's checks read (and would download when it is imported)."""
+NLTK_DATA = ("python -m nltk.downloader punkt punkt_tab averaged_perceptron_tagger_eng "
+             "stopwords")
+FALLBACK_NOTE = ("instruct_follow scored with lis-tui's own IFEval-style checks, not IFBench's "
+                 f"as in the paper ({IFBENCH_EXTRA} for those)")
+
+
+Checks = dict[str, Callable[[str, dict], bool]]
+
+
+def followed(instruction_id: str, answer: str, kwargs: dict[str, Any],
+             known: Checks | None = None) -> bool:
+    """Whether `answer` keeps the instruction (strictly), by the `known` checks (default:
+    `checks()`); RewardError for an id not checked."""
+    check = (checks() if known is None else known).get(instruction_id)
     if check is None:
-        raise RewardError(f"instruction {instruction_id!r} has no check here; the checked ones "
-                          f"are {', '.join(sorted(CHECKS))} (add one in "
-                          "lis_tui/bench/paper/instructions.py)")
+        raise RewardError(f"instruction {instruction_id!r} has no check here"
+                          + ("" if has_ifbench() else f"; for IFBench's, run: {IFBENCH_EXTRA}"))
     kwargs = {k: v for k, v in kwargs.items() if v is not None}  # Parquet pads with nulls
     return check(answer, kwargs)
+
+
+def loose_variants(answer: str) -> list[str]:
+    """The answer as loose mode also reads it: asterisks out; first, last or both lines out."""
+    lines = answer.split("\n")
+    return [answer, answer.replace("*", ""), "\n".join(lines[1:]).strip(),
+            "\n".join(lines[:-1]).strip(), "\n".join(lines[1:-1]).strip()]
+
+
+def all_followed(answer: str, ids: list[str], kwargs: list[dict[str, Any]],
+                 known: Checks | None = None) -> bool:
+    """Every instruction kept by the answer or one of its loose variants (none when empty)."""
+    variants = [v for v in loose_variants(answer) if v.strip()]
+    kwargs = list(kwargs) + [{}] * (len(ids) - len(kwargs))
+    return bool(ids and variants) and all(
+        any(followed(i, v, k or {}, known) for v in variants) for i, k in zip(ids, kwargs))
+
+
+def instructions_of(row: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    """(instruction ids, their kwargs): the row's own fields, else its ground truth, which the
+    package's published rows make a JSON object of the two."""
+    ids, kwargs = row.extra.get("instruction_id_list"), row.extra.get("kwargs")
+    if not ids:
+        truth = row.ground_truth
+        try:
+            truth = json.loads(truth) if isinstance(truth, str) else truth
+        except ValueError:
+            truth = None
+        if isinstance(truth, dict):
+            ids, kwargs = truth.get("instruction_id_list"), truth.get("kwargs")
+    return list(ids or []), [dict(k or {}) for k in kwargs or []]
+
+
+def prepare(tasks: list[Any]) -> str:
+    """At start: TaskError when a row names an instruction nothing here checks; the note for
+    the summary when lis-tui's own checks stand in for IFBench's."""
+    try:
+        known = checks()
+    except RewardError as exc:  # no NLTK data for IFBench's checks
+        raise TaskError(str(exc)) from None
+    missing = sorted({i for t in tasks for i in instructions_of(t)[0]} - set(known))
+    if missing:
+        hint = (f"run: {IFBENCH_EXTRA} (IFBench's own checks)" if not has_ifbench() else
+                "neither IFBench nor IFEval names them")
+        raise TaskError(f"instruct_follow rows name instructions with no check here: "
+                        f"{', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}; {hint}")
+    return "" if has_ifbench() else FALLBACK_NOTE
+
+
+def has_ifbench() -> bool:
+    return importlib.util.find_spec("if_verifiable") is not None
+
+
+@functools.cache
+def checks() -> Checks:
+    """Every check by id: IFEval's and IFBench's own when if-verifiable is installed, else ours."""
+    if not has_ifbench():
+        return dict(CHECKS)
+    # Imported without its NLTK data, it would fetch it from the internet: a bench must not
+    # download behind the user's back, so it is asked for instead.
+    missing = _nltk_missing()
+    if missing:
+        raise RewardError(f"IFBench's checks (if-verifiable) need NLTK data not found here "
+                          f"({', '.join(missing)}); get it once where there is network: "
+                          f"{NLTK_DATA} (NLTK_DATA=DIR to keep it elsewhere)")
+    from if_verifiable.ifbench import instructions_registry as ifbench  # noqa: PLC0415
+    from if_verifiable.ifeval import instructions_registry as ifeval  # noqa: PLC0415
+
+    found = {**ifeval.INSTRUCTION_DICT, **ifbench.INSTRUCTION_DICT}
+    return {i: functools.partial(_packaged, i, cls) for i, cls in found.items()}
+
+
+def _nltk_missing() -> list[str]:
+    import nltk  # noqa: PLC0415 (comes with if-verifiable)
+
+    missing = []
+    for path in NLTK_RESOURCES:
+        try:
+            nltk.data.find(path)
+        except LookupError:
+            missing.append(path.rpartition("/")[2])
+    return missing
+
+
+def _packaged(instruction_id: str, cls: Any, answer: str, kwargs: dict[str, Any]) -> bool:
+    instruction = cls(instruction_id)
+    try:
+        instruction.build_description(**kwargs)
+        return bool(instruction.check_following(answer))
+    except LookupError:  # NLTK data not downloaded
+        raise RewardError(f"IFBench's check {instruction_id!r} needs NLTK data; run once: "
+                          f"{NLTK_DATA}") from None

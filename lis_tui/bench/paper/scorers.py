@@ -1,10 +1,12 @@
 """The suites' scorers, each `(answer, row) -> float in [0, 1]`, as the paper defines them.
 
-math / physics: the last \\boxed{} (else the raw answer) checked with math-verify; physics also
-accepts a number within 1% (relative) of the reference. chem / biomed: the chosen letter(s).
-instruct_pretrain: by `qa_type`: single choice exact, multiple choice F1 over letters,
-open-ended math-verify first, then ROUGE-L F1. instruct_follow: every listed instruction kept
-(prompt-level strict, IFEval's headline). long_context is graded by the `judge` reward instead.
+math: the last \\boxed{} (else the raw answer) checked with math-verify; physics (only with
+--suite-scorer math-verify) also accepts a number within 1% (relative) of the reference.
+chem / biomed: the chosen letter(s). instruct_pretrain: by `qa_type`: single choice exact,
+multiple choice F1 over letters, open-ended math-verify first, then ROUGE-L F1.
+instruct_follow: every listed instruction kept, each in loose mode (as the package scores
+IFBench). physics and long_context are graded by the `judge` reward instead
+(suites.JUDGE_PROMPT); `physics` below is the opt-in math-verify scorer.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from lis_tui.bench.answers import extract_boxed, extract_choices, parse_number
-from lis_tui.bench.paper.instructions import followed
+from lis_tui.bench.paper.instructions import all_followed, instructions_of
 from lis_tui.bench.rewards import boxed, choice, choice_letters, letters_f1
 
 PHYSICS_TOLERANCE = Fraction(1, 100)
@@ -69,11 +71,8 @@ def open_ended(answer: str, truth: str) -> float:
 
 
 def instruct_follow(answer: str, row: Any) -> float:
-    ids = row.extra.get("instruction_id_list") or []
-    kwargs = row.extra.get("kwargs") or [{}] * len(ids)
-    if not ids or not answer.strip():
-        return 0.0
-    return float(all(followed(i, answer, k or {}) for i, k in zip(ids, kwargs)))
+    """1 when every instruction of the row is kept, in loose mode (instructions.py)."""
+    return float(all_followed(answer, *instructions_of(row)))
 
 
 SCORERS = {"math": math, "physics": physics, "chem": letter, "biomed": letter,

@@ -5,7 +5,7 @@ import importlib.util
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from lis_tui.bench.paper import scorers
+from lis_tui.bench.paper import instructions, scorers
 from lis_tui.bench.paper.data import load_rows
 from lis_tui.bench.tasks import Task, TaskError, tasks_from_items
 
@@ -26,27 +26,72 @@ class Layout:
         return f"{self.output_dir}/answer.txt"
 
 
+JUDGE_PROMPT = """\
+Grade a candidate answer against the official answer.
+
+The question is here only so you know what was asked; do not solve it yourself:
+<question>
+{problem}
+</question>
+
+Official answer:
+<reference>
+{ground_truth}
+</reference>
+
+Candidate answer:
+<answer>
+{answer}
+</answer>
+
+The candidate is CORRECT when it is consistent with the official answer, and INCORRECT when it
+gives a different, incomplete or no result. Reply with the one word CORRECT or INCORRECT."""
+"""The judge prompt of the judged suites (long_context, physics): what the paper's judge checks
+(the candidate consistent with the official answer, the question for reference only, a one-word
+verdict), in lis-tui's words. The verdict is the reply's last CORRECT or INCORRECT."""
+JUDGED = {"type": "judge", "prompt": JUDGE_PROMPT}
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """A way to score a suite other than the paper's, chosen with `--suite-scorer NAME`."""
+
+    name: str
+    reward: Any
+    needs: tuple[str, ...] = ()
+    note: str = ""
+    """Shown in summary.md: how this differs from the paper's metric."""
+
+
 @dataclass(frozen=True)
 class Suite:
     """One of the paper's evaluation configurations."""
 
     name: str
     reward: Any
-    """A reward spec: `paper:NAME` (scorers.SCORERS) or `judge`."""
+    """A reward spec: `paper:NAME` (scorers.SCORERS) or `judge` (JUDGED)."""
     needs: tuple[str, ...] = ()
     """Modules the scorer imports (from the `[paper]` extra)."""
     inline_documents: bool = False
     """`--mode llm`: the documents go into the prompt before the question."""
     layout: Layout = Layout()
+    others: tuple[Scoring, ...] = ()
+    """Scorers that are not the paper's, for those who cannot use its own (`--suite-scorer`)."""
+    prepare: Callable[[list[Task]], str] | None = None
+    """Checks the rows at start (TaskError) and returns a note for the summary, or ""."""
 
 
+PHYSICS_BY_MATH = Scoring(
+    "math-verify", "paper:physics", ("math_verify",),
+    "physics scored with math-verify and a 1% numeric tolerance (--suite-scorer math-verify), "
+    "not the paper's metric: the paper grades physics with an LLM judge (--judge-model M)")
 SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("math", "paper:math", ("math_verify",)),
-    Suite("physics", "paper:physics", ("math_verify",)),
+    Suite("physics", JUDGED, others=(PHYSICS_BY_MATH,)),
     Suite("chem", "paper:chem"),
     Suite("biomed", "paper:biomed"),
-    Suite("long_context", "judge", inline_documents=True),
-    Suite("instruct_follow", "paper:instruct_follow"),
+    Suite("long_context", JUDGED, inline_documents=True),
+    Suite("instruct_follow", "paper:instruct_follow", prepare=instructions.prepare),
     Suite("instruct_pretrain", "paper:instruct_pretrain", ("math_verify", "rouge_score"),
           inline_documents=True),
 )}
@@ -67,22 +112,39 @@ def scorer(name: str) -> Callable[[str, Task], float]:
     return scorers.SCORERS[name]
 
 
-def check_extras(name: str) -> None:
+def check_extras(name: str, scorer_name: str = "") -> None:
     """Stop before any episode when the suite's scorer lacks a package."""
-    missing = [m for m in suite(name).needs if importlib.util.find_spec(m) is None]
+    needs = scoring(name, scorer_name).needs if scorer_name else suite(name).needs
+    missing = [m for m in needs if importlib.util.find_spec(m) is None]
     if missing:
         raise TaskError(f"paper suite {name!r} scores with {', '.join(missing)}, which is not "
                         f"installed; run: {PAPER_EXTRA}")
 
 
-def load_suite(name: str, data: str) -> list[Task]:
-    """The suite's tasks from DATA (a file, folder or hf:NAME:CONFIG[:SPLIT])."""
+def scoring(name: str, scorer_name: str) -> Scoring:
+    """The suite's other scorer called `scorer_name`; TaskError naming the ones it has."""
     chosen = suite(name)
-    check_extras(name)
+    for other in chosen.others:
+        if other.name == scorer_name:
+            return other
+    names = ", ".join(o.name for o in chosen.others)
+    raise TaskError(f"paper suite {name!r} has no scorer {scorer_name!r}; "
+                    + (f"its other scorers are: {names}" if names else
+                       "it has only the paper's own (leave out --suite-scorer)"))
+
+
+def load_suite(name: str, data: str, scorer_name: str = "") -> list[Task]:
+    """The suite's tasks from DATA (a file, folder or hf:NAME:CONFIG[:SPLIT]), scored as the
+    paper does, or with its other scorer `scorer_name` (a note in the summary says so)."""
+    chosen = suite(name)
+    other = scoring(name, scorer_name) if scorer_name else None
+    check_extras(name, scorer_name)
     rows, base, label = load_rows(data)
     tasks = tasks_from_items(rows, base, label, default_reward=None)
-    return [replace(t, reward=chosen.reward, layout=chosen.layout,
-                    extra={**t.extra, "paper_suite": name}) for t in tasks]
+    note = other.note if other else chosen.prepare(tasks) if chosen.prepare else ""
+    extra = {"paper_suite": name, **({"scorer_note": note} if note else {})}
+    return [replace(t, reward=other.reward if other else chosen.reward, layout=chosen.layout,
+                    extra={**t.extra, **extra}) for t in tasks]
 
 
 def llm_prompt(task: Task) -> str:

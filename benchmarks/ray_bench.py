@@ -1,0 +1,163 @@
+"""`bench --ray` against local threads: episodes/s and Ray's cost per episode, in one run.
+
+    .venv/bin/python benchmarks/ray_bench.py [--episodes 64] [--rounds 3] [--slots 16]
+                                             [--node-cpus 2] [--sequential 20]
+
+The episodes are bench_throughput.py's: 3 steps (`execute_bash true`, create the answer,
+submit) against a scripted server that answers at once, in its own process; each episode is a
+real sandbox, shell, agent and openai client. Three ways, each round in turn:
+- local: BenchRunner's threads in this process (--slots at once);
+- ray 1 node: a Ray cluster of one node (`ray.cluster_utils.Cluster`, --node-cpus CPUs) whose
+  one worker holds --slots episodes;
+- ray 2 nodes: two nodes of --node-cpus CPUs each, --slots / 2 episodes per worker.
+Rates are steady-state: episodes finished after the first one, over the time between the first
+result and the last (the workers' start, ~1-3 s per run for doctor and imports, is shown apart).
+Ray overhead per episode: --sequential episodes one at a time on Ray; for each, the time from
+the driver handing it to a worker to its result being back, minus the episode's own wall time
+(its record's `wall_time`, measured in the worker): the trip, the task's and the folder's
+packing, and the worker's bookkeeping. The same episodes' ms/episode alone, local and on Ray,
+are shown too (they move with the machine's load more than the overhead does).
+
+The scaling model: the local runner runs every episode's Python (agent loop, JSON, the openai
+client, the shell relay) in one process, so it is bound by one core's GIL however many cores the
+machine has; a Ray worker is a process of its own per node (or per N cores), so its episodes'
+Python runs in parallel with the others'. On a 2-core machine that also runs the scripted server
+and Ray's own daemons, there is no spare core for Ray to win; on a many-core machine each extra
+worker process adds about one local runner's throughput.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests")]
+
+from bench_throughput import scripted_server, tasks  # noqa: E402
+from isolation import SandboxSpec  # noqa: E402
+from lis_tui.bench.runner import BenchOptions, BenchRunner  # noqa: E402
+from lis_tui.config import load_config  # noqa: E402
+from lis_tui.ray import RayOptions  # noqa: E402
+from lis_tui.ray import cluster as ray_cluster  # noqa: E402
+
+TRIPS: dict = {}
+"""Instrumentation: when each episode was handed to a worker, and its round trip (seconds)."""
+
+
+def _instrument() -> None:
+    dispatch, finished = ray_cluster.ClusterRun._dispatch, ray_cluster.ClusterRun._finished
+
+    def timed_dispatch(self):
+        dispatch(self)
+        for episode, _ in self.inflight.values():
+            TRIPS.setdefault(episode.key, [time.perf_counter(), None])
+
+    def timed_finished(self, ref):
+        episode, _ = self.inflight[ref]
+        TRIPS[episode.key][1] = time.perf_counter() - TRIPS[episode.key][0]
+        finished(self, ref)
+    ray_cluster.ClusterRun._dispatch, ray_cluster.ClusterRun._finished = timed_dispatch, timed_finished
+
+
+def timed_run(base_url: str, count: int, out: Path, slots: int, ray: RayOptions | None) -> dict:
+    """Wall time, steady rate and worker start of one bench run."""
+    config = load_config(env={}, paths=[], overrides={
+        "model.base_url": base_url, "model.model": "m", "model.max_retries": 3,
+        "model.retry_base_delay": 0.05, "model.timeout": 300.0})
+    runner = BenchRunner(tasks(count), config, SandboxSpec(rootfs="host"),
+                         BenchOptions(output=out, concurrency=slots, progress=None, ray=ray))
+    ends: list[float] = []
+    keep = runner.keep
+
+    def timed_keep(*args, **kwargs):  # when each result reaches the driver
+        keep(*args, **kwargs)
+        ends.append(time.perf_counter())
+    runner.keep = timed_keep
+    started = time.perf_counter()
+    outcome = runner.run()
+    wall = time.perf_counter() - started
+    assert len(outcome.results) == count and all(r["correct"] for r in outcome.results), \
+        [r["message"] for r in outcome.results if not r["correct"]][:3]
+    steady = (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 else 0.0
+    first_wall = min(r["wall_time"] for r in outcome.results)
+    trips = [TRIPS[r["key"]][1] - r["wall_time"] for r in outcome.results if r["key"] in TRIPS]
+    TRIPS.clear()
+    return {"wall": wall, "rate": steady, "start": ends[0] - started - first_wall,
+            "overhead": statistics.median(trips) if trips else None}
+
+
+class Clusters:
+    """A one-node and a two-node Ray cluster on this machine, started once."""
+
+    def __init__(self, node_cpus: int) -> None:
+        from ray.cluster_utils import Cluster
+
+        self.base = tempfile.mkdtemp(prefix="lisrb", dir="/tmp")  # Ray's socket paths: short
+        os.environ["RAY_TMPDIR"] = self.base
+        node = {"num_cpus": node_cpus, "object_store_memory": 200 << 20}
+        self.one = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+        self.two = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+        self.two.add_node(**node)
+
+    def close(self) -> None:
+        self.one.shutdown()
+        self.two.shutdown()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--slots", type=int, default=16, help="episodes at once, every way")
+    parser.add_argument("--node-cpus", type=int, default=2, help="Ray CPUs per node")
+    parser.add_argument("--sequential", type=int, default=20, help="episodes for the overhead")
+    args = parser.parse_args()
+    _instrument()
+    clusters = Clusters(args.node_cpus)
+    ways = {"local threads": None,
+            "ray 1 node": RayOptions(clusters.one.address, cpus=args.node_cpus / args.slots),
+            "ray 2 nodes": RayOptions(clusters.two.address, cpus=2 * args.node_cpus / args.slots)}
+    runs: dict[str, list[dict]] = {name: [] for name in ways}
+    alone: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp, scripted_server() as (url, _):
+        n = 0
+        for _ in range(args.rounds):
+            for name, ray in ways.items():
+                n += 1
+                runs[name].append(timed_run(url, args.episodes, Path(tmp) / f"r{n}", args.slots, ray))
+        for name in ("local threads", "ray 1 node"):
+            ray = ways[name] and RayOptions(ways[name].address, cpus=ways[name].cpus, concurrency=1)
+            alone[name] = timed_run(url, args.sequential, Path(tmp) / f"s{name[:3]}", 1, ray)
+    clusters.close()
+    report(args, runs, alone)
+
+
+def report(args: argparse.Namespace, runs: dict[str, list[dict]], alone: dict[str, dict]) -> None:
+    base = statistics.median(r["rate"] for r in runs["local threads"])
+    print(f"{args.episodes} episodes x {args.rounds} rounds, {args.slots} at once, "
+          f"{os.cpu_count()} cores; Ray nodes of {args.node_cpus} CPUs\n")
+    print("| way | episodes/s (median, min-max) | vs local | worker start (s) |")
+    print("| --- | --- | --- | --- |")
+    for name, rounds in runs.items():
+        rates = [r["rate"] for r in rounds]
+        med = statistics.median(rates)
+        start = statistics.median(r["start"] for r in rounds)
+        print(f"| {name} | {med:.1f} ({min(rates):.1f}-{max(rates):.1f}) | {med / base:.2f}x | "
+              f"{start:.2f} |" if name != "local threads" else
+              f"| {name} | {med:.1f} ({min(rates):.1f}-{max(rates):.1f}) | 1.00x | - |")
+    per = {name: 1 / r["rate"] if r["rate"] else float("nan") for name, r in alone.items()}
+    print(f"\none at a time ({args.sequential} episodes): local {1000 * per['local threads']:.1f} "
+          f"ms/episode, ray {1000 * per['ray 1 node']:.1f} ms/episode; Ray overhead per episode "
+          f"(round trip minus the episode's own time, median): "
+          f"{1000 * alone['ray 1 node']['overhead']:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

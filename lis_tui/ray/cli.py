@@ -1,0 +1,51 @@
+"""The --ray flags of `bench` and `rollout` (argparse only: `--help` imports no Ray)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lis_tui.ray import RayOptions
+
+
+def _address(value: str) -> str:
+    """`auto`, HOST:PORT or ray://...: anything else is a word meant for TASKS, caught here."""
+    if value == "auto" or ":" in value:
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r} is not a Ray address (auto, HOST:PORT or ray://HOST:PORT); "
+                                     "give TASKS before --ray, or write --ray auto")
+
+
+def add_ray_flags(parser: argparse.ArgumentParser) -> None:
+    """--ray, --ray-cpus, --max-retries, --rootfs-dir."""
+    group = parser.add_argument_group("cluster (Ray; pip install 'lis-tui[ray]')")
+    group.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS", type=_address,
+                       help="run the episodes on a Ray cluster, one worker per node: `auto` (the "
+                            "default value) joins RAY_ADDRESS or the cluster `ray start` made on "
+                            "this machine, else starts Ray here; or HOST:PORT")
+    group.add_argument("--ray-cpus", type=float, metavar="CPUS",
+                       help="Ray CPUs one episode takes (default 0.25: four per core)")
+    group.add_argument("--max-retries", type=int, metavar="N",
+                       help="runs again of an episode whose node died under it, before it is "
+                            "recorded as crashed (default 2)")
+    group.add_argument("--rootfs-dir", metavar="DIR",
+                       help="a folder every node sees (NFS): the rootfs tarball goes there instead "
+                            "of through Ray's object store")
+
+
+def ray_from_args(args: argparse.Namespace) -> RayOptions | None:
+    """The RayOptions the flags ask for; None without --ray (the other flags then are an error)."""
+    extra = [flag for flag, value in (("--ray-cpus", args.ray_cpus), ("--max-retries", args.max_retries),
+                                      ("--rootfs-dir", args.rootfs_dir)) if value is not None]
+    if args.ray is None:
+        if extra:
+            raise ValueError(f"{', '.join(extra)} go with --ray (run on a Ray cluster)")
+        return None
+    options = RayOptions(address=args.ray, concurrency=args.concurrency)
+    if args.ray_cpus is not None:
+        options.cpus = args.ray_cpus
+    if args.max_retries is not None:
+        options.max_retries = args.max_retries
+    if args.rootfs_dir:
+        options.rootfs_dir = Path(args.rootfs_dir).expanduser().resolve()
+    options.__post_init__()  # check what the flags set
+    return options

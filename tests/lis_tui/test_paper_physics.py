@@ -1,0 +1,95 @@
+"""physics as the paper scores it: an LLM judge reads the question, the official answer and the
+candidate and says CORRECT or INCORRECT (llm-in-sandbox 0.2.0's benchmark/physics/judge.py);
+math-verify with a 1% tolerance only when asked for (--suite-scorer math-verify)."""
+import json
+
+import pytest
+
+from fakes.openai_server import FakeOpenAI, reply
+from lis_tui.bench.judge import Judge
+from lis_tui.bench.paper import load_suite
+from lis_tui.bench.paper.scorers import physics
+from lis_tui.bench.rewards import score
+from lis_tui.bench.tasks import Task, TaskError
+from lis_tui.config import ModelConfig
+
+ROW = {"id": "p", "problem_statement": "Free-fall acceleration at sea level, in m/s^2?",
+       "ground_truth": "9.81"}
+
+# (the agent's answer, what the judge replies, the score, what the judge is shown or None when
+# it is not asked)
+JUDGED = [
+    (r"\boxed{9.81}", "CORRECT", 1.0, r"\boxed{9.81}"),                # right
+    ("about 9.8 m/s^2", "The candidate agrees.\nCORRECT", 1.0, "about 9.8 m/s^2"),
+    ("12", "INCORRECT", 0.0, "12"),                                     # wrong
+    ("9.81", "It is CORRECT? No: INCORRECT", 0.0, "9.81"),             # the last verdict counts
+    ("9.81", "I cannot tell.", 0.0, "9.81"),                            # badly formatted verdict
+    ("<think>maybe 12</think>\n9.81", "CORRECT", 1.0, "\n9.81"),        # thinking left out
+    ("<think>9.81?</think>", "CORRECT", 0.0, None),                     # only thinking: empty
+    ("", "CORRECT", 0.0, None),                                         # empty
+]
+
+
+def tasks(tmp_path, scorer=""):
+    path = tmp_path / "physics.jsonl"
+    path.write_text(json.dumps(ROW) + "\n")
+    return load_suite("physics", str(path), scorer)
+
+
+@pytest.mark.parametrize("answer, says, want, shown", JUDGED)
+def test_physics_is_graded_by_the_judge(tmp_path, answer, says, want, shown):
+    (task,) = tasks(tmp_path)
+    with FakeOpenAI(default=lambda r: reply(says)) as server:
+        judge = Judge(ModelConfig(base_url=server.base_url, model="judge", max_retries=0))
+        try:
+            assert score(answer, task, judge) == want
+        finally:
+            judge.close()
+        asked = [r.last_content for r in server.chat_requests]
+    if shown is None:
+        assert asked == []
+        return
+    (prompt,) = asked
+    assert f"<question>\n{ROW['problem_statement']}\n</question>" in prompt
+    assert "<reference>\n9.81\n</reference>" in prompt
+    assert f"<answer>\n{shown}\n</answer>" in prompt
+    assert "CORRECT or INCORRECT" in prompt
+
+
+def test_physics_without_a_judge_says_what_to_pass(tmp_path):
+    (task,) = tasks(tmp_path)
+    from lis_tui.bench.rewards import RewardError
+    with pytest.raises(RewardError, match="--judge-model"):
+        score("9.81", task)
+
+
+# The opt-in math-verify scorer: the last \boxed{} (else the answer) equal to the reference, or a
+# number within 1% of it.
+BY_MATH = [
+    (r"\boxed{9.81}", "9.81", 1.0),
+    (r"\boxed{9.8}", "9.81", 1.0),         # within 1%
+    ("g = 9.78", "9.81", 1.0),             # unboxed: the last number
+    (r"\boxed{9.6}", "9.81", 0.0),         # 2% off
+    (r"\boxed{\frac{1}{2}}", "0.5", 1.0),
+    (r"\boxed{", "9.81", 0.0),             # badly formatted
+    ("", "9.81", 0.0),
+]
+
+
+@pytest.mark.parametrize("answer, truth, want", BY_MATH)
+def test_the_math_verify_scorer(answer, truth, want):
+    pytest.importorskip("math_verify")
+    assert physics(answer, Task("p", "q", ground_truth=truth)) == want
+
+
+def test_math_verify_is_chosen_by_name_and_noted_as_not_the_papers_metric(tmp_path):
+    pytest.importorskip("math_verify")
+    (task,) = tasks(tmp_path, "math-verify")
+    assert score(r"\boxed{9.8}", task) == 1.0  # no judge needed
+    assert "not the paper's metric" in task.extra["scorer_note"]
+    (judged,) = tasks(tmp_path)
+    assert "scorer_note" not in judged.extra
+    with pytest.raises(TaskError, match="its other scorers are: math-verify"):
+        tasks(tmp_path, "sympy")
+    with pytest.raises(TaskError, match="only the paper's own"):
+        load_suite("chem", str(tmp_path / "physics.jsonl"), "math-verify")
