@@ -241,19 +241,56 @@ def test_requests_the_proxy_cannot_read_safely_are_refused_unsent(servers, proxy
     assert api.requests == [] and SECRET not in r.stdout
 
 
-def test_a_bare_lf_in_a_chunked_trailer_is_refused_before_the_next_head(servers, proxy_trust):
-    """The trailer would end the message early for the server, and the smuggled head's
-    Content-Length would take the proxy's next head, credential and all, as its body."""
-    api = servers["api"]
-    api.requests.clear()
-    first = (f"GET /hello HTTP/1.1\\r\\nHost: {api.hostport}\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
-             f"0\\r\\nX-T: a\\n\\nGET /smuggled HTTP/1.1\\nHost: {api.hostport}\\nContent-Length: 300\\r\\n\\r\\n")
-    then = f"GET /echo-headers HTTP/1.1\\r\\nHost: {api.hostport}\\r\\nConnection: close\\r\\n\\r\\n"
-    with Sandbox(_spec(servers)) as sb:
-        sb.write_file("/tmp/raw.py", RAW_CLIENT.encode())
-        r = sb.exec(["python3", "/tmp/raw.py", HOST, str(api.port), first + then], timeout=60)
-    assert "X-Lis-Proxy: refused" in r.stdout, r.stdout + r.stderr
-    assert "/echo-headers" not in api.requests and SECRET not in r.stdout
+class _RawSink:
+    """A TLS server that answers nothing and keeps every byte it is sent: what a lenient server
+    would parse, seen exactly as the proxy wrote it."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        import socket
+        import threading
+
+        self._listener = socket.create_server((HOST, 0))
+        self.port, self.data = self._listener.getsockname()[1], b""
+        self._context = context
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self._listener.accept()
+        with self._context.wrap_socket(conn, server_side=True) as tls:
+            tls.settimeout(3)
+            try:
+                while chunk := tls.recv(65536):
+                    self.data += chunk
+            except OSError:
+                pass
+
+    def close(self) -> bytes:
+        self._thread.join(10)
+        self._listener.close()
+        return self.data
+
+
+def test_a_bare_lf_in_a_chunked_trailer_is_refused_before_the_next_head(proxy_trust, test_ca):
+    """The trailer would end the message early for a lenient server, and the smuggled head's
+    Content-Length would take the proxy's next head, credential and all, as its body. The
+    server here records bytes and answers nothing, so the proxy's part alone is seen."""
+    sink = _RawSink(test_ca[1])
+    where = f"{HOST}:{sink.port}"
+    first = (f"POST /a HTTP/1.1\\r\\nHost: {where}\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
+             f"0\\r\\nX-T: a\\n\\nPOST /store HTTP/1.1\\nHost: {where}\\nContent-Length: 300\\r\\n\\r\\n")
+    then = f"GET /b HTTP/1.1\\r\\nHost: {where}\\r\\n\\r\\n"
+    spec = SandboxSpec(rootfs="host", network="on", allow_hosts=(where,),
+                       credentials=(Credential(HOST, "Authorization", f"Bearer ${{env:{ENV}}}", sink.port),))
+    try:
+        with Sandbox(spec) as sb:
+            sb.write_file("/tmp/raw.py", RAW_CLIENT.encode())
+            r = sb.exec(["python3", "/tmp/raw.py", HOST, str(sink.port), first + then], timeout=60)
+    finally:
+        seen = sink.close()
+    assert seen.startswith(b"POST /a HTTP/1.1\r\n") and f"Bearer {SECRET}".encode() in seen  # it ran
+    assert seen.count(SECRET.encode()) == 1 and b"GET /b" not in seen, seen  # no next head after it
+    assert r.stdout.startswith("HTTP/1.1 400 "), r.stdout + r.stderr
 
 
 def test_a_bare_lf_in_a_plain_request_is_refused_unsent(servers, proxy_trust):
