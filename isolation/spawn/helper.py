@@ -7,8 +7,8 @@ sandbox it forks a zygote, which:
    its children) and chroots to the sandbox's root;
 2. seals imports: from here on no module can be loaded, since every path now resolves in the
    sandbox's files (modules already loaded keep working);
-3. confines itself as the sandbox's processes must be: a new session keyring, the sandbox's
-   resource limits, every capability dropped (bounding set too), no_new_privs, the syscall filter.
+3. confines itself as the sandbox's processes must be: the helper's own empty session keyring
+   (joined once, at its start; never the user's), the sandbox's resource limits, every capability dropped (bounding set too), no_new_privs, the syscall filter.
 Only then does it serve requests, starting each command with posix_spawn (vfork and exec: no
 Python runs in the child), and the command inherits all of the above. So nothing from the
 sandbox's filesystem is executed or loaded while a capability is held, and a command costs one
@@ -59,9 +59,19 @@ class _State:
         self.spare: tuple[int, socket.socket, socket.socket] | None = None  # pid, control, handoff
 
 
+_keyring_error: OSError | None = None  # why the helper has no keyring of its own: each zygote says so
+
+
 def main(channel_fd: int) -> None:
+    global _keyring_error
     linux.prctl(linux.PR_SET_DUMPABLE, 0)
     linux.prctl(linux.PR_SET_CHILD_SUBREAPER, 1)  # a zygote's commands become ours when it exits
+    # One fresh keyring for every zygote to inherit, not one each: an ordinary user may own only
+    # kernel.keys.maxkeys (200) keys, which capped a user at about 200 live sandboxes.
+    try:
+        linux.join_new_session_keyring()
+    except OSError as exc:
+        _keyring_error = exc
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     gc.freeze()  # what the collector would touch stays shared with the forks
@@ -278,7 +288,8 @@ def _seal_imports() -> None:
 
 
 def _confine(request: dict) -> None:
-    linux.join_new_session_keyring()
+    if _keyring_error is not None:  # it would still hold the user's keyring: refuse to confine
+        raise _keyring_error
     for resource_id, value in request["rlimits"]:
         soft, hard = resource.getrlimit(resource_id)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)

@@ -52,3 +52,29 @@ def _state(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "gone"
+
+
+def _keys_owned() -> int:
+    """How many keys this uid owns (/proc/key-users' qnkeys), which the kernel caps at
+    kernel.keys.maxkeys (200) for an ordinary user."""
+    with open("/proc/key-users") as f:
+        for line in f:
+            uid, rest = line.split(":", 1)
+            if int(uid) == os.getuid():
+                return int(rest.split()[2].split("/")[0])
+    return 0
+
+
+def test_live_sandboxes_cost_no_key_each():
+    # A keyring per zygote made the 197th live sandbox of an ordinary user fail with EDQUOT.
+    with Sandbox() as first:
+        first.exec("true")  # the helper, with its one keyring, is up
+        before = _keys_owned()
+        boxes = [Sandbox().start() for _ in range(8)]
+        try:
+            for sb in boxes:
+                assert sb.exec("true").exit_code == 0  # each has a live zygote now
+            assert _keys_owned() == before
+        finally:
+            for sb in boxes:
+                sb.close()
