@@ -93,6 +93,7 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dic
         mounts += [Bind(str(trust), f"/{rel}") for rel in SYSTEM_BUNDLES if _plain_file(check, rel)]
     mounts += _testbed(spec, scratch, info)
     mounts += _masked_sockets(spec, workspace or {})
+    mounts += _masked_files(mounts, [f for c in spec.credentials or () for f in c.files])
     shell = "bash" if _has(check, "usr/bin/bash", "bin/bash") else "sh"
     return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None)
 
@@ -199,6 +200,26 @@ def _masked_sockets(spec: SandboxSpec, workspace: dict) -> list[Mount]:
         if given is not None:
             found += [f"{dest}/{rel}" for rel in _sockets(_existing_dir(given, dest))]
     return [Bind("/dev/null", path) for path in found]
+
+
+def _masked_files(mounts: list[Mount], files: list[Path]) -> list[Mount]:
+    """/dev/null over each host file that holds a credential, wherever a mount shows it inside (a
+    token in /etc under the host rootfs, or in the workspace or an input folder): the proxy reads
+    it on the host, and the sandbox, running as the same uid, could otherwise read it too."""
+    found = []
+    for file in files:
+        real = os.path.realpath(file)
+        if not os.path.isfile(real):
+            continue
+        for mount in mounts:
+            src = mount.src if isinstance(mount, Bind) else \
+                mount.lowers[0] if isinstance(mount, Overlay) and len(mount.lowers) == 1 else None
+            if src is None or src == "/dev/null":
+                continue
+            rel = os.path.relpath(real, os.path.realpath(src))
+            if rel != "." and rel != ".." and not rel.startswith("../"):
+                found.append(Bind("/dev/null", os.path.join(mount.dest, rel)))
+    return found
 
 
 def _sockets(root: Path) -> list[str]:

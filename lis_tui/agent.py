@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, Union
 
 from isolation import SandboxError
+from tools import loads_model_json
 from lis_tui.agent_errors import (Cancelled, Failed, FormatError, LimitReached, NonTerminating, Submitted,
                                   Terminating)
 from lis_tui.config import AgentConfig
@@ -389,7 +390,7 @@ def _tool_message(call_id: str, content: str) -> dict:
 def decode_arguments(arguments: str) -> dict | None:
     """The JSON object of a tool call's arguments, or None when they are not one."""
     try:
-        value = json.loads(arguments) if arguments.strip() else {}
+        value = loads_model_json(arguments) if arguments.strip() else {}
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

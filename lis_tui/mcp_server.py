@@ -201,14 +201,20 @@ class Sessions:
         headers = getattr(getattr(ctx, "request", None), "headers", None)  # the HTTP request's
         session_id = headers.get("mcp-session-id") if headers is not None else None
         with self._lock:
+            if session_id in self.expired:  # reaped while this request was on its way
+                raise RuntimeError("this MCP session ended after being idle (its sandbox is gone); "
+                                   "start a new session")
             if session_id not in self._by_id:
                 self._by_id[session_id] = self._make()
             return self._by_id[session_id]
 
-    def begin(self, session_id: str) -> None:
-        """A request of `session_id` started."""
+    def begin(self, session_id: str) -> bool:
+        """A request of `session_id` started; False (and nothing counted) if it was reaped."""
         with self._lock:
+            if session_id in self.expired:
+                return False
             self._busy[session_id] = self._busy.get(session_id, 0) + 1
+            return True
 
     def done(self, session_id: str) -> None:
         """A request of `session_id` ended."""
@@ -221,19 +227,24 @@ class Sessions:
         if self.idle_timeout is None:
             return []
         now = time.monotonic()
-        with self._lock:
+        with self._lock:  # decided and taken out at once: a request that begins meanwhile is refused
             idle = [sid for sid in self._by_id if sid is not None and not self._busy.get(sid)
                     and now - self._seen.get(sid, now) > self.idle_timeout]
             self.expired.update(idle)
-        for session_id in idle:
-            self.end(session_id)
+            gone = [self._take(sid) for sid in idle]
+        for tools in gone:
+            if tools is not None:
+                tools.close()
         return idle
+
+    def _take(self, session_id: str | None) -> SandboxTools | None:
+        self._busy.pop(session_id, None)
+        self._seen.pop(session_id, None)
+        return self._by_id.pop(session_id, None)
 
     def end(self, session_id: str | None) -> None:
         with self._lock:
-            tools = self._by_id.pop(session_id, None)
-            self._busy.pop(session_id, None)
-            self._seen.pop(session_id, None)
+            tools = self._take(session_id)
         if tools is not None:
             tools.close()
 
@@ -273,12 +284,10 @@ def serve_http(make_tools, sock, token: str, idle_timeout: float | None = IDLE_T
                         "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
             return await send({"type": "http.response.body", "body": b"a bearer token is required\n"})
         session_id = headers.get(b"mcp-session-id", b"").decode(errors="replace") or None
-        if session_id in sessions.expired:
+        if session_id is not None and not sessions.begin(session_id):  # reaped
             await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain")]})
             return await send({"type": "http.response.body", "body": b"this session ended after being idle "
                                b"(its sandbox is gone); start a new session\n"})
-        if session_id is not None:
-            sessions.begin(session_id)
         try:
             await app(scope, receive, send)
         finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -19,6 +20,10 @@ from isolation.records import state_dir
 RUN_OUTPUT = Path("lis-output")
 """Where `lis-tui run` puts its runs, relative to the directory it was started in."""
 _HEAD_STOP = ' "steps": '
+HEAD_LIMIT = 4 << 20
+"""Characters of a trajectory's head (the keys before `steps`) a listing reads, at most."""
+WHOLE_LIMIT = 256 << 20
+"""Bytes of a trajectory read whole (a listing of another layout, a replay), at most."""
 
 
 def app_runs_dir() -> Path:
@@ -72,12 +77,15 @@ def read_summary(run_dir: Path) -> RunSummary | None:
     head = _read_head(run_dir / "trajectory.json")
     if head is None:
         return None
+    # Every field is checked for its type: a file a sandbox made may put anything in any of them.
     model = head.get("model") if isinstance(head.get("model"), dict) else {}
     totals = head.get("totals") if isinstance(head.get("totals"), dict) else {}
+    steps, reason = totals.get("steps"), head.get("finish_reason")
     return RunSummary(path=run_dir, created=str(head.get("created") or ""), task=str(head.get("task") or ""),
-                      model=str(model.get("model") or ""), finish_reason=head.get("finish_reason"),
+                      model=str(model.get("model") or ""),
+                      finish_reason=str(reason) if reason is not None else None,
                       answer=str(head.get("answer") or ""), message=str(head.get("message") or ""),
-                      steps=int(totals.get("steps") or 0))
+                      steps=steps if isinstance(steps, int) and not isinstance(steps, bool) else 0)
 
 
 def find_run(ref: str, places: Iterable[Path] | None = None) -> Path:
@@ -98,15 +106,32 @@ def find_run(ref: str, places: Iterable[Path] | None = None) -> Path:
     raise ValueError(f"{ref!r} matches {len(matches)} runs: {shown}. Fix: give more of the id")
 
 
+def open_run_file(file: Path, follow: bool = False):
+    """`file` opened for reading as text, if it is a regular file; else OSError. A run's folder may
+    hold what a sandbox made (a workspace applied into ./lis-output): a fifo would block the open
+    and a link could name /dev/zero, so neither is followed nor read. `follow`: a path the user
+    gave may be a link (to a regular file)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(file, flags)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{file} is not a regular file")
+    return os.fdopen(fd, encoding="utf-8")
+
+
 def _read_head(file: Path) -> dict[str, Any] | None:
     """The top-level keys before `steps`, read line by line; the whole file when it is not laid
-    out the way TrajectoryWriter writes it."""
+    out the way TrajectoryWriter writes it. At most HEAD_LIMIT characters of head."""
     head: dict[str, Any] = {}
     try:
-        with open(file, encoding="utf-8") as handle:
-            if handle.readline().rstrip("\n") != "{":
+        with open_run_file(file) as handle:
+            if handle.readline(2).rstrip("\n") != "{":
                 return _read_whole(file)
-            for line in handle:
+            budget = HEAD_LIMIT
+            while line := handle.readline(budget + 1):
+                budget -= len(line)
+                if budget < 0:
+                    return None  # a head this long is no run of ours
                 if line.startswith(_HEAD_STOP):
                     return head
                 head.update(json.loads("{" + line.rstrip().rstrip(",") + "}"))
@@ -117,8 +142,11 @@ def _read_head(file: Path) -> dict[str, Any] | None:
 
 def _read_whole(file: Path) -> dict[str, Any] | None:
     try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        with open_run_file(file) as handle:
+            if os.fstat(handle.fileno()).st_size > WHOLE_LIMIT:
+                return None
+            doc = json.loads(handle.read(WHOLE_LIMIT + 1))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
         return None

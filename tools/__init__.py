@@ -164,13 +164,23 @@ def _matches(value: Any, schema: dict) -> bool:
     return _json_type(value) == kind
 
 
+def loads_model_json(text: str) -> Any:
+    """`json.loads` for JSON a model wrote: nesting past the parser's recursion limit (a reply of
+    100,000 `[`) is a JSONDecodeError like any other malformed JSON, answered to the model, not a
+    RecursionError that ends the run."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
+
+
 def parse_arguments(tool: str, arguments: str | dict | None) -> dict:
     """Decode and check one tool call's arguments against its schema; raise ToolError."""
     if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
         args: Any = {}
     elif isinstance(arguments, str):
         try:
-            args = json.loads(arguments)
+            args = loads_model_json(arguments)
         except json.JSONDecodeError as e:
             raise ToolError(
                 f"The arguments of `{tool}` are not valid JSON ({e.msg} at line {e.lineno}, "

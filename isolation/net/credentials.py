@@ -52,6 +52,11 @@ class Credential:
         return host == self.host and self.port in (None, port)
 
     @property
+    def files(self) -> list[Path]:
+        """The host files the value is read from (`${file:PATH}`), for the sandbox to mask."""
+        return [Path(name).expanduser() for kind, name in _PLACEHOLDER.findall(self.value) if kind == "file"]
+
+    @property
     def target(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return host if self.port is None else f"{host}:{self.port}"
@@ -110,7 +115,7 @@ def _parse_one(key: str, entry) -> Credential:
                            f'e.g. value = "Bearer ${{env:GITHUB_TOKEN}}"; a secret written in the config '
                            "itself is not accepted (config files get shared and shown)")
     literal = _PLACEHOLDER.sub("", value)
-    if not _VISIBLE.match(literal) or "${" in literal:
+    if not _VISIBLE.fullmatch(literal) or "${" in literal:
         raise NetworkError(f"{where}: value has a malformed placeholder or a control character; "
                            "write ${env:NAME} or ${file:PATH}")
     for kind, name in _PLACEHOLDER.findall(value):
@@ -142,7 +147,7 @@ def _fill(credential: Credential, env: Mapping[str, str]) -> bytes:
                                    f'[network.credentials."{credential.target}"] from the config')
         else:
             text = _read_secret_file(where, name)
-        if not _VISIBLE.match(text):
+        if not _VISIBLE.fullmatch(text):  # `match` with `$` let a final \n through
             raise NetworkError(f"{where}: the value from {kind}:{name} holds a line break or control "
                                "character, which would corrupt the request; store the bare token")
         return text

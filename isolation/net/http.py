@@ -11,6 +11,12 @@ from .addr import is_ip
 MAX_HEAD = 64 << 10
 _TOKEN = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _NAME = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
+# A field value and a request target hold no control characters (RFC 9110 5.5; obs-text allowed). A
+# bare LF or CR would end the line, or the head, for a server that is lenient where we split on CRLF:
+# the sandbox could then end the head before the header the proxy adds, and that header (a secret)
+# would be read as the body of a request, or as the start of the next one.
+_VALUE = re.compile(rb"^[\t\x20-\x7e\x80-\xff]*$")
+_TARGET = re.compile(rb"^[\x21-\x7e]+$")
 # Hop-by-hop headers (RFC 9110 7.6.1) and the proxy's own: never passed on.
 _HOP = {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"proxy-authenticate",
         b"te", b"trailer", b"upgrade"}
@@ -44,21 +50,23 @@ def parse_request_head(raw: bytes) -> RequestHead:
     """The request line and headers of `raw` (ending in a blank line); HttpError(400) if malformed."""
     lines = raw.split(b"\r\n")
     parts = lines[0].split(b" ")
-    if len(parts) != 3 or not _TOKEN.match(parts[0]) or not re.match(rb"^HTTP/1\.[01]$", parts[2]):
+    # fullmatch, not `$`: `$` also matches before a final "\n", which must not pass
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not re.fullmatch(rb"HTTP/1\.[01]", parts[2]):
         raise HttpError(400, "malformed request line; this is lis-tui's HTTP proxy, use it as HTTP_PROXY")
-    headers = []
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(b":")
-        if not sep or not _TOKEN.match(name):
-            raise HttpError(400, "malformed header line")
-        headers.append((name, value.strip()))
-    try:
-        target = parts[1].decode("ascii")
-    except UnicodeDecodeError:
-        raise HttpError(400, "request target is not ASCII") from None
-    return RequestHead(parts[0].decode(), target, parts[2].decode(), headers)
+    if not _TARGET.fullmatch(parts[1]):
+        raise HttpError(400, "the request target holds a space or a control character")
+    headers = [header_field(line) for line in lines[1:] if line]
+    return RequestHead(parts[0].decode(), parts[1].decode("ascii"), parts[2].decode(), headers)
+
+
+def header_field(line: bytes) -> tuple[bytes, bytes]:
+    """(name, value) of one header (or trailer) line without its CRLF; HttpError(400) if malformed,
+    a control character in the value (a bare CR or LF, NUL) included."""
+    name, sep, value = line.partition(b":")
+    if not sep or not _TOKEN.fullmatch(name) or not _VALUE.fullmatch(value):
+        raise HttpError(400, "malformed header line (a header's value may not hold a control "
+                             "character, a bare CR or LF included)")
+    return name, value.strip(b" \t")
 
 
 def destination(head: RequestHead) -> Destination:

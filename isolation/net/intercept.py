@@ -13,7 +13,7 @@ import asyncio
 import re
 from typing import Callable
 
-from .http import MAX_HEAD, HttpError, RequestHead, parse_request_head, response
+from .http import MAX_HEAD, HttpError, RequestHead, header_field, parse_request_head, response
 from .credentials import Secret
 from .tls import TlsStream
 
@@ -138,6 +138,7 @@ async def _copy_chunked(client: Reader, upstream: TlsStream) -> None:
             break
         await client.copy(size + 2, upstream)  # the chunk and its CRLF
     while (line := await client.line()) != b"\r\n":  # trailers, then the blank line
+        header_field(line[:-2])  # a bare LF in one could end the message early upstream
         await upstream.send(line)
     await upstream.send(b"\r\n")
 

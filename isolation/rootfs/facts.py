@@ -22,6 +22,10 @@ NOTABLE = {"numpy": "numpy", "scipy": "scipy", "pandas": "pandas", "sympy": "sym
            "bs4": "beautifulsoup4", "lxml": "lxml", "yaml": "pyyaml", "chardet": "chardet"}
 """Import name -> package name, for the packages a task most often wants."""
 _VERSIONED = re.compile(r"python(3\.\d+)")
+# The tree's os-release goes into the system prompt and onto screens: control and bidi characters
+# (an escape sequence, a fake line of instructions) are dropped, and only its head is read.
+_UNSHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+OS_RELEASE_LIMIT = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -146,9 +150,9 @@ def _on_path(safe: SafeRoot, tool: str) -> bool:
 
 def _pretty_name(safe: SafeRoot) -> str:
     for parts in (("etc", "os-release"), ("usr", "lib", "os-release")):
-        data = safe.read_file(parts)
+        data = safe.read_file(parts, OS_RELEASE_LIMIT)
         if data:
             match = re.search(r'^PRETTY_NAME="?([^"\n]*)"?', data.decode(errors="replace"), re.M)
             if match:
-                return match.group(1)[:80]
+                return _UNSHOWN.sub("", match.group(1))[:80].strip()
     return ""

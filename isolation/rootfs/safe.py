@@ -73,8 +73,9 @@ class SafeRoot:
         finally:
             os.close(fd)
 
-    def read_file(self, parts: tuple[str, ...]) -> bytes | None:
-        """The bytes of a regular file, or None if it is missing, a link or not a file."""
+    def read_file(self, parts: tuple[str, ...], limit: int | None = None) -> bytes | None:
+        """The bytes of a regular file (its first `limit`), or None if it is missing, a link or
+        not a file."""
         try:
             dir_fd = self.open_dir(parts[:-1])
         except (FileNotFoundError, UnsafeArchive):
@@ -89,7 +90,7 @@ class SafeRoot:
         with os.fdopen(fd, "rb") as handle:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None
-            return handle.read()
+            return handle.read() if limit is None else handle.read(limit)
 
     def write_file(self, parts: tuple[str, ...], data: bytes, mode: int = 0o644) -> None:
         """Create or replace a regular file, making missing parent directories."""

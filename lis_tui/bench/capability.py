@@ -7,10 +7,11 @@ its tool calls does; `CapabilityCounter` tallies a run from the agent's events.
 """
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from typing import Any, Iterable
+
+from tools import loads_model_json
 
 KINDS = ("computation", "file_management", "external_resources")
 
@@ -103,7 +104,7 @@ def _decoded(arguments: Any) -> dict:
     if isinstance(arguments, dict):
         return arguments
     try:
-        value = json.loads(arguments or "{}")
+        value = loads_model_json(arguments or "{}")
     except (TypeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}

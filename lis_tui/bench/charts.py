@@ -79,7 +79,7 @@ def episodes_html(records: list[dict]) -> str:
         link = (f'<a href="{_e(urllib.parse.quote(path))}">trajectory</a>'
                 if path and not _outside(path) else "-")
         rows.append(f"<tr><td>{_e(r.get('id', ''))}</td><td>{_e(r.get('mode', ''))}</td>"
-                    f"<td>{r.get('repeat', 0)}</td><td class=\"text\">{_e(shown)}</td>"
+                    f"<td>{_e(r.get('repeat', 0))}</td><td class=\"text\">{_e(shown)}</td>"
                     f"<td>{float(r.get('reward', 0.0)):.2f}</td>"
                     f"<td>{_e(r.get('finish_reason', ''))}</td><td>{link}</td></tr>")
     head = "".join(f"<th>{h}</th>" for h in

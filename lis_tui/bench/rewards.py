@@ -12,6 +12,7 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from lis_tui.bench.answers import extract_boxed, extract_choices, parse_number
+from tools import loads_model_json
 
 
 class RewardError(ValueError):
@@ -107,7 +108,7 @@ def contains(answer: str, truth: str, **_: Any) -> float:
 def json_equal(answer: str, truth: str, **_: Any) -> float:
     """The answer parses as JSON and equals the truth's JSON (spacing and key order free)."""
     try:
-        return float(json.loads(answer) == json.loads(truth))
+        return float(loads_model_json(answer) == json.loads(truth))
     except ValueError:
         return 0.0
 

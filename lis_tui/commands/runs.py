@@ -72,7 +72,7 @@ def _print_table(runs) -> None:
 def _when(created: str) -> str:
     try:
         return datetime.datetime.fromisoformat(created).astimezone().strftime("%Y-%m-%d %H:%M")
-    except ValueError:
+    except (ValueError, OverflowError):  # the run's file says when; a sandbox may have written it
         return created[:16] or "-"
 
 

@@ -206,6 +206,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(data or b"{}")
         except ValueError as exc:
             raise RequestError(400, f"the body is not JSON: {exc}") from None
+        except RecursionError:  # a nesting bomb: the client's error, not a server failure to log
+            raise RequestError(400, "the body nests too deeply to be read") from None
         if not isinstance(body, dict):
             raise RequestError(400, "the body must be a JSON object")
         return body

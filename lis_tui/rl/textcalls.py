@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from lis_tui.model_reply import ModelReply, ToolCall
+from tools import loads_model_json
 
 HERMES = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.S)
 FENCED = re.compile(r"```([A-Za-z0-9_-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
@@ -106,7 +107,7 @@ def _looks_like_call(block: str) -> bool:
 
 def _calls_in(block: str) -> list[dict]:
     try:
-        value = json.loads(block.strip())
+        value = loads_model_json(block.strip())
     except ValueError as exc:
         raise ValueError(f"it is not valid JSON ({exc})") from None
     items = value if isinstance(value, list) else [value]

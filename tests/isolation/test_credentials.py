@@ -222,6 +222,14 @@ sys.stdout.write(data.decode("latin-1"))
     ("GET /echo-headers HTTP/1.1\\r\\nHost: elsewhere.example\\r\\n\\r\\n", "421"),
     ("POST /x HTTP/1.1\\r\\nHost: {host}\\r\\nContent-Length: 4\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n0\\r\\n\\r\\n", "400"),
     ("GET http://{host}/echo-headers HTTP/1.1\\r\\nHost: {host}\\r\\n\\r\\n", "400"),
+    # A bare LF ends the head for a lenient server (Python's, nginx): the header the proxy adds
+    # after it would land in the next request, or in a body the server stores and hands back.
+    ("GET /hello HTTP/1.1\\r\\nHost: {host}\\r\\nX-A: a\\nContent-Length: 0\\n\\n"
+     "GET /smuggled HTTP/1.1\\nHost: {host}\\nX-B: b\\r\\n\\r\\n", "400"),
+    ("GET /hello HTTP/1.1\\r\\nHost: {host}\\r\\nX-A: a\\rX-B: b\\r\\n\\r\\n", "400"),
+    ("GET /hello HTTP/1.1\\r\\nHost: {host}\\r\\nX-A: a\\x00b\\r\\n\\r\\n", "400"),
+    ("GET /hello\\nX-A:b HTTP/1.1\\r\\nHost: {host}\\r\\n\\r\\n", "400"),
+    ("GET /hello HTTP/1.1\\n\\r\\nHost: {host}\\r\\n\\r\\n", "400"),
 ])
 def test_requests_the_proxy_cannot_read_safely_are_refused_unsent(servers, proxy_trust, payload, status):
     api = servers["api"]
@@ -231,6 +239,77 @@ def test_requests_the_proxy_cannot_read_safely_are_refused_unsent(servers, proxy
         r = sb.exec(["python3", "/tmp/raw.py", HOST, str(api.port), payload.format(host=api.hostport)], timeout=60)
     assert r.stdout.startswith(f"HTTP/1.1 {status} "), r.stdout + r.stderr
     assert api.requests == [] and SECRET not in r.stdout
+
+
+class _RawSink:
+    """A TLS server that answers nothing and keeps every byte it is sent: what a lenient server
+    would parse, seen exactly as the proxy wrote it."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        import socket
+        import threading
+
+        self._listener = socket.create_server((HOST, 0))
+        self.port, self.data = self._listener.getsockname()[1], b""
+        self._context = context
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self._listener.settimeout(30)
+        try:
+            conn, _ = self._listener.accept()
+            conn.settimeout(15)  # the proxy ends the connection once it refuses; this is a bound
+            with self._context.wrap_socket(conn, server_side=True) as tls:
+                while chunk := tls.recv(65536):
+                    self.data += chunk
+        except OSError:  # a timeout included: the test then sees what came, or nothing
+            pass
+
+    def close(self) -> bytes:
+        self._thread.join(30)
+        self._listener.close()
+        return self.data
+
+
+def test_a_bare_lf_in_a_chunked_trailer_is_refused_before_the_next_head(proxy_trust, test_ca):
+    """The trailer would end the message early for a lenient server, and the smuggled head's
+    Content-Length would take the proxy's next head, credential and all, as its body. The
+    server here records bytes and answers nothing, so the proxy's part alone is seen."""
+    sink = _RawSink(test_ca[1])
+    where = f"{HOST}:{sink.port}"
+    first = (f"POST /a HTTP/1.1\\r\\nHost: {where}\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
+             f"0\\r\\nX-T: a\\n\\nPOST /store HTTP/1.1\\nHost: {where}\\nContent-Length: 300\\r\\n\\r\\n")
+    then = f"GET /b HTTP/1.1\\r\\nHost: {where}\\r\\n\\r\\n"
+    spec = SandboxSpec(rootfs="host", network="on", allow_hosts=(where,),
+                       credentials=(Credential(HOST, "Authorization", f"Bearer ${{env:{ENV}}}", sink.port),))
+    try:
+        with Sandbox(spec) as sb:
+            sb.write_file("/tmp/raw.py", RAW_CLIENT.encode())
+            r = sb.exec(["python3", "/tmp/raw.py", HOST, str(sink.port), first + then], timeout=60)
+    finally:
+        seen = sink.close()
+    assert seen.startswith(b"POST /a HTTP/1.1\r\n") and f"Bearer {SECRET}".encode() in seen  # it ran
+    assert seen.count(SECRET.encode()) == 1 and b"GET /b" not in seen, seen  # no next head after it
+    assert r.stdout.startswith("HTTP/1.1 400 "), r.stdout + r.stderr
+
+
+def test_a_bare_lf_in_a_plain_request_is_refused_unsent(servers, proxy_trust):
+    """The same for plain http:// with `http = true`: nothing reaches the server."""
+    plain = servers["plain"]
+    plain.requests.clear()
+    raw = (f"GET http://{plain.hostport}/hello HTTP/1.1\\r\\nX-A: a\\nContent-Length: 0\\n\\n"
+           f"GET /smuggled HTTP/1.1\\nX-B: b\\r\\n\\r\\n")
+    client = ("import socket, sys\n"
+              "s = socket.create_connection(('127.0.0.1', 3128))\n"
+              "s.sendall(sys.argv[1].encode().decode('unicode_escape').encode())\n"
+              "sys.stdout.write(s.recv(65536).decode('latin-1'))\n")
+    with Sandbox(_spec(servers)) as sb:
+        ok = sb.exec(f"curl -sS {plain.url}/hello", timeout=60)
+        r = sb.exec(["python3", "-c", client, raw], timeout=60)
+    assert ok.stdout == "hello\n", ok.stderr  # the way through works: the refusal is the proxy's
+    assert r.stdout.startswith("HTTP/1.1 400 "), r.stdout + r.stderr
+    assert plain.requests == ["/hello"]
 
 
 def test_pipelined_requests_each_get_the_credential(servers, proxy_trust):
@@ -243,3 +322,26 @@ def test_pipelined_requests_each_get_the_credential(servers, proxy_trust):
         r = sb.exec(["python3", "/tmp/raw.py", HOST, str(api.port), one + one + last], timeout=60)
     assert r.stdout.count("HTTP/1.0 200") + r.stdout.count("HTTP/1.1 200") == 3, r.stdout + r.stderr
     assert r.stdout.count(f"Authorization: Bearer {SECRET}") == 3 and "mine" not in r.stdout
+
+
+def test_a_token_file_in_a_tree_the_sandbox_sees_is_masked_inside(servers, proxy_trust, tmp_path):
+    """`${file:PATH}` in the workspace or an input folder (or /etc under the host rootfs): the
+    sandbox runs as the user's uid, so it could read the file the proxy reads, unless masked."""
+    work, inputs = tmp_path / "ws", tmp_path / "in"
+    for folder in (work, inputs):
+        (folder / "keys").mkdir(parents=True)
+        (folder / "keys" / "token").write_text(SECRET + "\n")
+        (folder / "keys" / "other").write_text("readable\n")
+    api = servers["api"]
+    api.headers.clear()
+    credentials = (Credential(HOST, "Authorization", f"Bearer ${{file:{work}/keys/token}}", api.port),
+                   Credential(HOST, "X-Api-Key", f"${{file:{inputs}/keys/token}}", servers["other"].port))
+    spec = SandboxSpec(rootfs="host", network="on", credentials=credentials, workspace=str(work),
+                       input_dir=str(inputs), allow_hosts=(api.hostport, servers["other"].hostport))
+    with Sandbox(spec) as sb:
+        seen = sb.exec(f"ls /testbed/keys /testbed/input/keys; cat /testbed/keys/other; "
+                       f"cat /testbed/keys/token /testbed/input/keys/token; grep -r '{PATTERN}' /testbed; "
+                       f"curl -sS {api.url}/echo-headers", timeout=60)
+    assert seen.stdout.count("token") == 2 and "readable" in seen.stdout  # there, and the rest reads
+    assert seen.stdout.count(SECRET) == 1 and f"Authorization: Bearer {SECRET}" in seen.stdout, seen.stdout
+    assert _sent(api, "Authorization") == [[f"Bearer {SECRET}"]]  # the proxy still read it

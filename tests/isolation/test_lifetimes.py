@@ -184,6 +184,52 @@ def test_a_sandbox_outlives_the_thread_that_started_it():
         sb.close()
 
 
+def test_sandboxes_started_at_once_hold_no_descriptor_of_ours_and_close_ends_them_all(tmp_path):
+    """Eight sandboxes started together from short-lived threads, while other threads fork
+    processes with descriptors of their own to pass: bwrap is forked on the launcher thread with
+    pass_fds, so an inheritable canary of ours, or a sibling's pipe, would show in a pid 1's
+    /proc/1/fd. Each holds only its own pipes; close() then leaves no process of any of them."""
+    canary = tmp_path / "canary-host-file"
+    canary.write_text("host")
+    held = os.open(canary, os.O_RDONLY)
+    os.set_inheritable(held, True)  # what a careless library in our process might leave
+    started, stop = [], threading.Event()
+
+    def busy() -> None:  # concurrent Popen with pass_fds of their own, as other sandboxes' helpers do
+        while not stop.is_set():
+            r, w = os.pipe()
+            subprocess.run(["true"], pass_fds=(w,), check=True)
+            os.close(r), os.close(w)
+
+    churn = [threading.Thread(target=busy) for _ in range(2)]
+    workers = [threading.Thread(target=lambda: started.append(Sandbox().start())) for _ in range(8)]
+    try:
+        for t in churn + workers:
+            t.start()
+        for t in workers:
+            t.join(120)
+        assert len(started) == 8
+        time.sleep(0.3)  # a parent-death signal armed on the finished threads has fired by now
+        fds = [sb.exec("for f in /proc/1/fd/*; do readlink $f; done").stdout.split() for sb in started]
+        assert all(sb.running for sb in started) and len({sb.pid for sb in started}) == 8
+    finally:
+        stop.set()
+        for t in churn:
+            t.join(30)
+        os.close(held)
+        markers = [sb._record.marker for sb in started]  # noqa: SLF001
+        for sb in started:
+            sb.close()
+    for seen in fds:
+        assert seen and all(link.startswith(("pipe:", "/dev/null")) for link in seen), seen
+        assert len(seen) <= 4, seen  # stdin, stdout, stderr (and the shell's own script fd)
+    assert all(str(canary) not in " ".join(seen) for seen in fds)
+    deadline = time.monotonic() + 10
+    while any(_ours_marked(m) for m in markers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_ours_marked(m) for m in markers)
+
+
 def test_a_scratch_whose_background_removal_was_cut_short_is_swept(tmp_path):
     record = records.Record(tmp_path)
     (record.dir / "testbed" / "deep").mkdir(parents=True)

@@ -123,6 +123,13 @@ def test_a_link_never_leaves_the_run_folder_and_long_answers_are_cut(tmp_path):
     assert "href" not in page and "y" * 300 + "…" in page and "y" * 301 not in page
 
 
+def test_every_episode_cell_is_escaped_even_a_number_that_is_not_one(tmp_path):
+    """results.jsonl is data a person may edit or be handed: `repeat` went into the page raw."""
+    write_reports([dict(RECORDS[0], repeat="<img src=x onerror=alert(1)>")], tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
 def test_all_zero_and_empty_charts_say_so():
     zero = bar_chart("Capability", ["computation"], {"sandbox": [0.0]}, percent=True)
     assert "All values are 0" in zero and "No data" not in zero

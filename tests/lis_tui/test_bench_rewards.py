@@ -186,3 +186,13 @@ def test_bench_refuses_judge_tasks_without_a_judge(tmp_path):
                            "--output", str(tmp_path / "o")], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[2], timeout=60)
     assert proc.returncode == 2 and "--judge-model" in proc.stderr
+
+
+def test_a_nesting_bomb_from_the_model_scores_zero_and_counts_no_capability():
+    """The answer and the tool arguments are the model's: nested past the parser's limit they
+    are just wrong, not a RecursionError in the scorer or in the capability count."""
+    from lis_tui.bench.capability import classify
+
+    task = Task(id="j", problem_statement="p", ground_truth='{"a": 1}', reward="json")
+    assert score("[" * 100_000, task) == 0.0
+    assert classify("execute_bash", "[" * 100_000) == set()

@@ -197,3 +197,39 @@ def test_http_sessions_that_vanish_lose_their_sandbox_once_idle(tmp_path):
     assert "still here" in said  # a call longer than the idle timeout is not idleness
     assert running  # the client left, its sandbox was still there...
     assert not left and alive  # ...until the reaper removed it, the server still serving
+
+
+def test_a_reaped_session_id_makes_no_new_sandbox_and_a_begun_request_is_never_reaped():
+    """The reaper decides and takes a session out under one lock: a request of that id that
+    arrives a moment later is refused (404), where it used to get a fresh sandbox that nobody
+    would end before the next reap; a request begun first keeps its sandbox."""
+    from types import SimpleNamespace
+
+    from isolation import SandboxSpec
+    from lis_tui.mcp_server import SandboxTools, Sessions
+
+    made: list[SandboxTools] = []
+
+    def make() -> SandboxTools:
+        made.append(SandboxTools(SandboxSpec()))
+        return made[-1]
+
+    def ctx(session_id: str):  # what the SDK hands a tool call: its HTTP request's headers
+        return SimpleNamespace(request=SimpleNamespace(headers={"mcp-session-id": session_id}))
+
+    sessions = Sessions(make, idle_timeout=0.01)
+    try:
+        for sid in ("idle", "busy"):
+            assert sessions.begin(sid)
+            sessions.tools_for(ctx(sid)).call("execute_bash", {"command": "true"})
+            sessions.done(sid)
+        time.sleep(0.05)
+        assert sessions.begin("busy")  # a request of "busy" is in flight while the reaper runs
+        assert sessions.reap() == ["idle"]
+        assert sessions.begin("idle") is False
+        with pytest.raises(RuntimeError, match="ended after being idle"):
+            sessions.tools_for(ctx("idle"))
+        assert len(made) == 2 and made[0]._sandbox is None  # noqa: SLF001 (closed, none made)
+        assert made[1].call("execute_bash", {"command": "echo on"}).output.strip() == "on"
+    finally:
+        sessions.close()

@@ -226,6 +226,15 @@ def test_a_token_is_required(tmp_path):
         assert code == 201 and json.loads(answer)["env_id"]
 
 
+def test_a_nesting_bomb_is_a_bad_request_not_a_server_failure(tmp_path):
+    with serve(tmp_path) as served:
+        code, answer = curl(f"{served.url}/envs", "-X", "POST", "-d", '{"task": ' + "[" * 100_000,
+                            "-H", f"Authorization: Bearer {TOKEN}")
+        assert code == 400 and "nests too deeply" in json.loads(answer)["error"], answer
+        assert served.client.health()["status"] == "ok"
+    assert "Traceback" not in "".join(served.stderr)
+
+
 def test_generated_token_is_printed_and_demanded(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "LIS_ENV_TOKEN"}
     proc = subprocess.Popen([sys.executable, "-m", "lis_tui.cli", "env", "serve", "--port", "0"],

@@ -85,3 +85,10 @@ def test_openai_message_without_tool_calls_is_read_as_text():
 def test_what_is_no_assistant_message_is_a_client_error(bad):
     with pytest.raises(AssistantError):
         parse_assistant(bad)
+
+
+def test_a_nesting_bomb_in_a_block_is_a_format_error_not_a_crash():
+    reply = parse_assistant('<tool_call>{"name": "execute_bash", "arguments": ' + "[" * 100_000 + "</tool_call>")
+    assert reply.tool_calls == [] and "nested too deeply" in reply.format_error
+    fenced = parse_assistant('```json\n{"name": "execute_bash", "arguments": ' + "{\"a\": " * 100_000 + "\n```")
+    assert fenced.tool_calls == [] and "not valid JSON" in fenced.format_error

@@ -363,3 +363,15 @@ def test_the_observation_flag_sets_the_format_over_the_config(tmp_path, config, 
     assert ("\\[STDERR]\noops\n" in second) is paper, second
     assert ("Steps Remaining: 99" in second) is paper, second
     assert "oops" in second and "hi" in second
+
+
+def test_a_nesting_bomb_in_tool_arguments_is_answered_to_the_model_not_the_end_of_the_run(tmp_path):
+    """A hostile model's arguments nested 100,000 deep raised RecursionError out of the agent
+    loop: the run ended in an error. Now the model is told, and the run goes on."""
+    script = [reply(tool_calls=[call("execute_bash", "[" * 100_000)]),
+              reply(tool_calls=[bash("echo 42 > /testbed/output/answer.txt")]), submit()]
+    with FakeOpenAI(script) as server:
+        done = lis_run(tmp_path, server.base_url, "go")
+        told = server.chat_requests[1].tool_outputs[-1]
+    assert (done.returncode, done.stdout) == (0, "42\n"), done.stderr[-2000:]
+    assert "nested too deeply" in told and "RecursionError" not in done.stderr

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fakes.hostile import HOSTILE, SHOWN, raw_in
 from fakes.openai_server import FakeOpenAI, error, reply
 from lis_tui.events import RunFinished, RunStarted, RunUsage, StepFinished, StepRecord
@@ -17,12 +19,12 @@ REPO = Path(__file__).resolve().parents[2]
 QUICK = '[model]\nmodel = "tiny-model"\nmax_retries = 1\nretry_base_delay = 0.001\nretry_max_delay = 0.01\n'
 
 
-def lis(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def lis(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LIS_MODEL")}
     env.update(PYTHONPATH=str(REPO), XDG_CONFIG_HOME=str(tmp_path / "xdg"),
                XDG_STATE_HOME=str(tmp_path / "state"), COLUMNS="200")
     return subprocess.run([sys.executable, "-m", "lis_tui.cli", *args], cwd=tmp_path / "project", env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
 
 
 def made_runs(tmp_path: Path) -> list[dict]:
@@ -110,3 +112,52 @@ def test_the_head_reader_agrees_with_the_whole_file_and_skips_what_is_not_a_run(
     assert [r.task for r in runs] == ["pretty", "t"] or [r.task for r in runs] == ["t", "pretty"]
     assert {r.steps for r in runs} == {40}
     assert find_run("2222", [tmp_path]) == pretty and find_run("20260102", [tmp_path]) == run
+
+
+
+@pytest.mark.sandbox
+def test_hostile_run_folders_from_a_sandbox_and_special_files_are_skipped_quickly(tmp_path):
+    """A workspace applied into ./lis-output can bring run folders the sandbox made: a head line
+    of megabytes with no end, and a nesting bomb, come through a real apply. A fifo or a link to
+    /dev/zero as trajectory.json (apply refuses those, so they are planted here) would block the
+    listing or fill memory. `runs` lists only the real run, and `replay` says what is wrong."""
+    from isolation import Sandbox, SandboxSpec
+
+    project = tmp_path / "project"
+    project.mkdir()
+    long_head, bomb, fifo, zero = (f"2026010{n}T000000Z-{c * 6}" for n, c in ((5, "a"), (6, "b"), (7, "c"), (8, "d")))
+    script = (f"cd /testbed && mkdir -p lis-output/{long_head} lis-output/{bomb} && "
+              f"{{ echo '{{'; head -c 6000000 /dev/zero | tr '\\0' x; }} > lis-output/{long_head}/trajectory.json && "
+              f"python3 -c 'import sys; sys.stdout.write(\"[\" * 200000)' > lis-output/{bomb}/trajectory.json")
+    with Sandbox(SandboxSpec(rootfs="host", workspace=str(project))) as sb:
+        made = sb.exec(["bash", "-c", script], timeout=60)
+        assert made.exit_code == 0, made.stderr
+        applied = sb.apply()
+    assert len([c for c in applied if c.path.endswith("trajectory.json")]) == 2
+    runs = project / "lis-output"
+    assert (runs / long_head / "trajectory.json").stat().st_size > 5_000_000
+    for name, make in ((fifo, os.mkfifo), (zero, lambda p: os.symlink("/dev/zero", p))):
+        (runs / name).mkdir()
+        make(runs / name / "trajectory.json")
+    write_run(runs, "20260104T000000Z-eeeeee", "the real one", "42")
+    listed = lis(tmp_path, "runs", "--json", timeout=30)
+    assert listed.returncode == 0, listed.stderr
+    assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == ["eeeeee"]
+    for name, says in ((fifo, "not a regular file"), (zero, "not a regular file"),
+                       (long_head, "cannot read"), (bomb, "cannot read")):
+        replayed = lis(tmp_path, "replay", f"lis-output/{name}", timeout=30)
+        assert replayed.returncode != 0 and says in replayed.stderr, (name, replayed.stderr)
+
+
+def test_fields_of_the_wrong_type_in_a_run_file_are_shown_not_fatal(tmp_path):
+    """Every field of a trajectory a sandbox made may hold anything: steps as text, a list for
+    the finish reason, a date no clock can show. `runs` lists it as best it can."""
+    runs = tmp_path / "project" / "lis-output"
+    for name, doc in (("20260101T000000Z-aaaaaa", {"task": "steps", "totals": {"steps": "many"}}),
+                      ("20260102T000000Z-bbbbbb", {"task": "reason", "finish_reason": ["x"]}),
+                      ("20260103T000000Z-cccccc", {"task": "date", "created": "9999-12-31T23:59:59-23:59"})):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "trajectory.json").write_text(json.dumps({**doc, "steps": []}))
+    done = lis(tmp_path, "runs")
+    assert done.returncode == 0, done.stderr
+    assert all(word in done.stdout for word in ("aaaaaa", "bbbbbb", "cccccc", "['x']")), done.stdout

@@ -58,6 +58,21 @@ def test_a_fifo_link_or_folder_planted_as_the_file_neither_hangs_nor_is_followed
     assert apart.run("cat /tmp/target").output == "keep"
 
 
+@pytest.mark.parametrize("target", ["/proc/self/environ", "/proc/thread-self/environ", "/dev/zero",
+                                    "/tmp/fifo", "/tmp/sparse"])
+def test_a_link_the_command_leaves_at_its_stderr_file_reads_nothing_of_ours(apart, target, monkeypatch):
+    """The command itself swaps its stderr file for a link, read after it ends from our process:
+    /proc/self there would be lis-tui's own (its environment holds API keys) if the walk left the
+    sandbox's pid namespace; a device or fifo would block or never end; a sparse file is huge."""
+    monkeypatch.setenv("LIS_AUDIT_MARK", "host-env-7c1e")
+    err = apart._err_file  # noqa: SLF001 (the attack needs the name)
+    r = apart.run(f"mkfifo /tmp/fifo 2>/dev/null; truncate -s 6G /tmp/sparse; echo x >&2; "
+                  f"rm -f {err} && ln -s {target} {err} && readlink {err}", timeout=10)
+    assert (r.output, r.exit_code, r.timed_out) == (target, 0, False)  # the link was in place
+    assert "host-env-7c1e" not in (r.stderr or "") and "PATH=" not in (r.stderr or "")
+    assert len(r.stderr or "") < 2200
+
+
 def test_the_default_shell_interleaves_as_a_terminal_does(sb):
     with Shell(sb) as shell:
         r = shell.run("echo out; echo err >&2")

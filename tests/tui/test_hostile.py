@@ -148,3 +148,25 @@ def test_a_hostile_server_error_is_a_safe_notice_and_toast(tmp_path):
         assert_safe(shown)
     assert running and f"boom {VISIBLE}" in notices[0] and f"boom {VISIBLE}" in toasts[0]
     assert MARKUP in screen.split("The run failed", 2)[-1]  # the toast, as written
+
+
+def test_a_replayed_file_with_fields_of_the_wrong_type_is_drawn_not_fatal(tmp_path):
+    """A trajectory a sandbox made (a workspace applied into ./lis-output) may put anything in
+    any field: a list for the text, a dict for the arguments, text for the step number."""
+    (tmp_path / "trajectory.json").write_text(json.dumps({
+        "task": {"not": "text"}, "tools": "abc", "follow_ups": 7, "finish_reason": ["submitted"],
+        "answer": {"a": 1}, "duration": "long", "steps": [
+            "not a step",
+            {"step": "one", "text": ["x", HOSTILE], "usage": {"prompt_tokens": "many"},
+             "tool_calls": [{"id": 1, "name": None, "arguments": {"command": "ls"}, "output": [HOSTILE],
+                             "exit_code": "0", "duration": "1s"}, "junk"]}]}))
+
+    async def replayed():
+        app = create_app(replay=load_trajectory(tmp_path))
+        async with app.run_test(size=BIG) as pilot:
+            await pilot.pause(0.3)
+            return on_screen(app), app.is_running
+
+    screen, running = run(replayed())
+    assert_safe(screen)
+    assert running and "command" in screen, screen
