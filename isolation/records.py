@@ -21,12 +21,15 @@ import queue
 import secrets
 import signal
 import threading
+import time
 from pathlib import Path
 
 from .rootfs.safe import remove_tree
 from .spec import SandboxError
 
 log = logging.getLogger(__name__)
+NEW_RECORD_GRACE = 30.0
+"""Seconds an unnamed record (`.ID.new`) is left to its maker before a sweep takes it as dead."""
 # The directories a start makes in a scratch (layout.plan), deepest first. Most sandboxes leave
 # them empty, and removing one by name is one rmdir, where the walk costs a dozen calls.
 _USUAL_LAYERS = ("testbed/output", "testbed/input", "testbed/documents", "testbed", "root", "upper", "work/work",
@@ -163,10 +166,16 @@ def sweep(root: Path | None = None) -> int:
     root = root or scratch_root()
     swept = 0
     # ".ID.new": an owner that died between making its record and naming it; nothing ran yet.
+    # A young one may be an owner between its open and its flock (another process starting a
+    # sandbox right now): taking its lock first would pull the record from under it.
+    young = time.time() - NEW_RECORD_GRACE
     for lock_path in [*root.glob("*.lock"), *root.glob(".*.new")]:
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CLOEXEC)
         except OSError:
+            continue
+        if lock_path.suffix == ".new" and os.fstat(fd).st_mtime > young:
+            os.close(fd)
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

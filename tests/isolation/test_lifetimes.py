@@ -107,6 +107,7 @@ def test_kill_9_during_start_leaves_nothing_after_the_next_start(tmp_path, monke
     left = [p for p in _ours_marked("lis-sandbox-") if any(f"lis-sandbox-{i}" in _cmdline(p) for i in ids)]
     left += [p for p in _ours_marked(str(scratch)) if p not in left]
     monkeypatch.setenv("LIS_SCRATCH", str(scratch))
+    monkeypatch.setattr(records, "NEW_RECORD_GRACE", 0.0)  # every maker here is dead already
     records.sweep()
     with Sandbox() as sb:  # a start sweeps too; this one must work
         assert sb.exec("echo ok").stdout == "ok\n"
@@ -250,3 +251,16 @@ def test_closed_sandboxes_leave_nothing_in_the_scratch_once_released(tmp_path, m
         assert not scratch.exists()
     records.wait_released()
     assert list((tmp_path / "scratch").iterdir()) == []
+
+
+def test_a_sweep_leaves_a_record_being_made_to_its_maker(tmp_path):
+    # Another process's start, between creating its `.ID.new` and locking it, looks dead to a
+    # sweep for that instant: taking it then failed the start ("No such file ... ID.lock").
+    making = tmp_path / ".0123456789ab.new"
+    making.write_text("")
+    records.sweep(tmp_path)
+    assert making.exists()
+    old = time.time() - records.NEW_RECORD_GRACE - 1
+    os.utime(making, (old, old))  # a maker that died long ago: nothing ran, it is swept
+    records.sweep(tmp_path)
+    assert not making.exists()
