@@ -21,13 +21,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "isolation")]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests" / "isolation")]
 
 from isolation import Sandbox, SandboxSpec  # noqa: E402
 from isolation.net.ca import SandboxCA  # noqa: E402
 from isolation.net.credentials import Credential  # noqa: E402
 from isolation.net.proxy import default_proxy  # noqa: E402
 from netfixtures import HOST, make_test_ca  # noqa: E402
+from network_bench import _p50_p90  # noqa: E402
 
 SERVER = r'''
 import http.server, os, ssl, sys
@@ -120,11 +121,6 @@ def mcp_rows(tmp: Path, calls: int) -> list[tuple[str, str, str]]:
         box.close()
     return [("execute_bash `true`, Toolbox.dispatch in-process (p50 / p90)", _p50_p90(direct), "baseline"),
             ("execute_bash `true`, MCP over stdio (p50 / p90)", _p50_p90(over_mcp), "target p50 <= 5 ms")]
-
-
-def _p50_p90(times: list[float]) -> str:
-    times = sorted(times)
-    return f"{times[len(times) // 2]:.2f} / {times[int(len(times) * 0.9)]:.2f} ms"
 
 
 def main() -> None:
