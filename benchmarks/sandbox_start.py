@@ -16,11 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from isolation import Sandbox, bwrap  # noqa: E402
 from isolation.bwrap import Special  # noqa: E402
 from isolation.spawn.helper import IDLE  # noqa: E402
+from proctree import pss_kib  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -93,14 +95,6 @@ def time_joined_exec(runs: int) -> dict[str, tuple[list[float], float]]:
             walls.append(time.perf_counter() - start)
         before = (walls, (self_cpu() - cpu0 + children_cpu() - c0) / runs)
     return {"before": before, "ours": ours}
-
-
-def pss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    return 0
 
 
 def sandbox_pids(sb: Sandbox) -> list[int]:
