@@ -19,6 +19,9 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # No PIP_USER: pip already falls back to a user install when site-packages is read-only, and
 # PIP_USER=1 would break `pip install` in every venv the model makes ("Can not perform a '--user'
 # install"); PIP_BREAK_SYSTEM_PACKAGES lets it past PEP 668, which guards a tree we cannot touch anyway.
+TOOLS_DIR = "/tmp/lis"
+"""The tools' own folder (the shell's command files and output logs), made with /tmp's tmpfs so
+that a shell's start runs no `mkdir` (the shell makes it again if the model removes it)."""
 SHIMS = "/run/lis-tui/bin"
 HOST_PATH = f"/root/.local/bin:{SHIMS}:{PATH}"
 HOST_ENV = {"PIP_ROOT_USER_ACTION": "ignore", "PIP_BREAK_SYSTEM_PACKAGES": "1", "NPM_CONFIG_PREFIX": "/root/.local"}
@@ -84,6 +87,7 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dic
     tmp = spec.limits.tmp_size if info.version >= (0, 10) else None  # bwrap's --size came in 0.10
     mounts += [Special("proc", "/proc"), Bind("/dev/null", "/proc/keys"), Bind("/dev/null", "/proc/key-users"),
                Special("dev", "/dev"), Special("tmpfs", "/tmp", tmp), Special("tmpfs", "/run", tmp and min(tmp, 64 << 20))]
+    mounts.append(Special("dir", TOOLS_DIR))
     if root_dir is None:  # after /run's tmpfs, which holds its mount point
         from .records import state_dir  # noqa: PLC0415 (records imports the rootfs store)
 

@@ -12,8 +12,7 @@ import select
 import subprocess
 import time
 
-WORK_DIR = "/tmp/lis"
-
+from isolation.layout import TOOLS_DIR as WORK_DIR
 
 _ESCAPES = {i: f"\\x{i:02x}" for i in (*range(0x20), 0x7F)}
 _ESCAPES.update({0: None, ord("\\"): "\\\\", ord("'"): "\\'", ord("\n"): "\\n", ord("\t"): "\\t"})

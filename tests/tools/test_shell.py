@@ -91,6 +91,13 @@ def test_plain_exit_starts_a_fresh_shell_in_the_last_cwd(shell):
     assert r.output == "/tmp/here\n[]\nbg-alive"
 
 
+def test_the_tools_folder_comes_with_the_sandbox_and_again_when_removed(sandbox):
+    assert sandbox.exec("test -d /tmp/lis").exit_code == 0  # a shell's start runs no mkdir
+    with Shell(sandbox) as sh:
+        run(sh, "rm -rf /tmp/lis")
+        assert run(sh, "echo back").output == "back"
+
+
 def test_set_e_failure_ends_the_shell_and_says_so(shell):
     r = run(shell, "set -e; false")
     assert r.exit_code == 1 and "The shell exited" in r.output
