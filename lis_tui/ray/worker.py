@@ -8,6 +8,8 @@ so they are answered while every slot is busy.
 """
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import socket
 import tempfile
@@ -21,6 +23,9 @@ from isolation import SandboxSpec
 from lis_tui.bench.episode import Episode, EpisodeContext, run_episode
 from lis_tui.config import Config
 from lis_tui.ray.parcel import RootfsParcel, pack_folder, unpack_rootfs, unpack_task
+
+
+SCRATCH_PREFIX = "lis-ray-"
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ class EpisodeWorker:
     def __init__(self, setup: WorkerSetup) -> None:
         self.setup = setup
         self.ctx: EpisodeContext | None = None
-        self.scratch = Path(tempfile.mkdtemp(prefix="lis-ray-"))
+        self.scratch, self._lock = _own_scratch()
         self.label = node_label()
 
     @ray.method(concurrency_group="control")
@@ -83,9 +88,12 @@ class EpisodeWorker:
         assert ctx is not None, "prepare() first"
         if hasattr(ctx, "take_raw"):
             ctx._local.recorder = None  # an episode that crashes before its agent has none
-        with tempfile.TemporaryDirectory(prefix="task-", dir=self.scratch) as files:
-            task = unpack_task(episode.task, folders, Path(files))
-            record = run_episode(replace(episode, task=task), ctx)
+        if folders is None:
+            record = run_episode(episode, ctx)
+        else:
+            with tempfile.TemporaryDirectory(prefix="task-", dir=self.scratch) as files:
+                task = unpack_task(episode.task, folders, Path(files))
+                record = run_episode(replace(episode, task=task), ctx)
         raw = ctx.take_raw() if hasattr(ctx, "take_raw") else None
         folder = self.scratch / "episodes" / episode.folder
         files_out = pack_folder(folder) if folder.is_dir() else {}
@@ -107,6 +115,43 @@ class EpisodeWorker:
             self.ctx.cancel(hard=True)
             self.ctx.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _own_scratch() -> tuple[Path, int]:
+    """A new folder for this worker's episodes, and the descriptor of its lock (held while the
+    worker lives); first, the folders of workers that died without `close` are removed.
+
+    It is in RAM (/dev/shm) where there is one: each episode's folder is read into memory and
+    removed as soon as the episode ends, so RAM holds it for a moment anyway, while on disk
+    making and removing thousands of them costs the file system more than the episodes' own
+    writes (ext4 looks past recently freed inodes)."""
+    parent = Path("/dev/shm") if os.access("/dev/shm", os.W_OK | os.X_OK) else Path(tempfile.gettempdir())
+    for old in parent.glob(f"{SCRATCH_PREFIX}*"):
+        _remove_if_dead(old)
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent))
+    # Locked before it has its name: a sweep never finds this folder's lock free while we live.
+    lock = os.open(scratch / ".lock.new", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    os.rename(scratch / ".lock.new", scratch / ".lock")
+    return scratch, lock
+
+
+def _remove_if_dead(scratch: Path) -> None:
+    """Remove another worker's folder if nothing holds its lock (a folder of another user, one
+    still being made (no lock yet), or a live worker's is left alone)."""
+    try:
+        if scratch.is_symlink() or scratch.stat().st_uid != os.getuid():
+            return
+        lock = os.open(scratch / ".lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return  # its worker lives
+    finally:
+        os.close(lock)
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _doctor_problem() -> str:

@@ -179,10 +179,19 @@ def wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+def worker_folders() -> set[Path]:
+    from lis_tui.ray.worker import SCRATCH_PREFIX
+
+    return {p for parent in (Path("/dev/shm"), Path(tempfile.gettempdir()))
+            for p in parent.glob(f"{SCRATCH_PREFIX}*")}
+
+
 def test_episodes_spread_over_both_nodes_and_the_rootfs_reaches_each_by_content(env, tmp_path):
     tasks = write_tasks(tmp_path / "tasks.jsonl", 8)
+    folders = worker_folders()
     with FakeOpenAI(default=marker_model(0.2)) as server:
         _, outcome = bench(env, server, tasks, tmp_path / "out")
+    assert worker_folders() <= folders  # the workers' folders went with them
     assert not outcome.interrupted and len(outcome.results) == 8
     assert all(r["correct"] for r in outcome.results), outcome.results  # the shipped rootfs ran
     assert sorted(keys(tmp_path / "out")) == sorted(f"t{i}|sandbox|0" for i in range(8))
@@ -358,3 +367,31 @@ def test_a_task_folder_on_the_driver_travels_with_its_episode(env, tmp_path):
     assert all(r["correct"] for r in outcome.results)
     outputs = [t for r in server.chat_requests for t in r.tool_outputs]
     assert len(outputs) == 4 and all("inline too" in t for t in outputs)  # inline files too
+
+
+def test_a_dead_workers_folder_goes_with_the_next_worker_and_a_live_ones_stays():
+    from lis_tui.ray.worker import _own_scratch
+
+    made = "import sys; from lis_tui.ray.worker import _own_scratch; print(_own_scratch()[0])"
+    child = {**os.environ, "PYTHONPATH": str(ROOT)}
+    dead = Path(subprocess.run([sys.executable, "-c", made], capture_output=True, text=True,
+                               env=child, check=True).stdout.strip())
+    assert dead.is_dir() and (dead / ".lock").is_file()  # its worker died without close()
+    (dead / "episodes").mkdir()
+    live = subprocess.Popen([sys.executable, "-c", made + "; sys.stdout.flush(); sys.stdin.read()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child)
+    try:
+        alive = Path(live.stdout.readline().strip())
+        mine, lock = _own_scratch()
+        try:
+            assert not dead.exists()
+            assert alive.is_dir() and mine.is_dir()
+            if os.access("/dev/shm", os.W_OK):
+                assert mine.parent == Path("/dev/shm")  # in RAM: no file system churn
+        finally:
+            shutil.rmtree(mine)
+            os.close(lock)
+    finally:
+        live.stdin.close()
+        live.wait()
+        shutil.rmtree(alive, ignore_errors=True)
