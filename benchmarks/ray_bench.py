@@ -9,6 +9,7 @@ real sandbox, shell, agent and openai client. Three ways, each round in turn:
 - local: BenchRunner's threads in this process (--slots at once);
 - ray 1 node: a Ray cluster of one node (`ray.cluster_utils.Cluster`, --node-cpus CPUs) whose
   one worker holds --slots episodes;
+- ray 1 node, 2 workers: the same node, a worker process per half its CPUs (--ray-worker-cpus);
 - ray 2 nodes: two nodes of --node-cpus CPUs each, --slots / 2 episodes per worker.
 Rates are steady-state: episodes finished after the first one, over the time between the first
 result and the last (the workers' start, ~1-3 s per run for doctor and imports, is shown apart).
@@ -20,10 +21,13 @@ are shown too (they move with the machine's load more than the overhead does).
 
 The scaling model: the local runner runs every episode's Python (agent loop, JSON, the openai
 client, the shell relay) in one process, so it is bound by one core's GIL however many cores the
-machine has; a Ray worker is a process of its own per node (or per N cores), so its episodes'
-Python runs in parallel with the others'. On a 2-core machine that also runs the scripted server
-and Ray's own daemons, there is no spare core for Ray to win; on a many-core machine each extra
-worker process adds about one local runner's throughput.
+machine has; a Ray worker is a process of its own (one per --ray-worker-cpus of a node's CPUs),
+so its episodes' Python runs in parallel with the others'. The benchmark measures the bound: the
+CPU the local runner's own process spends per episode (user + system, steady state; Python holds
+the GIL for most of it) puts its ceiling near 1000 / that many episodes/s on any machine, and
+the whole machine's CPU per episode says how many cores it takes to reach it. On a 2-core
+machine that also runs the scripted server and Ray's own daemons there is no spare core for Ray
+to win; on a many-core machine each worker process adds up to one such ceiling.
 """
 from __future__ import annotations
 
@@ -65,19 +69,30 @@ def _instrument() -> None:
     ray_cluster.ClusterRun._dispatch, ray_cluster.ClusterRun._finished = timed_dispatch, timed_finished
 
 
+def cpu_ms() -> tuple[float, float]:
+    """(this process's, the whole machine's) CPU time so far, in ms."""
+    tick = os.sysconf("SC_CLK_TCK")
+    mine = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+    busy = [int(v) for v in open("/proc/stat").readline().split()[1:]]
+    return 1000 * (int(mine[11]) + int(mine[12])) / tick, 1000 * (sum(busy) - busy[3] - busy[4]) / tick
+
+
 def timed_run(base_url: str, count: int, out: Path, slots: int, ray: RayOptions | None) -> dict:
-    """Wall time, steady rate and worker start of one bench run."""
+    """Wall time, steady rate, worker start and CPU per steady episode of one bench run."""
     config = load_config(env={}, paths=[], overrides={
         "model.base_url": base_url, "model.model": "m", "model.max_retries": 3,
         "model.retry_base_delay": 0.05, "model.timeout": 300.0})
     runner = BenchRunner(tasks(count), config, SandboxSpec(rootfs="host"),
                          BenchOptions(output=out, concurrency=slots, progress=None, ray=ray))
     ends: list[float] = []
+    cpu: list[tuple[float, float]] = []  # at the first result and at the last
     keep = runner.keep
 
     def timed_keep(*args, **kwargs):  # when each result reaches the driver
         keep(*args, **kwargs)
         ends.append(time.perf_counter())
+        if len(ends) in (1, count):
+            cpu.append(cpu_ms())
     runner.keep = timed_keep
     started = time.perf_counter()
     outcome = runner.run()
@@ -88,8 +103,11 @@ def timed_run(base_url: str, count: int, out: Path, slots: int, ray: RayOptions 
     first_wall = min(r["wall_time"] for r in outcome.results)
     trips = [TRIPS[r["key"]][1] - r["wall_time"] for r in outcome.results if r["key"] in TRIPS]
     TRIPS.clear()
+    steady_episodes = max(len(ends) - 1, 1)
     return {"wall": wall, "rate": steady, "start": ends[0] - started - first_wall,
-            "overhead": statistics.median(trips) if trips else None}
+            "overhead": statistics.median(trips) if trips else None,
+            "driver_cpu": (cpu[-1][0] - cpu[0][0]) / steady_episodes,
+            "machine_cpu": (cpu[-1][1] - cpu[0][1]) / steady_episodes}
 
 
 class Clusters:
@@ -122,8 +140,12 @@ def main() -> None:
     _instrument()
     clusters = Clusters(args.node_cpus)
     ways = {"local threads": None,
-            "ray 1 node": RayOptions(clusters.one.address, cpus=args.node_cpus / args.slots),
-            "ray 2 nodes": RayOptions(clusters.two.address, cpus=2 * args.node_cpus / args.slots)}
+            "ray 1 node": RayOptions(clusters.one.address, cpus=args.node_cpus / args.slots,
+                                     worker_cpus=args.node_cpus),
+            "ray 1 node, 2 workers": RayOptions(clusters.one.address, cpus=args.node_cpus / args.slots,
+                                                worker_cpus=args.node_cpus / 2),
+            "ray 2 nodes": RayOptions(clusters.two.address, cpus=2 * args.node_cpus / args.slots,
+                                      worker_cpus=args.node_cpus)}
     runs: dict[str, list[dict]] = {name: [] for name in ways}
     alone: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp, scripted_server() as (url, _):
@@ -133,7 +155,8 @@ def main() -> None:
                 n += 1
                 runs[name].append(timed_run(url, args.episodes, Path(tmp) / f"r{n}", args.slots, ray))
         for name in ("local threads", "ray 1 node"):
-            ray = ways[name] and RayOptions(ways[name].address, cpus=ways[name].cpus, concurrency=1)
+            ray = ways[name] and RayOptions(ways[name].address, cpus=ways[name].cpus,
+                                            worker_cpus=args.node_cpus, concurrency=1)
             alone[name] = timed_run(url, args.sequential, Path(tmp) / f"s{name[:3]}", 1, ray)
     clusters.close()
     report(args, runs, alone)
@@ -153,6 +176,13 @@ def report(args: argparse.Namespace, runs: dict[str, list[dict]], alone: dict[st
               f"{start:.2f} |" if name != "local threads" else
               f"| {name} | {med:.1f} ({min(rates):.1f}-{max(rates):.1f}) | 1.00x | - |")
     per = {name: 1 / r["rate"] if r["rate"] else float("nan") for name, r in alone.items()}
+    local = runs["local threads"]
+    driver = statistics.median(r["driver_cpu"] for r in local)
+    machine = statistics.median(r["machine_cpu"] for r in local)
+    print(f"\nlocal threads, CPU per episode: {driver:.1f} ms in the runner's own process (its "
+          f"GIL caps it near {1000 / driver:.0f} episodes/s on any machine), {machine:.1f} ms on "
+          f"the whole machine (so about {machine / driver:.1f} cores reach that cap; a Ray worker "
+          f"process per that many cores goes past it)")
     print(f"\none at a time ({args.sequential} episodes): local {1000 * per['local threads']:.1f} "
           f"ms/episode, ray {1000 * per['ray 1 node']:.1f} ms/episode; Ray overhead per episode "
           f"(round trip minus the episode's own time, median): "

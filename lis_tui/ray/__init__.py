@@ -3,8 +3,8 @@
     BenchRunner(tasks, config, spec, BenchOptions(output=out, ray="auto")).run()
     BenchRunner(..., BenchOptions(output=out, ray=RayOptions("10.0.0.1:6379", cpus=0.5)))
 
-Each node gets one long-lived actor (`worker.EpisodeWorker`) holding a pool of episodes, each in
-a sandbox of that node; the driver only schedules, writes results.jsonl and shows progress
+Each node gets long-lived actors (`worker.EpisodeWorker`, one per `worker_cpus` of its CPUs)
+holding a pool of episodes, each in a sandbox of that node; the driver only schedules, writes results.jsonl and shows progress
 (`cluster.run_on_cluster`). A directory rootfs travels by content hash (`parcel`). Nothing here
 is imported unless --ray (or `ray=`) is given, and Ray itself only then.
 """
@@ -33,6 +33,9 @@ class RayOptions:
     started here; or a cluster's address (HOST:PORT, ray://HOST:PORT)."""
     cpus: float = 0.25
     """Ray CPUs each episode reserves (episodes mostly wait on the model: 4 per core by default)."""
+    worker_cpus: float = 4.0
+    """Ray CPUs per worker process: a node gets one worker per this many of its CPUs (at least
+    one), since one process's Python keeps about four cores busy before its GIL is full."""
     concurrency: int | None = None
     """Most episodes at once over the whole cluster; None: as many as the nodes' CPUs allow."""
     max_retries: int = 2
@@ -43,6 +46,8 @@ class RayOptions:
     def __post_init__(self) -> None:
         if not self.cpus > 0:
             raise ValueError("--ray-cpus must be more than 0 (e.g. 0.25: four episodes per CPU)")
+        if not self.worker_cpus > 0:
+            raise ValueError("--ray-worker-cpus must be more than 0 (e.g. 4: a worker per 4 CPUs)")
         if self.max_retries < 0:
             raise ValueError("--max-retries must be 0 or more")
         if self.concurrency is not None and self.concurrency < 1:

@@ -16,14 +16,18 @@ def _address(value: str) -> str:
 
 
 def add_ray_flags(parser: argparse.ArgumentParser) -> None:
-    """--ray, --ray-cpus, --max-retries, --rootfs-dir."""
+    """--ray, --ray-cpus, --ray-worker-cpus, --max-retries, --rootfs-dir."""
     group = parser.add_argument_group("cluster (Ray; pip install 'lis-tui[ray]')")
     group.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS", type=_address,
-                       help="run the episodes on a Ray cluster, one worker per node: `auto` (the "
+                       help="run the episodes on a Ray cluster, in workers on every node: `auto` (the "
                             "default value) joins RAY_ADDRESS or the cluster `ray start` made on "
                             "this machine, else starts Ray here; or HOST:PORT")
     group.add_argument("--ray-cpus", type=float, metavar="CPUS",
                        help="Ray CPUs one episode takes (default 0.25: four per core)")
+    group.add_argument("--ray-worker-cpus", type=float, metavar="CPUS",
+                       help="a node gets one worker process per this many of its CPUs (default 4: "
+                            "one process's Python keeps about four cores busy before its GIL is "
+                            "full, so a 32-CPU node gets 8)")
     group.add_argument("--max-retries", type=int, metavar="N",
                        help="runs again of an episode whose node died under it, before it is "
                             "recorded as crashed (default 2)")
@@ -34,8 +38,9 @@ def add_ray_flags(parser: argparse.ArgumentParser) -> None:
 
 def ray_from_args(args: argparse.Namespace) -> RayOptions | None:
     """The RayOptions the flags ask for; None without --ray (the other flags then are an error)."""
-    extra = [flag for flag, value in (("--ray-cpus", args.ray_cpus), ("--max-retries", args.max_retries),
-                                      ("--rootfs-dir", args.rootfs_dir)) if value is not None]
+    extra = [flag for flag, value in (("--ray-cpus", args.ray_cpus), ("--ray-worker-cpus", args.ray_worker_cpus),
+                                      ("--max-retries", args.max_retries), ("--rootfs-dir", args.rootfs_dir))
+             if value is not None]
     if args.ray is None:
         if extra:
             raise ValueError(f"{', '.join(extra)} go with --ray (run on a Ray cluster)")
@@ -43,6 +48,8 @@ def ray_from_args(args: argparse.Namespace) -> RayOptions | None:
     options = RayOptions(address=args.ray, concurrency=args.concurrency)
     if args.ray_cpus is not None:
         options.cpus = args.ray_cpus
+    if args.ray_worker_cpus is not None:
+        options.worker_cpus = args.ray_worker_cpus
     if args.max_retries is not None:
         options.max_retries = args.max_retries
     if args.rootfs_dir:

@@ -1,5 +1,5 @@
-"""The driver of a cluster run: one worker per node, episodes handed out as slots free up,
-results written here as they come back.
+"""The driver of a cluster run: workers on every node (one per --ray-worker-cpus of its CPUs),
+episodes handed out as slots free up, results written here as they come back.
 
 Only the driver writes results.jsonl (through the runner's `keep`), so --resume, summary.md and
 report.html work as for a local run. An episode whose node or worker dies is run again elsewhere
@@ -38,14 +38,30 @@ a busy node waits for a core. Queued episodes are not counted as running."""
 class Worker:
     actor: Any
     node_id: str
+    index: int
     slots: int
     name: str
     busy: int = 0
-    restarts: int = 0
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.node_id, self.index
 
     @property
     def free(self) -> int:
         return self.slots + max(2, self.slots // QUEUED_PER_SLOTS) - self.busy
+
+
+def worker_slots(cpus: float, episode_cpus: float, worker_cpus: float) -> list[int]:
+    """The episodes at once of each worker of a node of `cpus` Ray CPUs ([] when not one fits):
+    a worker per `worker_cpus` of them (at least one), the node's slots shared out evenly.
+
+    One worker is one process, whose Python (the agent loops, JSON, the openai client, the
+    shell relays) holds one GIL: it keeps about four cores busy with sandboxes and the kernel
+    before that one core of Python is full. More workers let a many-core node go past that."""
+    slots = int(cpus / episode_cpus + 1e-9)
+    workers = max(1, min(slots, math.floor(cpus / worker_cpus + 0.5)))
+    return [slots // workers + (i < slots % workers) for i in range(workers)] if slots else []
 
 
 def run_on_cluster(runner: Any, todo: list[Episode], progress: Any) -> bool:
@@ -79,7 +95,7 @@ class ClusterRun:
             raise ClusterError(f"the rootfs cannot be sent to the nodes: {exc}") from None
         judge = (ctx.judge.config, ctx.judge.prompt) if ctx.judge is not None else None
         self.setup = WorkerSetup(ctx.config, ctx.spec, type(ctx), parcel, judge, sandboxes)
-        self.workers: dict[str, Worker] = {}
+        self.workers: dict[tuple[str, int], Worker] = {}
         self.starting: dict[Any, Worker] = {}
         self.inflight: dict[Any, tuple[Episode, Worker]] = {}
         self.skipped: dict[str, str] = {}
@@ -182,7 +198,7 @@ class ClusterRun:
 
     # -- nodes -------------------------------------------------------------------------------
     def _refresh(self) -> None:
-        """Start a worker on every live node that has none; forget the workers of dead nodes."""
+        """Start the workers every live node lacks; forget the workers of dead nodes."""
         self.next_refresh = time.monotonic() + REFRESH_EVERY
         if self.interrupts:
             return
@@ -190,27 +206,29 @@ class ClusterRun:
         for worker in list(self.workers.values()):
             if worker.node_id not in alive:
                 self._drop(worker, "the node left the cluster")
-        have = set(self.workers) | {w.node_id for w in self.starting.values()} | set(self.skipped)
+        have = set(self.workers) | {w.key for w in self.starting.values()}
         for node_id, node in alive.items():
-            if node_id not in have:
-                self._start(node_id, node)
+            if node_id in self.skipped:
+                continue
+            host, address = node.get("NodeManagerHostname", "?"), node.get("NodeManagerAddress", "?")
+            name = f"{host} ({address}, node {node_id[:8]})"
+            cpus = float(node.get("Resources", {}).get("CPU", 0))
+            shares = worker_slots(cpus, self.options.cpus, self.options.worker_cpus)
+            if not shares:
+                self._skip(node_id, name, f"it has {cpus:g} CPUs, fewer than --ray-cpus "
+                                          f"{self.options.cpus:g} that one episode takes")
+            for index, slots in enumerate(shares):
+                if (node_id, index) not in have:
+                    self._start(Worker(None, node_id, index, slots, name), len(shares))
 
-    def _start(self, node_id: str, node: dict) -> None:
+    def _start(self, worker: Worker, of: int) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
 
-        host, address = node.get("NodeManagerHostname", "?"), node.get("NodeManagerAddress", "?")
-        name = f"{host} ({address}, node {node_id[:8]})"
-        cpus = float(node.get("Resources", {}).get("CPU", 0))
-        slots = int(cpus / self.options.cpus + 1e-9)
-        if slots < 1:
-            self._skip(node_id, name, f"it has {cpus:g} CPUs, fewer than --ray-cpus "
-                                      f"{self.options.cpus:g} that one episode takes")
-            return
-        actor = self.actor_class.options(
-            num_cpus=slots * self.options.cpus, max_concurrency=slots,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-        ).remote(self.setup)
-        self.starting[actor.prepare.remote()] = Worker(actor, node_id, slots, name)
+        worker.actor = self.actor_class.options(
+            num_cpus=worker.slots * self.options.cpus, max_concurrency=worker.slots,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(worker.node_id, soft=False),
+        ).remote(self.setup, worker.index, of)
+        self.starting[worker.actor.prepare.remote()] = worker
 
     def _started(self, ref: Any) -> None:
         worker = self.starting.pop(ref)
@@ -222,15 +240,18 @@ class ClusterRun:
             self._kill(worker)
             self._skip(worker.node_id, info.get("node") or worker.name, info["problem"])
             return
+        if worker.node_id in self.skipped:  # another worker of its node failed meanwhile
+            self._kill(worker)
+            return
         worker.name = info["node"]
-        self.workers[worker.node_id] = worker
+        self.workers[worker.key] = worker
         # Episodes wait for every node to be ready, so they spread; but not long for a slow one.
         self.warm_until = min(self.warm_until, time.monotonic() + WARM_AFTER_FIRST)
 
     def _drop(self, worker: Worker, why: str) -> None:
-        if self.workers.get(worker.node_id) is not worker:
+        if self.workers.get(worker.key) is not worker:
             return  # already dropped (each of its episodes reports the same death)
-        del self.workers[worker.node_id]
+        del self.workers[worker.key]
         self._kill(worker)
         self.restarts[worker.node_id] += 1
         if self.restarts[worker.node_id] > RESTARTS_PER_NODE:
@@ -239,8 +260,14 @@ class ClusterRun:
             self.say(f"\nnode {worker.name}: {why}; its episodes run again elsewhere")
 
     def _skip(self, node_id: str, name: str, why: str) -> None:
+        """Run nothing more on the node (its other workers go; their episodes run elsewhere)."""
+        if node_id in self.skipped:
+            return
         self.skipped[node_id] = why
         self.say(f"\nnode {name} skipped: {why}")
+        for worker in [w for w in self.workers.values() if w.node_id == node_id]:
+            del self.workers[worker.key]
+            self._kill(worker)
 
     def _check_can_run(self) -> None:
         if not self.queue or self.workers or self.starting or self.inflight:
@@ -300,9 +327,11 @@ class ClusterRun:
             pass
 
     def _show(self) -> None:
-        note = f"nodes {len(self.workers)}"
-        if self.starting:
-            note += f" (+{len(self.starting)} starting)"
+        working = {w.node_id for w in self.workers.values()}
+        note = f"nodes {len(working)}"
+        starting = {w.node_id for w in self.starting.values()} - working
+        if starting:
+            note += f" (+{len(starting)} starting)"
         if self.skipped:
             note += f", {len(self.skipped)} skipped"
         self.progress.note = note

@@ -44,21 +44,24 @@ class WorkerSetup:
     """False when every episode is `llm` mode: the node needs no sandbox."""
 
 
-def node_label() -> str:
-    """This node as people see it: host name, address and the start of Ray's node id."""
+def node_label(index: int = 0, of: int = 1) -> str:
+    """This node as people see it: host name, address and the start of Ray's node id (and which
+    of the node's workers this is, when it has several)."""
     node = ray.get_runtime_context().get_node_id()[:8]
-    return f"{socket.gethostname()} ({ray.util.get_node_ip_address()}, node {node})"
+    worker = f", worker {index + 1} of {of}" if of > 1 else ""
+    return f"{socket.gethostname()} ({ray.util.get_node_ip_address()}, node {node}{worker})"
 
 
 @ray.remote(concurrency_groups={"control": 4}, max_restarts=0)
 class EpisodeWorker:
-    """Runs episodes on its node; one per node, its slots set with `.options(max_concurrency=)`."""
+    """Runs episodes on its node (one of the node's workers: one per --ray-worker-cpus of its
+    CPUs); its slots are set with `.options(max_concurrency=)`."""
 
-    def __init__(self, setup: WorkerSetup) -> None:
+    def __init__(self, setup: WorkerSetup, index: int = 0, of: int = 1) -> None:
         self.setup = setup
         self.ctx: EpisodeContext | None = None
         self.scratch, self._lock = _own_scratch()
-        self.label = node_label()
+        self.label = node_label(index, of)
 
     @ray.method(concurrency_group="control")
     def prepare(self) -> dict[str, Any]:

@@ -211,6 +211,20 @@ def test_episodes_spread_over_both_nodes_and_the_rootfs_reaches_each_by_content(
     assert {p: p.stat().st_mtime for p in env.base.glob("*/rootfs/ray-*/meta.json")} == stamp
 
 
+def test_a_node_gets_a_worker_process_per_worker_cpus(env, tmp_path):
+    # Nodes of 2 CPUs, a worker per CPU: two workers on each, so a node's episodes' Python runs
+    # in two processes (two GILs), as a many-core node's does with the default of 4.
+    with FakeOpenAI(default=marker_model(0.5)) as server:
+        _, outcome = bench(env, server, write_tasks(tmp_path / "tasks.jsonl", 8), tmp_path / "out",
+                           worker_cpus=1)
+    assert all(r["correct"] for r in outcome.results), outcome.results
+    workers = {r["node"] for r in outcome.results}
+    assert len(workers) == 4, workers
+    assert {w.split(", worker ")[1] for w in workers} == {"1 of 2)", "2 of 2)"}
+    assert len({w.split(", worker ")[0] for w in workers}) == 2  # two nodes
+    assert env.sandbox_processes() == []
+
+
 def test_a_node_killed_mid_run_loses_and_doubles_nothing(env, tmp_path):
     node = env.add_node("third")
     tasks = write_tasks(tmp_path / "tasks.jsonl", 16)

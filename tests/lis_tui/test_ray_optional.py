@@ -87,3 +87,34 @@ def test_a_task_file_after_a_bare_ray_is_named_not_taken_for_an_address(capsys):
     for argv in (["bench", "t.jsonl", "--ray"], ["bench", "--ray", "10.0.0.1:6379", "t.jsonl"]):
         args = build_parser().parse_args(argv)
         assert args.tasks == "t.jsonl" and args.ray in ("auto", "10.0.0.1:6379")
+
+
+@pytest.mark.parametrize("cpus, episode, worker, shares", [
+    (2, 0.25, 4, [8]),             # a small node: one worker
+    (8, 0.25, 4, [16, 16]),        # a worker per 4 CPUs
+    (6, 0.5, 4, [6, 6]),           # 1.5 workers' worth rounds up
+    (5, 0.5, 4, [10]),             # 1.25 rounds down
+    (64, 0.25, 4, [16] * 16),
+    (3, 1, 4, [3]),
+    (4, 1, 1, [1, 1, 1, 1]),
+    (2, 1, 0.5, [1, 1]),           # never more workers than slots
+    (7, 0.5, 2, [4, 4, 3, 3]),     # the slots shared out evenly
+    (1, 2, 4, []),                 # not one episode fits
+])
+def test_a_node_gets_a_worker_per_worker_cpus_with_its_slots_shared_out(cpus, episode, worker, shares):
+    pytest.importorskip("ray")
+    from lis_tui.ray.cluster import worker_slots
+
+    assert worker_slots(cpus, episode, worker) == shares
+
+
+def test_ray_worker_cpus_is_checked():
+    from lis_tui.cli import build_parser
+    from lis_tui.ray.cli import ray_from_args
+
+    parse = build_parser().parse_args
+    assert ray_from_args(parse(["bench", "t.jsonl", "--ray", "--ray-worker-cpus", "2"])).worker_cpus == 2
+    with pytest.raises(ValueError, match="--ray-worker-cpus must be more than 0"):
+        ray_from_args(parse(["bench", "t.jsonl", "--ray", "--ray-worker-cpus", "0"]))
+    with pytest.raises(ValueError, match="--ray-worker-cpus go with --ray"):
+        ray_from_args(parse(["bench", "t.jsonl", "--ray-worker-cpus", "2"]))
