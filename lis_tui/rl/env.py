@@ -150,21 +150,23 @@ class SandboxEnv:
         self._model.reply = reply
         before = len(agent.messages)
         result = StepResult([], {}, info={"format_error": reply.format_error} if reply.format_error else {})
+        finish = None
         try:
             agent.step()
         except Terminating as stop:
-            if self.sandbox is sandbox:
-                self._finish(result, stop.reason, str(stop))
+            finish = stop.reason, str(stop)
         except Exception:
             if self.sandbox is sandbox:
                 raise
+        if finish is None and self.steps >= self.max_steps:
+            finish = "max_steps", f"reached {self.max_steps} steps"
+        if finish is not None and self.sandbox is sandbox:
+            self._finish(result, *finish)
         # A close (DELETE, the idle reaper, shutdown) during the step killed what it ran: its
         # tool results describe a sandbox that is gone, so none is passed off as an answer.
         if self.sandbox is not sandbox:
             raise EnvClosed("the environment was closed while this step ran (DELETE, the idle reaper, "
                             "or the server stopping); what the step did is lost: reset another")
-        if not result.done and self.steps >= self.max_steps:
-            self._finish(result, "max_steps", f"reached {self.max_steps} steps")
         result.assistant = agent.messages[before] if len(agent.messages) > before else reply.to_message()
         result.messages = agent.messages[before + 1:]
         result.steps = self.steps
