@@ -1,6 +1,7 @@
 """One sandbox: a bwrap keeper that holds the namespaces, and commands that join them."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import functools
@@ -15,7 +16,7 @@ import termios
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from . import bwrap, diskcap, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 KEEPER = {"bash": ["bash", "-c", "printf x; exec >/dev/null 2>&1; while read -r _; do :; done"],
           "sh": ["sh", "-c", "printf x; exec >/dev/null 2>&1; exec cat"]}
 START_TIMEOUT = 30.0
+FILE_OPS_WAIT = 10.0  # seconds close() waits for host-side file operations under way (each takes ms)
 WRITABLE_LAYERS = ("root", "testbed", "upper", "ws-upper")  # under `layers`, as layout.plan makes them
 OUTPUT_CAP = 64 << 20
 _swept = False
@@ -74,6 +76,9 @@ class Sandbox:
         self._timer: threading.Timer | None = None
         self._root = None
         self._close_lock = threading.Lock()
+        self._file_ops = threading.Condition()  # host-side file operations under way (_in_root)
+        self._file_ops_running = 0
+        self._closing = False
         self._pidfd: int | None = None
         self._root_fd: int | None = None  # the sandbox's / (for read_file, and to join it)
         self._err_fd: int | None = None  # bwrap's stderr
@@ -230,6 +235,9 @@ class Sandbox:
 
     def close(self) -> None:
         """Kill every process of the sandbox and remove its scratch; safe to call twice, from any thread."""
+        with self._file_ops:  # no file operation starts now; those under way end before the teardown
+            self._closing = True
+            self._file_ops.wait_for(lambda: self._file_ops_running == 0, FILE_OPS_WAIT)
         with self._close_lock:
             self._close()
 
@@ -347,7 +355,8 @@ class Sandbox:
         resolve against the sandbox's root, never the host's (see inroot.py). Raises
         FileNotFoundError, IsADirectoryError, NotARegularFile (fifos, devices), PermissionError."""
         try:
-            return read_in_root(self._require_running(), path, limit)
+            with self._in_root() as root:
+                return read_in_root(root, path, limit)
         except InRootUnavailable:
             pass
         rc, out, err, _, _ = self._run([self.shell, "-c", SHELL_READ, "sh", path, str(limit)], 60, None, "/", None, limit)
@@ -359,7 +368,8 @@ class Sandbox:
         """A regular file's first `head` and last `tail` bytes and the count of those between,
         in bounded memory whatever its size (see `read_file` for how paths resolve)."""
         try:
-            return read_ends_in_root(self._require_running(), path, head, tail)
+            with self._in_root() as root:
+                return read_ends_in_root(root, path, head, tail)
         except InRootUnavailable:  # an old kernel: the head only, with the rest counted as cut
             data = self.read_file(path, head + tail + 1)
             return data[:head + tail], max(0, len(data) - head - tail), b""
@@ -371,7 +381,8 @@ class Sandbox:
         if self.spec.limits.file_size is not None and len(data) > self.spec.limits.file_size:
             raise OSError(errno.EFBIG, "File too large (the sandbox's file_size limit)", path)
         try:
-            return write_in_root(self._require_running(), path, data, mode, exclusive)
+            with self._in_root() as root:
+                return write_in_root(root, path, data, mode, exclusive)
         except InRootUnavailable:
             pass
         argv = [self.shell, "-c", SHELL_WRITE, "sh", path, f"{mode:o}", "x" if exclusive else ""]
@@ -379,11 +390,30 @@ class Sandbox:
         if rc != 0:
             raise_shell_file_error(err, path)
 
-    def _require_running(self) -> int:
-        """The descriptor of the sandbox's root; SandboxError once it is closed or timed out."""
-        if self._root_fd is None or not self.running:
+    def _require_running(self) -> None:
+        """SandboxError once the sandbox is closed (or closing) or timed out."""
+        if self._closing or self._root_fd is None or not self.running:
             raise SandboxError("the sandbox is not running (closed, or its wall time ran out)")
-        return self._root_fd
+
+    @contextlib.contextmanager
+    def _in_root(self) -> Iterator[int]:
+        """A descriptor of the sandbox's / for one host-side file operation. close() lets the
+        operations under way end before it tears anything down, and none starts once it began: a
+        write racing a close (an editor call in a step that a DELETE ends) would otherwise land in
+        a scratch being removed, or through the descriptor's number once close freed it and a
+        sibling sandbox's root or a host folder took it. A copy of the descriptor, so even an
+        operation that outlasts close's wait never uses a number that was reused."""
+        with self._file_ops:
+            self._require_running()
+            fd = os.dup(self._root_fd)
+            self._file_ops_running += 1
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+            with self._file_ops:
+                self._file_ops_running -= 1
+                self._file_ops.notify_all()
 
     def spawn_pty(self, argv: list[str], cwd: str = "/testbed", env_extra: dict[str, str] | None = None,
                   dimensions: tuple[int, int] = (24, 200), echo: bool = False,
@@ -394,7 +424,8 @@ class Sandbox:
         Started by the spawn helper, not pexpect's pty.fork(): forking this whole process,
         threads and heap, cost ~10 ms of CPU per shell with dozens of episodes alive."""
         try:
-            master, slave = open_pty_in_root(self._require_running())
+            with self._in_root() as root:
+                master, slave = open_pty_in_root(root)
         except (OSError, InRootUnavailable):  # no devpts of its own, or no openat2: one of ours
             master, slave = os.openpty()
         try:
@@ -453,8 +484,9 @@ class Sandbox:
         from .hostwalk import RefusedPaths  # noqa: PLC0415
 
         dest = Path(host_dir)
-        copied = copy_out(self._require_running(), src, dest, force=force, links=links,
-                          allow_outside_links=allow_outside_links, limit=limit)
+        with self._in_root() as root:
+            copied = copy_out(root, src, dest, force=force, links=links,
+                              allow_outside_links=allow_outside_links, limit=limit)
         if copied.refused:
             raise RefusedPaths(f"exported {len(copied.files)} file(s) from {src} to {dest}", copied.refused)
         return dest

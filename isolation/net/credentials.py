@@ -164,12 +164,22 @@ def _read_secret_file(where: str, name: str) -> str:
     if not path.is_absolute():
         raise NetworkError(f"{where}: ${{file:{name}}} must be an absolute path (or start with ~)")
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as file:
+            links = os.fstat(file.fileno()).st_nlink
+            data = file.read()
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise NetworkError(f"{where}: the file {path} does not exist; write the token there "
                            "(chmod 600), or fix the path in [network.credentials]") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise NetworkError(f"{where}: cannot read {path} ({exc}); fix its permissions or the path") from None
+    if links > 1:
+        # The sandbox is masked from this file by its path (layout._masked_files); another name of
+        # the same file in a tree it sees (an input folder, a workspace) would show the token.
+        raise NetworkError(f"{where}: the file {path} has {links} hard links; the sandbox is kept from "
+                           "this name only, and another one in a folder it sees (an input folder, a "
+                           "workspace) would show it the token. Remove the other links (`find / -xdev "
+                           f"-samefile {path}` lists them), so the token has one name")
     text = text.strip("\r\n")
     if not text:
         raise NetworkError(f"{where}: the file {path} is empty; write the token there")

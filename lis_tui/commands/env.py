@@ -53,6 +53,12 @@ def add_parsers(sub) -> None:
                    help="steps per episode (default: agent.max_steps of the config)")
     s.add_argument("--max-body", type=int, default=64, metavar="MIB",
                    help="largest request body in MiB (tasks bring their files in it; default 64)")
+    s.add_argument("--read-timeout", type=float, default=60.0, metavar="S",
+                   help="seconds a client has to send each request in full, and an idle kept-alive "
+                        "connection is kept (default 60; a step's own work is not bounded by it)")
+    s.add_argument("--max-connections", type=int, metavar="N",
+                   help="open connections at most; more are answered 503 (default: twice --max-envs, "
+                        "at least 64)")
     s.add_argument("--judge-model", metavar="M", help="model that grades tasks whose reward is `judge`")
     s.add_argument("--judge-base-url", metavar="U",
                    help="OpenAI-compatible server of the judge (default: the config's model server)")
@@ -104,8 +110,10 @@ def _build(args: argparse.Namespace):
     if args.workspace or args.input_dir or args.documents_dir or getattr(args, "session", None):
         raise ValueError("--workspace, --input-dir, --documents-dir and --session do not apply: "
                          "each environment gets a fresh sandbox and its task brings its own files")
-    if args.max_envs < 1 or args.idle_timeout <= 0 or args.max_body < 1:
-        raise ValueError("--max-envs and --max-body must be at least 1 and --idle-timeout above 0")
+    if args.max_envs < 1 or args.idle_timeout <= 0 or args.max_body < 1 or args.read_timeout <= 0 \
+            or (args.max_connections is not None and args.max_connections < 1):
+        raise ValueError("--max-envs, --max-body and --max-connections must be at least 1, and "
+                         "--idle-timeout and --read-timeout above 0")
     try:
         config = load_config(args.profile, {"network.mode": args.network, "sandbox.rootfs": args.rootfs,
                                             "agent.max_steps": args.max_steps})
@@ -137,8 +145,10 @@ def _build(args: argparse.Namespace):
                               base_url=args.judge_base_url or config.model.base_url))
     pool = EnvPool(lambda steps: SandboxEnv(config, spec, judge, max_steps=steps),
                    PoolConfig(args.max_envs, args.idle_timeout, config.agent.max_steps))
+    connections = args.max_connections or max(2 * args.max_envs, 64)
     return EnvServer((args.host, args.port), pool,
-                     ServerConfig(token, tasks, allow, args.max_body << 20, judge is not None))
+                     ServerConfig(token, tasks, allow, args.max_body << 20, judge is not None,
+                                  args.read_timeout, connections))
 
 
 def _warn_if_exposed(host: str) -> None:

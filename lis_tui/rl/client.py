@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import select
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -54,6 +55,8 @@ class EnvClient:
     def call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         data = None if body is None else json.dumps(body).encode()
         headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        if self._conn is not None and self._conn.sock is not None and _closed_by_server(self._conn.sock):
+            self.disconnect()  # it closes kept-alive connections idle past its --read-timeout
         for attempt in (0, 1):  # a kept-alive connection the server closed is opened again once
             if self._conn is None:
                 self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
@@ -78,3 +81,12 @@ class EnvClient:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _closed_by_server(sock) -> bool:
+    """Whether an idle kept-alive connection has something to read: between requests the server
+    sends nothing, so that is its close. Checked before sending, so that a step is not sent on a
+    connection already gone, where sending it again could run it twice."""
+    poller = select.poll()  # not select(): a trainer may hold descriptors past FD_SETSIZE
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))

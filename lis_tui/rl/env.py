@@ -59,6 +59,10 @@ class EnvError(RuntimeError):
     """A call the environment cannot take now (no episode, episode over); says what to do."""
 
 
+class EnvClosed(EnvError):
+    """The environment was closed while a step ran; what the step did is lost with its sandbox."""
+
+
 class _FedModel:
     """The trainer is the model: `complete` hands the agent the reply given to `step`."""
 
@@ -139,18 +143,30 @@ class SandboxEnv:
             raise EnvError("no episode: call reset(task) first")
         if self.done:
             raise EnvError("the episode is over (done); reset() starts another")
-        if self.sandbox is None:
+        sandbox = self.sandbox
+        if sandbox is None:
             raise EnvError("the environment was closed; reset() starts another episode")
         reply = parse_assistant(assistant, call_prefix=f"call_{self.steps + 1}")
         self._model.reply = reply
         before = len(agent.messages)
         result = StepResult([], {}, info={"format_error": reply.format_error} if reply.format_error else {})
+        finish = None
         try:
             agent.step()
         except Terminating as stop:
-            self._finish(result, stop.reason, str(stop))
-        if not result.done and self.steps >= self.max_steps:
-            self._finish(result, "max_steps", f"reached {self.max_steps} steps")
+            finish = stop.reason, str(stop)
+        except Exception:
+            if self.sandbox is sandbox:
+                raise
+        if finish is None and self.steps >= self.max_steps:
+            finish = "max_steps", f"reached {self.max_steps} steps"
+        if finish is not None and self.sandbox is sandbox:
+            self._finish(result, *finish)
+        # A close (DELETE, the idle reaper, shutdown) during the step killed what it ran: its
+        # tool results describe a sandbox that is gone, so none is passed off as an answer.
+        if self.sandbox is not sandbox:
+            raise EnvClosed("the environment was closed while this step ran (DELETE, the idle reaper, "
+                            "or the server stopping); what the step did is lost: reset another")
         result.assistant = agent.messages[before] if len(agent.messages) > before else reply.to_message()
         result.messages = agent.messages[before + 1:]
         result.steps = self.steps
@@ -181,12 +197,14 @@ class SandboxEnv:
         with self._lock:
             toolbox, sandbox = self._toolbox, self.sandbox
             self._toolbox = self.sandbox = None
+        # The sandbox first: from the moment it starts closing, a step still running (an editor
+        # write after its command was cut) is refused, so nothing lands in a scratch being removed.
         try:
-            if toolbox is not None:
-                toolbox.close()
-        finally:
             if sandbox is not None:
                 sandbox.close()
+        finally:
+            if toolbox is not None:
+                toolbox.close()
 
     def __enter__(self) -> SandboxEnv:
         return self

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from lis_tui.rl.env import SandboxEnv, StepResult
+from lis_tui.rl.env import EnvClosed, SandboxEnv, StepResult
 
 log = logging.getLogger(__name__)
 REAPED_REMEMBERED = 10_000  # ids of reaped environments kept to say "reaped" rather than "unknown"
@@ -106,11 +106,11 @@ class EnvPool:
         return env_id, first
 
     def step(self, env_id: str, assistant: Any) -> StepResult:
-        slot = self._slot(env_id)
-        if not slot.busy.acquire(blocking=False):
-            raise EnvBusy(f"environment {env_id} is still running a step; send one step at a time")
+        slot = self._slot(env_id, take=True)
         try:
             return slot.env.step(assistant)
+        except EnvClosed as exc:
+            raise EnvGone(f"environment {env_id}: {exc}") from None
         finally:
             slot.used = time.monotonic()
             slot.busy.release()
@@ -144,10 +144,14 @@ class EnvPool:
             _close_quietly(slot.env)
         return len(slots)
 
-    def _slot(self, env_id: str) -> _Slot:
+    def _slot(self, env_id: str, take: bool = False) -> _Slot:
+        """The live slot `env_id`; `take`: its busy lock too, taken under the pool's lock, so the
+        reaper (which skips busy slots under the same lock) never closes one a step has begun on."""
         with self._lock:
             slot = self._slots.get(env_id)
             if slot is not None:
+                if take and not slot.busy.acquire(blocking=False):
+                    raise EnvBusy(f"environment {env_id} is still running a step; send one step at a time")
                 slot.used = time.monotonic()
                 return slot
             reaped = env_id in self._reaped

@@ -16,9 +16,14 @@ carry host paths (failures are logged here and answered in general terms).
 from __future__ import annotations
 
 import hmac
+import io
 import json
 import logging
 import re
+import socket
+import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -50,6 +55,12 @@ class ServerConfig:
     """Bytes a request body may have."""
     judge: bool = False
     """A judge model is set up, so `judge` rewards can be scored."""
+    read_timeout: float = 60.0
+    """Seconds a connection has to send a whole request (line, headers, body) from the moment the
+    server waits for it, so an idle kept-alive connection closes after as long; also the bound on
+    sending an answer. Never on the work in between: a step may run for minutes."""
+    max_connections: int = 1024
+    """Open connections at most; one past it is answered 503 and closed at once."""
 
 
 class RequestError(Exception):
@@ -67,10 +78,62 @@ class EnvServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], pool: EnvPool, config: ServerConfig) -> None:
         super().__init__(address, _Handler)
         self.pool, self.settings = pool, config
+        self._open, self._open_lock, self._full = 0, threading.Lock(), False
 
     def server_close(self) -> None:
         super().server_close()
         self.pool.close_all()
+
+    # A thread per connection: without a cap, connections that send nothing would take threads and
+    # descriptors until sandboxes could not start; the read timeout ends each one in bounded time.
+    def process_request(self, request: socket.socket, client_address: Any) -> None:
+        with self._open_lock:
+            full = self._open >= self.settings.max_connections
+            if not full:
+                self._open += 1
+            warn = full and not self._full  # once each time the cap is reached, not per refusal
+            self._full = full
+        if full:
+            if warn:
+                log.warning("%d connections are open, the most --max-connections allows: new ones are "
+                            "answered 503 until some close", self.settings.max_connections)
+            return self._refuse(request)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._closed_one()
+            raise
+
+    def process_request_thread(self, request: socket.socket, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._closed_one()
+
+    def _closed_one(self) -> None:
+        with self._open_lock:
+            self._open -= 1
+
+    def _refuse(self, request: socket.socket) -> None:
+        """503 and close, from the accepting thread, so without waiting on the client."""
+        data = json.dumps({"error": f"{self.settings.max_connections} connections are open, the most "
+                                    "this server takes: retry later, reuse connections, or restart the "
+                                    "server with a higher --max-connections"}).encode()
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode()
+        try:
+            request.setblocking(False)
+            request.send(head + data)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that resets or drops its connection is not the server's failure to report.
+        if isinstance(sys.exc_info()[1], OSError):
+            log.debug("the connection from %s ended", client_address, exc_info=True)
+        else:
+            log.exception("the connection from %s failed", client_address)
 
     def task_from(self, body: dict) -> Task:
         """The task a reset asks for: one by id from --tasks, or one sent in full."""
@@ -117,11 +180,46 @@ class EnvServer(ThreadingHTTPServer):
         return str(path)
 
 
+class _RequestClock(io.RawIOBase):
+    """A connection's reading side with one deadline per request: its line, headers and body must
+    all be in by then. A timeout per read alone would let a client that sends a byte at a time
+    (slowloris) hold its thread for ever."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.deadline = sock, 0.0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not arrive in time")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(buffer)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: EnvServer
     protocol_version = "HTTP/1.1"  # keep-alive: a trainer's worker reuses its connection
     disable_nagle_algorithm = True  # headers and body go out as two writes
     server_version = "lis-tui-env"
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the plain reader: replaced by one that keeps the request's deadline
+        self._clock = _RequestClock(self.connection)
+        self.rfile = io.BufferedReader(self._clock)
+
+    def handle_one_request(self) -> None:
+        # The clock runs from here, while the server waits for the request (an idle kept-alive
+        # connection too), until its body is read; the work it asks for is not on it.
+        self._clock.deadline = time.monotonic() + self.server.settings.read_timeout
+        super().handle_one_request()
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self.connection.settimeout(self.server.settings.read_timeout)  # the answer's own bound
+        super().send_response(code, message)
 
     def do_GET(self) -> None:  # noqa: N802
         self._handle(self._get)
@@ -201,7 +299,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise RequestError(413, f"the body must have a Content-Length of at most "
                                     f"{self.server.settings.max_body} bytes (--max-body)")
-        data, self._body_read = self.rfile.read(length), True
+        try:
+            data, self._body_read = self.rfile.read(length), True
+        except TimeoutError:
+            self.close_connection = True
+            raise RequestError(408, f"the request's body did not arrive within "
+                                    f"{self.server.settings.read_timeout:g} s (--read-timeout)") from None
         try:
             body = json.loads(data or b"{}")
         except ValueError as exc:

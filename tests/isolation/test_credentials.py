@@ -345,3 +345,28 @@ def test_a_token_file_in_a_tree_the_sandbox_sees_is_masked_inside(servers, proxy
     assert seen.stdout.count("token") == 2 and "readable" in seen.stdout  # there, and the rest reads
     assert seen.stdout.count(SECRET) == 1 and f"Authorization: Bearer {SECRET}" in seen.stdout, seen.stdout
     assert _sent(api, "Authorization") == [[f"Bearer {SECRET}"]]  # the proxy still read it
+
+
+def test_a_hard_link_to_the_token_file_in_a_tree_the_sandbox_sees_is_refused(servers, proxy_trust, tmp_path):
+    """The mask covers the token file's path; a hard link is the same file under another name, in
+    the input folder here, where no mask reaches. Such a file is refused at the start, naming it."""
+    keys, inputs = tmp_path / "keys", tmp_path / "in"
+    keys.mkdir()
+    inputs.mkdir()
+    (keys / "token").write_text(SECRET + "\n")
+    os.link(keys / "token", inputs / "notes.txt")
+    api = servers["api"]
+    spec = SandboxSpec(rootfs="host", network="on", input_dir=str(inputs), allow_hosts=(api.hostport,),
+                       credentials=(Credential(HOST, "Authorization", f"Bearer ${{file:{keys}/token}}", api.port),))
+    try:
+        sandbox = Sandbox(spec).start()
+    except SandboxError as exc:
+        said = str(exc)
+    else:
+        try:
+            leaked = sandbox.exec("cat /testbed/input/notes.txt", timeout=60).stdout
+        finally:
+            sandbox.close()
+        pytest.fail(f"the sandbox started, and reads the token through the link: {SECRET in leaked}")
+    assert f"the file {keys / 'token'} has 2 hard links" in said and "-samefile" in said, said
+    assert f"{HOST}:{api.port}" in said and SECRET not in said

@@ -1,6 +1,8 @@
 """`[network.credentials]` read and resolved: shapes that are refused, and where values may come from."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from isolation.net.credentials import CredentialSet, parse_credentials, resolve
@@ -74,3 +76,16 @@ def test_without_cryptography_credentials_stop_the_start_with_the_pip_line(tmp_p
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"TOK": "x", "PATH": "/usr/bin"},
                          timeout=60)
     assert "pip install 'lis-tui[tls]'" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_token_file_with_another_hard_link_is_refused_naming_it_and_the_fix(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("tok\n")
+    creds = _one({"header": "Authorization", "value": f"${{file:{token}}}"})
+    assert [s.value for s in resolve(creds, env={})] == [b"tok"]
+    os.link(token, tmp_path / "elsewhere")
+    with pytest.raises(NetworkError) as caught:
+        resolve(creds, env={})
+    said = str(caught.value)
+    assert f"the file {token} has 2 hard links" in said and f"-samefile {token}" in said, said
+    assert "api.github.com" in said

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from isolation import Sandbox, records
+from isolation import Sandbox, SandboxError, records
 from tools.shell import Shell
 
 pytestmark = pytest.mark.sandbox
@@ -264,3 +264,50 @@ def test_a_sweep_leaves_a_record_being_made_to_its_maker(tmp_path):
     os.utime(making, (old, old))  # a maker that died long ago: nothing ran, it is swept
     records.sweep(tmp_path)
     assert not making.exists()
+
+
+def test_a_file_write_under_way_when_close_begins_ends_before_the_teardown():
+    """An editor write racing close (a step a DELETE ends): close waits for it, so it lands in the
+    live sandbox, never in a scratch being removed, nor through the root descriptor's number once
+    freed and taken by the next sandbox. A trace hook holds the write between its descriptor and
+    its first openat2, the window the race needs."""
+    from isolation import inroot
+
+    a = Sandbox().start()
+    at_write, go = threading.Event(), threading.Event()
+    outcome: list = []
+
+    def hold(frame, event, arg):
+        if event == "call" and frame.f_code is inroot.write_in_root.__code__:
+            at_write.set()
+            go.wait(30)
+
+    def write():
+        sys.settrace(hold)
+        try:
+            a.write_file("/testbed/output/late.txt", b"late")
+            outcome.append("written")
+        except Exception as exc:  # noqa: BLE001 (what went wrong is the assertion's message)
+            outcome.append(exc)
+        finally:
+            sys.settrace(None)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert at_write.wait(30)
+    closer = threading.Thread(target=a.close)
+    closer.start()
+    closer.join(2)  # with the write held, close waits; unheld, it is done by now
+    b = Sandbox().start()  # takes the descriptor numbers a close freed
+    try:
+        go.set()
+        writer.join(30)
+        closer.join(30)
+        assert not closer.is_alive() and not a.running
+        assert outcome == ["written"], outcome
+        assert b.exec("ls /testbed/output").stdout == ""  # nothing of a's in b
+        with pytest.raises(SandboxError, match="not running"):
+            a.write_file("/testbed/output/later.txt", b"later")
+    finally:
+        go.set()
+        b.close()
