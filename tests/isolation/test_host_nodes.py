@@ -1,8 +1,8 @@
-"""Host inodes that reach a sandbox through a bind: its devices and its masks.
+"""Host inodes that reach a sandbox through a bind: its devices, its masks, its sysctls.
 
-Run by root, the sandbox's uid 0 is the host's root, the owner of /dev/null: without read-only
-mounts a sandbox could chmod the host's /dev/null. These tests run that attack; the devices
-must still work for everyone."""
+Run by root, the sandbox's uid 0 is the host's root, the owner of /dev/null and of every sysctl
+file: without read-only mounts a sandbox could chmod the host's /dev/null or write the host's
+core_pattern. These tests run those attacks; the devices must still work for everyone."""
 from __future__ import annotations
 
 import os
@@ -73,6 +73,28 @@ def test_a_root_run_sandbox_cannot_change_the_hosts_devices_or_masks(tmp_path):
     assert set(got.values()) == {"EROFS"}, got  # ...and met a read-only mount
     assert after == before
     assert STAMP * 10**9 not in mtimes.values()
+
+
+def test_no_sysctl_of_the_host_can_be_written():
+    with Sandbox() as sb:
+        got = inside_python(sb, """
+        out = {}
+        for path in ("/proc/sys/kernel/core_pattern", "/proc/sys/vm/swappiness"):
+            with open(path) as f:
+                same = f.read()  # written back unchanged: were the write to pass, nothing would change
+            try:
+                with open(path, "w") as f:
+                    f.write(same)
+                out[path] = "written"
+            except OSError as e:
+                out[path] = errno.errorcode[e.errno]
+        with open("/proc/sys/kernel/hostname") as f:
+            out["hostname"] = f.read().strip()
+        print(json.dumps(out))
+        """)
+    # EROFS whoever runs it; an unprivileged caller would also meet EACCES without the mount.
+    assert got["/proc/sys/kernel/core_pattern"] == got["/proc/sys/vm/swappiness"] == "EROFS", got
+    assert got["hostname"] == sb.spec.hostname  # the sandbox's own namespaces, through the host's /proc/sys
 
 
 def test_devices_still_work(sandbox):
