@@ -83,9 +83,14 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dic
         mounts = [Overlay((str(root_dir),), "/", str(scratch / "upper"), str(scratch / "work"))]
         check = root_dir
     # /proc/keys lists every key of the user's that the same uid may view, in any keyring: the
-    # descriptions of the user's login keys. keyctl itself is filtered.
+    # descriptions of the user's login keys. keyctl itself is filtered. /proc/sys read-only: a
+    # sysctl file checks only its mode, against the host's root uid, which is the sandbox's uid 0
+    # when root runs us (core_pattern would run a program of the sandbox's as root on the host);
+    # bwrap covers it only when the directory itself is writable. The host's /proc/sys is the
+    # sandbox's own: a sysctl reads the namespaces of the process that opens it, not of the mount.
     tmp = spec.limits.tmp_size if info.version >= (0, 10) else None  # bwrap's --size came in 0.10
-    mounts += [Special("proc", "/proc"), Bind("/dev/null", "/proc/keys"), Bind("/dev/null", "/proc/key-users"),
+    mounts += [Special("proc", "/proc"), Bind("/proc/sys", "/proc/sys"),
+               Bind("/dev/null", "/proc/keys"), Bind("/dev/null", "/proc/key-users"),
                Special("dev", "/dev"), Special("tmpfs", "/tmp", tmp), Special("tmpfs", "/run", tmp and min(tmp, 64 << 20))]
     mounts.append(Special("dir", TOOLS_DIR))
     if root_dir is None:  # after /run's tmpfs, which holds its mount point

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from . import bwrap, diskcap, records, sessions, spawn, workspace
+from . import bwrap, diskcap, hostnodes, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
                      read_ends_in_root, read_in_root, write_in_root)
 from .output import collect, ready
@@ -501,15 +501,28 @@ def _popen_from_lasting_thread(argv: list[str], **kwargs) -> subprocess.Popen:
 
     bwrap's --die-with-parent is Linux's parent-death signal, which fires when the *thread* that
     forked bwrap ends, not the process: a sandbox started on a short-lived thread (an HTTP
-    handler, a Textual or anyio worker, a trainer's pool) would be killed when that thread ends."""
+    handler, a Textual or anyio worker, a trainer's pool) would be killed when that thread ends.
+
+    A caller that owns the host's device nodes (root) always hops: the launching threads see them
+    read-only (hostnodes.py), and the main thread keeps the host's view."""
     global _launcher
-    if threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread() and not _host_nodes_exposed():
         # The main thread ends only with the process (the interpreter exits from it), so it needs no hop.
         return subprocess.Popen(argv, **kwargs)
     with _launcher_lock:
         if _launcher is None:  # its threads wait for work until the interpreter exits
             _launcher = ThreadPoolExecutor(2, thread_name_prefix="lis-bwrap-launch")
-    return _launcher.submit(subprocess.Popen, argv, **kwargs).result()
+    return _launcher.submit(_popen_protected, argv, **kwargs).result()
+
+
+def _popen_protected(argv: list[str], **kwargs) -> subprocess.Popen:
+    hostnodes.protect_this_thread()
+    return subprocess.Popen(argv, **kwargs)
+
+
+@functools.lru_cache(maxsize=1)
+def _host_nodes_exposed() -> bool:
+    return bool(hostnodes.exposed())
 
 
 @functools.lru_cache(maxsize=2)

@@ -1,4 +1,4 @@
-"""The few Linux calls Python's os module lacks: setns, capabilities, keyrings, seccomp.
+"""The few Linux calls Python's os module lacks: setns, unshare, mount, capabilities, keyrings, seccomp.
 
 Standard library only: the spawn helper (helper.py) imports this file by path. Every libc symbol
 is looked up here, at import, so that nothing is resolved or loaded later, once a process has
@@ -13,6 +13,10 @@ import platform
 _libc = ctypes.CDLL(None, use_errno=True)
 _setns = _libc.setns
 _setns.argtypes = [ctypes.c_int, ctypes.c_int]
+_unshare = _libc.unshare
+_unshare.argtypes = [ctypes.c_int]
+_mount = _libc.mount
+_mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
 _prctl = _libc.prctl
 _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _syscall = _libc.syscall
@@ -30,6 +34,13 @@ CLONE_NEWNS = 0x00020000
 NAMESPACES = (("user", CLONE_NEWUSER), ("mnt", CLONE_NEWNS), ("pid", CLONE_NEWPID), ("net", CLONE_NEWNET),
               ("ipc", CLONE_NEWIPC), ("uts", CLONE_NEWUTS), ("cgroup", CLONE_NEWCGROUP))
 ALL_NAMESPACES = sum(flag for _, flag in NAMESPACES)
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_SLAVE = 1 << 19
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -56,6 +67,16 @@ def _check(result: int, what: str) -> int:
 def setns(fd: int, nstype: int) -> None:
     """Join the namespace(s) named by `fd`: a /proc/PID/ns file, or a pidfd with several CLONE_NEW* bits."""
     _check(_setns(fd, nstype), "setns")
+
+
+def unshare(flags: int) -> None:
+    """Leave the namespaces named by `flags` (CLONE_NEW*); CLONE_NEWNS affects the calling thread only."""
+    _check(_unshare(flags), "unshare")
+
+
+def mount(source: str | None, target: str, flags: int) -> None:
+    """mount(2) with no file system type or data: binds, remounts, propagation changes."""
+    _check(_mount(source and source.encode(), target.encode(), None, flags, None), f"mount {target}")
 
 
 def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
