@@ -32,9 +32,11 @@ to win; on a many-core machine each worker process adds up to one such ceiling.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -77,13 +79,14 @@ def cpu_ms() -> tuple[float, float]:
     return 1000 * (int(mine[11]) + int(mine[12])) / tick, 1000 * (sum(busy) - busy[3] - busy[4]) / tick
 
 
-def timed_run(base_url: str, count: int, out: Path, slots: int, ray: RayOptions | None) -> dict:
+def timed_run(base_url: str, count: int, out: Path, slots: int, ray: RayOptions | None,
+              modes: tuple[str, ...] = ("sandbox",)) -> dict:
     """Wall time, steady rate, worker start and CPU per steady episode of one bench run."""
     config = load_config(env={}, paths=[], overrides={
         "model.base_url": base_url, "model.model": "m", "model.max_retries": 3,
         "model.retry_base_delay": 0.05, "model.timeout": 300.0})
     runner = BenchRunner(tasks(count), config, SandboxSpec(rootfs="host"),
-                         BenchOptions(output=out, concurrency=slots, progress=None, ray=ray))
+                         BenchOptions(output=out, concurrency=slots, progress=None, ray=ray, modes=modes))
     ends: list[float] = []
     cpu: list[tuple[float, float]] = []  # at the first result and at the last
     keep = runner.keep
@@ -108,6 +111,29 @@ def timed_run(base_url: str, count: int, out: Path, slots: int, ray: RayOptions 
             "overhead": statistics.median(trips) if trips else None,
             "driver_cpu": (cpu[-1][0] - cpu[0][0]) / steady_episodes,
             "machine_cpu": (cpu[-1][1] - cpu[0][1]) / steady_episodes}
+
+
+TEXT_SERVER = """
+import sys
+sys.path[:0] = sys.argv[1:]
+from fakes.openai_server import FakeOpenAI, reply
+with FakeOpenAI(default=lambda request: reply("The answer is 42.")) as server:
+    print(server.base_url, flush=True)
+    sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def text_server():
+    """A scripted server that answers every request at once with text: `llm` mode episodes, all
+    Python (the agent, the openai client, JSON) and no sandbox, so the runner's GIL is the limit."""
+    proc = subprocess.Popen([sys.executable, "-c", TEXT_SERVER, str(ROOT), str(ROOT / "tests")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.stdin.close()
+        proc.wait(10)
 
 
 class Clusters:
@@ -136,6 +162,8 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=16, help="episodes at once, every way")
     parser.add_argument("--node-cpus", type=int, default=2, help="Ray CPUs per node")
     parser.add_argument("--sequential", type=int, default=20, help="episodes for the overhead")
+    parser.add_argument("--gil-episodes", type=int, default=800,
+                        help="`llm` mode episodes per round of the GIL-bound comparison (0: skip it)")
     args = parser.parse_args()
     _instrument()
     clusters = Clusters(args.node_cpus)
@@ -158,23 +186,38 @@ def main() -> None:
             ray = ways[name] and RayOptions(ways[name].address, cpus=ways[name].cpus,
                                             worker_cpus=args.node_cpus, concurrency=1)
             alone[name] = timed_run(url, args.sequential, Path(tmp) / f"s{name[:3]}", 1, ray)
+    gil: dict[str, list[dict]] = {name: [] for name in ("local threads", "ray 1 node", "ray 1 node, 2 workers")}
+    with tempfile.TemporaryDirectory() as tmp, text_server() as url:
+        for n in range(args.rounds if args.gil_episodes else 0):
+            for name in gil:
+                ray = ways[name] and RayOptions(ways[name].address, cpus=ways[name].cpus / 2,
+                                                worker_cpus=ways[name].worker_cpus)
+                gil[name].append(timed_run(url, args.gil_episodes, Path(tmp) / f"g{n}{name}",
+                                           2 * args.slots, ray, modes=("llm",)))
     clusters.close()
     report(args, runs, alone)
+    if args.gil_episodes:
+        print(f"\nGIL-bound episodes (`llm` mode: one text answer, no sandbox; {args.gil_episodes} x "
+              f"{args.rounds} rounds, {2 * args.slots} at once):\n")
+        table(gil)
 
 
-def report(args: argparse.Namespace, runs: dict[str, list[dict]], alone: dict[str, dict]) -> None:
+def table(runs: dict[str, list[dict]]) -> None:
+    """Each way's steady episodes/s over its rounds, and its ratio to local threads."""
     base = statistics.median(r["rate"] for r in runs["local threads"])
-    print(f"{args.episodes} episodes x {args.rounds} rounds, {args.slots} at once, "
-          f"{os.cpu_count()} cores; Ray nodes of {args.node_cpus} CPUs\n")
     print("| way | episodes/s (median, min-max) | vs local | worker start (s) |")
     print("| --- | --- | --- | --- |")
     for name, rounds in runs.items():
         rates = [r["rate"] for r in rounds]
         med = statistics.median(rates)
-        start = statistics.median(r["start"] for r in rounds)
-        print(f"| {name} | {med:.1f} ({min(rates):.1f}-{max(rates):.1f}) | {med / base:.2f}x | "
-              f"{start:.2f} |" if name != "local threads" else
-              f"| {name} | {med:.1f} ({min(rates):.1f}-{max(rates):.1f}) | 1.00x | - |")
+        start = "-" if name == "local threads" else f"{statistics.median(r['start'] for r in rounds):.2f}"
+        print(f"| {name} | {med:.1f} ({min(rates):.1f}-{max(rates):.1f}) | {med / base:.2f}x | {start} |")
+
+
+def report(args: argparse.Namespace, runs: dict[str, list[dict]], alone: dict[str, dict]) -> None:
+    print(f"{args.episodes} episodes x {args.rounds} rounds, {args.slots} at once, "
+          f"{os.cpu_count()} cores; Ray nodes of {args.node_cpus} CPUs\n")
+    table(runs)
     per = {name: 1 / r["rate"] if r["rate"] else float("nan") for name, r in alone.items()}
     local = runs["local threads"]
     driver = statistics.median(r["driver_cpu"] for r in local)

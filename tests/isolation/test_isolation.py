@@ -41,7 +41,8 @@ def test_host_home_tmp_and_run_are_invisible(sandbox, tmp_path):
         r = sandbox.exec(f"ls -a /tmp /root /run /var/run {home} 2>/dev/null; find / -name '{marker}*' 2>/dev/null")
         assert marker not in r.stdout
         # /run holds only lis-tui's own (the apt stand-ins of the host rootfs)
-        assert sandbox.exec("ls -A /run /tmp /root").stdout.split() == ["/root:", "/run:", "lis-tui", "/tmp:"]
+        assert sandbox.exec("ls -A /run /tmp /root").stdout.split() == ["/root:", "/run:", "lis-tui", "/tmp:",
+                                                                          "lis"]  # the tools' folder
     finally:
         for path in created:
             os.unlink(path)
