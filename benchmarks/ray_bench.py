@@ -9,7 +9,8 @@ real sandbox, shell, agent and openai client. Three ways, each round in turn:
 - local: BenchRunner's threads in this process (--slots at once);
 - ray 1 node: a Ray cluster of one node (`ray.cluster_utils.Cluster`, --node-cpus CPUs) whose
   one worker holds --slots episodes;
-- ray 1 node, 2 workers: the same node, a worker process per half its CPUs (--ray-worker-cpus);
+- ray 1 node, N workers: the same node, N worker processes (--ray-worker-cpus: N = 2 on a node of
+  under 12 CPUs, else one per 4 CPUs, the default);
 - ray 2 nodes: two nodes of --node-cpus CPUs each, --slots / 2 episodes per worker.
 Rates are steady-state: episodes finished after the first one, over the time between the first
 result and the last (the workers' start, ~1-3 s per run for doctor and imports, is shown apart).
@@ -167,11 +168,12 @@ def main() -> None:
     args = parser.parse_args()
     _instrument()
     clusters = Clusters(args.node_cpus)
+    many = max(2, args.node_cpus // 4)  # the default --ray-worker-cpus (4) on a big node; 2 on a small
     ways = {"local threads": None,
             "ray 1 node": RayOptions(clusters.one.address, cpus=args.node_cpus / args.slots,
                                      worker_cpus=args.node_cpus),
-            "ray 1 node, 2 workers": RayOptions(clusters.one.address, cpus=args.node_cpus / args.slots,
-                                                worker_cpus=args.node_cpus / 2),
+            f"ray 1 node, {many} workers": RayOptions(clusters.one.address, cpus=args.node_cpus / args.slots,
+                                                      worker_cpus=args.node_cpus / many),
             "ray 2 nodes": RayOptions(clusters.two.address, cpus=2 * args.node_cpus / args.slots,
                                       worker_cpus=args.node_cpus)}
     runs: dict[str, list[dict]] = {name: [] for name in ways}
@@ -186,7 +188,7 @@ def main() -> None:
             ray = ways[name] and RayOptions(ways[name].address, cpus=ways[name].cpus,
                                             worker_cpus=args.node_cpus, concurrency=1)
             alone[name] = timed_run(url, args.sequential, Path(tmp) / f"s{name[:3]}", 1, ray)
-    gil: dict[str, list[dict]] = {name: [] for name in ("local threads", "ray 1 node", "ray 1 node, 2 workers")}
+    gil: dict[str, list[dict]] = {name: [] for name in list(ways)[:3]}
     with tempfile.TemporaryDirectory() as tmp, text_server() as url:
         for n in range(args.rounds if args.gil_episodes else 0):
             for name in gil:
