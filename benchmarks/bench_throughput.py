@@ -68,8 +68,9 @@ with FakeOpenAI(default=answer) as server:
 
 
 @contextlib.contextmanager
-def scripted_server(hold: float = 0.0):
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(hold), str(ROOT), str(ROOT / "tests")],
+def scripted_server(hold: float = 0.0, script: str = SERVER):
+    """(base URL, process) of `script` (SERVER: the 3-step episodes) in a process of its own."""
+    proc = subprocess.Popen([sys.executable, "-c", script, str(hold), str(ROOT), str(ROOT / "tests")],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         yield proc.stdout.readline().strip(), proc

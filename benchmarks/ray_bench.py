@@ -33,11 +33,9 @@ to win; on a many-core machine each worker process adds up to one such ceiling.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -114,27 +112,16 @@ def timed_run(base_url: str, count: int, out: Path, slots: int, ray: RayOptions 
             "machine_cpu": (cpu[-1][1] - cpu[0][1]) / steady_episodes}
 
 
+# Answers every request at once with text: `llm` mode episodes are all Python (the agent, the
+# openai client, JSON) and no sandbox, so the local runner's GIL is their limit.
 TEXT_SERVER = """
 import sys
-sys.path[:0] = sys.argv[1:]
+sys.path[:0] = sys.argv[2:]
 from fakes.openai_server import FakeOpenAI, reply
 with FakeOpenAI(default=lambda request: reply("The answer is 42.")) as server:
     print(server.base_url, flush=True)
     sys.stdin.read()
 """
-
-
-@contextlib.contextmanager
-def text_server():
-    """A scripted server that answers every request at once with text: `llm` mode episodes, all
-    Python (the agent, the openai client, JSON) and no sandbox, so the runner's GIL is the limit."""
-    proc = subprocess.Popen([sys.executable, "-c", TEXT_SERVER, str(ROOT), str(ROOT / "tests")],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.stdin.close()
-        proc.wait(10)
 
 
 class Clusters:
@@ -189,7 +176,7 @@ def main() -> None:
                                             worker_cpus=args.node_cpus, concurrency=1)
             alone[name] = timed_run(url, args.sequential, Path(tmp) / f"s{name[:3]}", 1, ray)
     gil: dict[str, list[dict]] = {name: [] for name in list(ways)[:3]}
-    with tempfile.TemporaryDirectory() as tmp, text_server() as url:
+    with tempfile.TemporaryDirectory() as tmp, scripted_server(script=TEXT_SERVER) as (url, _):
         for n in range(args.rounds if args.gil_episodes else 0):
             for name in gil:
                 ray = ways[name] and RayOptions(ways[name].address, cpus=ways[name].cpus / 2,
