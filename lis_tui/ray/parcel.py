@@ -7,6 +7,7 @@ next run finds it there and nothing moves again.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import io
@@ -16,7 +17,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Iterator
 
 from isolation.rootfs import RootfsError, RootfsNotFound, RootfsStore
 from lis_tui.bench.tasks import Task
@@ -73,29 +74,86 @@ def _export(store: RootfsStore, found: Any) -> Path:
     return tarball
 
 
+KEEP_COPIES = 3
+"""The `ray-<hash>` rootfs copies a node keeps: the one in use and the most recently used others
+(a rootfs that changed leaves its old copy behind; a run that alternates two finds both)."""
+_IN_USE: list[int] = []
+"""Descriptors of the `.ray-<hash>.use` files this process holds shared: a copy a live worker
+uses is never removed."""
+
+
 def unpack_rootfs(parcel: RootfsParcel, get: Any) -> str:
-    """The path of the parcel's tree on this node, imported once and kept in this node's store."""
+    """The path of the parcel's tree on this node, imported once and kept in this node's store
+    (with the KEEP_COPIES - 1 others used last; older copies no worker uses are removed)."""
     store = RootfsStore()
     store.root.mkdir(parents=True, exist_ok=True)
-    with open(store.root / f".{parcel.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two workers on one node import it once
+    with _locked(store, parcel.name, fcntl.LOCK_EX) as got:  # two workers on one node import it once
+        assert got
+        path = _found_or_imported(store, parcel, get)
+        use = os.open(store.root / f".{parcel.name}.use", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(use, fcntl.LOCK_SH)  # taken under the import lock: a pruner waits for both
+        os.utime(use)  # the copy's last use, for the pruner's order
+        _IN_USE.append(use)
+    _prune(store)
+    return path
+
+
+def _found_or_imported(store: RootfsStore, parcel: RootfsParcel, get: Any) -> str:
+    try:
+        found = store.resolve(parcel.name)
+        if found.meta.get("sha256") == parcel.digest:
+            return str(found.path)
+    except RootfsNotFound:
+        pass
+    with tempfile.TemporaryDirectory(prefix=".ray-in-", dir=store.root) as tmp:
+        tarball = Path(parcel.path) if parcel.path else Path(tmp) / "rootfs.tar"
+        if not parcel.path:
+            tarball.write_bytes(get(parcel.ref))
+        found = store.import_tar(parcel.name, tarball, force=True)
+    if found.meta.get("sha256") != parcel.digest:
+        store.remove(parcel.name)
+        raise RootfsError(f"the rootfs {parcel.label!r} arrived changed (sha256 "
+                          f"{found.meta.get('sha256')}, not {parcel.digest}). Fix: give "
+                          "--rootfs-dir a folder no one else writes, or leave it out")
+    return str(found.path)
+
+
+def _prune(store: RootfsStore) -> None:
+    """Remove the `ray-*` copies past the KEEP_COPIES used last, each only if no worker uses it
+    and no worker is importing it (both locks taken without waiting, else it is left)."""
+    def last_use(name: str) -> float:
         try:
-            found = store.resolve(parcel.name)
-            if found.meta.get("sha256") == parcel.digest:
-                return str(found.path)
-        except RootfsNotFound:
-            pass
-        with tempfile.TemporaryDirectory(prefix=".ray-in-", dir=store.root) as tmp:
-            tarball = Path(parcel.path) if parcel.path else Path(tmp) / "rootfs.tar"
-            if not parcel.path:
-                tarball.write_bytes(get(parcel.ref))
-            found = store.import_tar(parcel.name, tarball, force=True)
-        if found.meta.get("sha256") != parcel.digest:
-            store.remove(parcel.name)
-            raise RootfsError(f"the rootfs {parcel.label!r} arrived changed (sha256 "
-                              f"{found.meta.get('sha256')}, not {parcel.digest}). Fix: give "
-                              "--rootfs-dir a folder no one else writes, or leave it out")
-        return str(found.path)
+            return os.stat(store.root / f".{name}.use").st_mtime
+        except OSError:
+            return 0.0
+    copies = sorted((r.name for r in store.list() if r.name.startswith("ray-")), key=last_use, reverse=True)
+    for name in copies[KEEP_COPIES:]:
+        with _locked(store, name, fcntl.LOCK_EX | fcntl.LOCK_NB) as importing_free:
+            if not importing_free:
+                continue
+            use = os.open(store.root / f".{name}.use", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(use, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live worker runs episodes on it
+            finally:
+                os.close(use)  # (our exclusive lock goes with it; the import lock still holds)
+            try:
+                store.remove(name)
+            except (RootfsError, OSError):
+                continue  # removed by another pruner meanwhile, or not ours to remove
+
+
+@contextlib.contextmanager
+def _locked(store: RootfsStore, name: str, how: int) -> Iterator[bool]:
+    """The import lock of the copy `name`; yields False when LOCK_NB found it taken."""
+    with open(store.root / f".{name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, how)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
 
 
 def pack_task(task: Task) -> tuple[Task, bytes | None]:

@@ -409,3 +409,42 @@ def test_a_dead_workers_folder_goes_with_the_next_worker_and_a_live_ones_stays()
         live.stdin.close()
         live.wait()
         shutil.rmtree(alive, ignore_errors=True)
+
+
+def test_a_node_keeps_the_copies_used_last_and_never_removes_one_in_use(tmp_path, monkeypatch):
+    import hashlib
+
+    from isolation.rootfs import RootfsStore
+    from lis_tui.ray.parcel import KEEP_COPIES
+
+    monkeypatch.setenv("LIS_DATA_HOME", str(tmp_path / "node"))
+    parcels = []
+    for i in range(KEEP_COPIES + 2):  # a rootfs that changed five times
+        tar = tiny_rootfs_tar(tmp_path / f"r{i}.tar", marker=f"version-{i}")
+        parcels.append([hashlib.sha256(tar.read_bytes()).hexdigest(), f"r{i}", str(tar)])
+    use = ("import sys; from lis_tui.ray.parcel import RootfsParcel, unpack_rootfs\n"
+           "print(unpack_rootfs(RootfsParcel(sys.argv[1], sys.argv[2], path=sys.argv[3]), None), flush=True)\n"
+           "sys.stdin.read()\n")  # a worker: holds its copy until it ends
+    child = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def worker(parcel, stay=False):
+        proc = subprocess.Popen([sys.executable, "-c", use, *parcel], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=child)
+        assert proc.stdout.readline().strip().endswith("/root")
+        if not stay:
+            proc.stdin.close()
+            assert proc.wait(60) == 0
+        return proc
+
+    def kept():
+        return sorted(r.path.joinpath("etc", "lis-marker").read_text()
+                      for r in RootfsStore().list() if r.name.startswith("ray-"))
+
+    live = worker(parcels[0], stay=True)  # the oldest copy, in use all along
+    for parcel in parcels[1:]:
+        worker(parcel)
+    assert kept() == ["version-0", "version-2", "version-3", "version-4"]  # 1 went, 0 is in use
+    live.stdin.close()
+    live.wait(60)
+    worker(parcels[4])
+    assert kept() == ["version-2", "version-3", "version-4"]
