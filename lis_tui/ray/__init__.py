@@ -35,7 +35,7 @@ class RayOptions:
     """Ray CPUs each episode reserves (episodes mostly wait on the model: 4 per core by default)."""
     worker_cpus: float = 4.0
     """Ray CPUs per worker process: a node gets one worker per this many of its CPUs (at least
-    one), since one process's Python keeps about four cores busy before its GIL is full."""
+    one), since one process's Python keeps 3-4 cores busy before its GIL is full."""
     concurrency: int | None = None
     """Most episodes at once over the whole cluster; None: as many as the nodes' CPUs allow."""
     max_retries: int = 2

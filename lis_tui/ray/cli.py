@@ -26,7 +26,7 @@ def add_ray_flags(parser: argparse.ArgumentParser) -> None:
                        help="Ray CPUs one episode takes (default 0.25: four per core)")
     group.add_argument("--ray-worker-cpus", type=float, metavar="CPUS",
                        help="a node gets one worker process per this many of its CPUs (default 4: "
-                            "one process's Python keeps about four cores busy before its GIL is "
+                            "one process's Python keeps 3-4 cores busy before its GIL is "
                             "full, so a 32-CPU node gets 8)")
     group.add_argument("--max-retries", type=int, metavar="N",
                        help="runs again of an episode whose node died under it, before it is "

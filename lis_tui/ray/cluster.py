@@ -57,7 +57,7 @@ def worker_slots(cpus: float, episode_cpus: float, worker_cpus: float) -> list[i
     a worker per `worker_cpus` of them (at least one), the node's slots shared out evenly.
 
     One worker is one process, whose Python (the agent loops, JSON, the openai client, the
-    shell relays) holds one GIL: it keeps about four cores busy with sandboxes and the kernel
+    shell relays) holds one GIL: it keeps 3-4 cores busy with sandboxes and the kernel
     before that one core of Python is full. More workers let a many-core node go past that."""
     slots = int(cpus / episode_cpus + 1e-9)
     workers = max(1, min(slots, math.floor(cpus / worker_cpus + 0.5)))
