@@ -1,6 +1,7 @@
 """Turn a SandboxSpec into the mounts, shell and environment of one sandbox."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shlex
@@ -9,7 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bwrap
+from . import bwrap, hostnodes
 from .bwrap import Bind, Mount, Overlay, Special
 from .spec import SandboxError, SandboxSpec
 
@@ -93,6 +94,8 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dic
                Bind("/dev/null", "/proc/keys"), Bind("/dev/null", "/proc/key-users"),
                Special("dev", "/dev"), Special("tmpfs", "/tmp", tmp), Special("tmpfs", "/run", tmp and min(tmp, 64 << 20))]
     mounts.append(Special("dir", TOOLS_DIR))
+    if hostnodes.exposed():  # a root caller: the sandbox's uid 0 owns the host's /proc files
+        mounts += [Bind(path, path) if os.path.isdir(path) else Bind("/dev/null", path) for path in _root_proc()]
     if root_dir is None:  # after /run's tmpfs, which holds its mount point
         from .records import state_dir  # noqa: PLC0415 (records imports the rootfs store)
 
@@ -105,6 +108,21 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dic
     mounts += _masked_files(mounts, [f for c in spec.credentials or () for f in c.files])
     shell = "bash" if _has(check, "usr/bin/bash", "bin/bash") else "sh"
     return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None)
+
+
+ROOT_PROC = ("fs", "acpi", "scsi", "driver", "tty", "asound", "timer_list", "timer_stats", "sched_debug",
+             "latency_stats")
+"""/proc entries of the host kernel's that a sandbox of a root caller could write or read as the
+host's root, as Docker covers them: settings no capability guards (/proc/fs/cifs's security
+flags, /proc/acpi/wakeup, SCSI and driver files) become read-only, and kernel addresses and
+timings (timer_list, sched_debug) read empty. bwrap already covers sys (we do, above),
+sysrq-trigger, irq and bus. For any other caller these are the host root's, out of reach."""
+
+
+@functools.lru_cache(maxsize=1)
+def _root_proc() -> tuple[str, ...]:
+    """The ROOT_PROC entries this kernel has (a mount over a missing one would fail)."""
+    return tuple(f"/proc/{name}" for name in ROOT_PROC if os.path.lexists(f"/proc/{name}"))
 
 
 def _plain_file(root: Path, rel: str) -> bool:

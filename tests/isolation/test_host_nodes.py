@@ -97,6 +97,29 @@ def test_no_sysctl_of_the_host_can_be_written():
     assert got["hostname"] == sb.spec.hostname  # the sandbox's own namespaces, through the host's /proc/sys
 
 
+@as_root
+def test_a_root_run_sandbox_reads_no_kernel_timers_and_writes_no_proc_setting():
+    from isolation.layout import _root_proc
+
+    covered = _root_proc()
+    assert "/proc/fs" in covered and "/proc/timer_list" in covered  # what every Linux here has
+    with Sandbox() as sb:
+        got = inside_python(sb, """
+        out = {}
+        for line in open("/proc/self/mounts"):
+            dest, options = line.split()[1], line.split()[3]
+            out[dest] = "ro" if "ro" in options.split(",") else "rw"
+        try:
+            out["timer_list"] = open("/proc/timer_list").read()[:40]
+        except OSError as e:
+            out["timer_list"] = errno.errorcode[e.errno]
+        print(json.dumps(out))
+        """)
+    for path in covered:
+        assert got.get(path) == "ro", (path, got)  # its own read-only mount: no write goes through
+    assert "Timer List" not in got["timer_list"]  # the host kernel's timers and addresses stay out
+
+
 def test_devices_still_work(sandbox):
     script = ("echo x > /dev/null && : > /dev/null && head -c1 /dev/zero | od -An -c && head -c 8 /dev/urandom | wc -c"
               " && python3 -c \"open('/dev/null', 'w').write('x'); open('/dev/full', 'rb').read(4)\""
