@@ -5,8 +5,9 @@ environment, no terminal) and is single-threaded, as joining a user namespace re
 sandbox it forks a zygote, which:
 1. joins the sandbox's namespaces (user, mount, network, ipc, uts, cgroup; the pid namespace for
    its children) and chroots to the sandbox's root;
-2. seals imports: from here on no module can be loaded, since every path now resolves in the
-   sandbox's files (modules already loaded keep working);
+2. has its imports sealed: no module can be loaded, since every path now resolves in the
+   sandbox's files (modules already loaded keep working); the helper sealed its own once
+   everything was imported, before it forked any zygote, so every fork starts sealed;
 3. confines itself as the sandbox's processes must be: the helper's own empty session keyring
    (joined once, at its start; never the user's), the sandbox's resource limits, an empty
    bounding set, no_new_privs and the syscall filter (these right after the join, before the
