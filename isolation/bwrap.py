@@ -4,10 +4,12 @@ The argv builder is pure: small mount objects with `to_args()`, unit-testable wi
 """
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,18 +149,31 @@ def host_root_mounts(host: Path = Path("/")) -> list[Mount]:
     """The host's system trees, read-only, as the `host` rootfs."""
     mounts: list[Mount] = []
     for name in HOST_TREES:
-        path = host / name
-        if path.is_symlink():
+        path = os.path.join(host, name)
+        mode = _lstat_mode(path)
+        if mode is not None and stat.S_ISLNK(mode):
             mounts.append(Symlink(os.readlink(path), f"/{name}"))
-        elif path.is_dir():
-            mounts.append(Bind(str(path), f"/{name}"))
+        elif mode is not None and stat.S_ISDIR(mode):
+            mounts.append(Bind(path, f"/{name}"))
     for secret in HOST_SECRETS:
-        path = host / secret
-        if path.is_dir() and not path.is_symlink():
+        mode = _lstat_mode(os.path.join(host, secret))
+        if mode is None or stat.S_ISLNK(mode):
+            continue
+        if stat.S_ISDIR(mode):
             mounts.append(Special("tmpfs", f"/{secret}"))
-        elif path.exists() and not path.is_symlink():
+        else:
             mounts.append(Bind("/dev/null", f"/{secret}"))
     return mounts
+
+
+def _lstat_mode(path: str) -> int | None:
+    """lstat's mode, None where nothing is (one call per path: this runs at every start)."""
+    try:
+        return os.lstat(path).st_mode
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None
+        raise
 
 
 def sandbox_argv(bwrap: str, mounts: list[Mount], *, hostname: str, info_fd: int, seccomp_fd: int,

@@ -147,12 +147,9 @@ def _apt_shims(parent: Path) -> Path:
 
     Written once, into `parent/<hash of the scripts>`, and shared by every sandbox, which mounts
     it read-only: a start writes no files for them and a close removes none."""
-    scripts = {name: f"#!/bin/sh\necho {shlex.quote(APT_FIX.format(name=name))} >&2\nexit 100\n"
-               for name in ("apt-get", "apt", "apt-cache")}
     real_uv = next((path for path in HOST_UV if os.access(path, os.X_OK)), None)
-    if real_uv:
-        scripts["uv"] = uv_shim(real_uv)
-    shims = parent / hashlib.sha256(repr(sorted(scripts.items())).encode()).hexdigest()[:16]
+    scripts, folder = _shim_scripts(real_uv)
+    shims = parent / folder
     try:
         if stat.S_ISDIR(os.lstat(shims).st_mode):
             return shims
@@ -174,6 +171,16 @@ def _apt_shims(parent: Path) -> Path:
         if not stat.S_ISDIR(os.lstat(shims).st_mode):
             raise SandboxError(f"{shims} is not a directory; remove it and start again") from None
     return shims
+
+
+@functools.lru_cache(maxsize=4)
+def _shim_scripts(real_uv: str | None) -> tuple[dict[str, str], str]:
+    """The shims' scripts and the name of their folder (a hash of them), made once per process."""
+    scripts = {name: f"#!/bin/sh\necho {shlex.quote(APT_FIX.format(name=name))} >&2\nexit 100\n"
+               for name in ("apt-get", "apt", "apt-cache")}
+    if real_uv:
+        scripts["uv"] = uv_shim(real_uv)
+    return scripts, hashlib.sha256(repr(sorted(scripts.items())).encode()).hexdigest()[:16]
 
 
 def uv_shim(real: str) -> str:

@@ -5,8 +5,9 @@ environment, no terminal) and is single-threaded, as joining a user namespace re
 sandbox it forks a zygote, which:
 1. joins the sandbox's namespaces (user, mount, network, ipc, uts, cgroup; the pid namespace for
    its children) and chroots to the sandbox's root;
-2. seals imports: from here on no module can be loaded, since every path now resolves in the
-   sandbox's files (modules already loaded keep working);
+2. has its imports sealed: no module can be loaded, since every path now resolves in the
+   sandbox's files (modules already loaded keep working); the helper sealed its own once
+   everything was imported, before it forked any zygote, so every fork starts sealed;
 3. confines itself as the sandbox's processes must be: the helper's own empty session keyring
    (joined once, at its start; never the user's), the sandbox's resource limits, an empty
    bounding set, no_new_privs and the syscall filter (these right after the join, before the
@@ -47,7 +48,7 @@ import linux  # noqa: E402
 import seccomp  # noqa: E402
 
 IDLE = 1.0  # seconds a zygote waits for work before it exits
-_FILTERS = {nested: seccomp.program(nested_userns=nested) for nested in (False, True)}
+_FILTERS = {nested: linux.SeccompProgram(seccomp.program(nested_userns=nested)) for nested in (False, True)}
 _LAST_CAP = linux.last_cap()
 
 
@@ -77,21 +78,31 @@ def main(channel_fd: int) -> None:
         _keyring_error = exc
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    # Sealed here, once, not in each fork: clearing the import caches in a fork frees objects,
+    # and every page that touches is copied, per sandbox. Everything is imported by now.
+    _seal_imports()
     gc.freeze()  # what the collector would touch stays shared with the forks
     state = _State()
     _fork_spare(state)
     _serve(socket.socket(fileno=channel_fd), _fork_zygote, state, idle=None)
 
 
-def _serve(channel: socket.socket, handle, state: _State, idle: float | None) -> None:
-    """Answer requests on `channel` until it closes (or, with `idle`, until that long without
-    one); reap children as they end."""
+def _serving(channel: socket.socket) -> tuple[select.poll, int]:
+    """The poller of _serve, and the descriptor that SIGCHLD wakes it through."""
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # the wakeup fd does the work
     poller = select.poll()
     poller.register(channel, select.POLLIN)
     poller.register(wake_r, select.POLLIN)
+    return poller, wake_r
+
+
+def _serve(channel: socket.socket, handle, state: _State, idle: float | None,
+           loop: tuple[select.poll, int] | None = None) -> None:
+    """Answer requests on `channel` until it closes (or, with `idle`, until that long without
+    one); reap children as they end. `loop`: what _serving made for it, if it was made earlier."""
+    poller, wake_r = loop or _serving(channel)
     while True:
         events = poller.poll(None if idle is None else idle * 1000)
         if not events:
@@ -205,7 +216,6 @@ def _spare(control: socket.socket, handoff: socket.socket) -> None:
             if fd not in keep:
                 _close(fd)  # the helper's socket, other zygotes' channels
         linux.close_from(max(keep) + 1)
-        _seal_imports()  # nothing is loaded from here on, in here or in the sandbox
         payload, fds = _recv(control, 16)
         if not payload:
             os._exit(0)
@@ -240,6 +250,7 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
     try:
         _join(fds[0])
         _confine_before_root(request)
+        loop = _serving(channel)  # now, not once the root came: the first command waits on what follows it
         if len(fds) == 1:  # joined while bwrap still builds the sandbox: its root comes once pid 1 runs
             payload, root = _recv(channel, 1)
             if not payload or not root:  # the start failed, or our owner is gone
@@ -256,7 +267,7 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
     _send(channel, f"Z {os.getpid()}".encode())
     state = _State()
     try:
-        _serve(channel, _zygote_request, state, idle=IDLE)
+        _serve(channel, _zygote_request, state, idle=IDLE, loop=loop)
         channel.close()  # a request that came meanwhile is dropped unread: the caller sends it again
         _reap(state)
         if state.watched:

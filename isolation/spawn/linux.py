@@ -102,14 +102,20 @@ def drop_bounding_set(last: int) -> None:
     """Empty the bounding set: no exec can ever gain a capability again. The process keeps
     those it holds (chroot still works) until drop_held_capabilities."""
     for cap in range(last + 1):
-        prctl(PR_CAPBSET_DROP, cap)
+        _check(_prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "prctl(PR_CAPBSET_DROP)")
+
+
+# The ctypes types a zygote uses, made here, at import, in the helper: a type made in a fresh
+# fork is a class built there (a few dozen pages written, each a copy-on-write fault), per sandbox.
+_CapHeader = ctypes.c_uint32 * 2
+_CapData = ctypes.c_uint32 * 6
 
 
 def drop_held_capabilities() -> None:
     """Empty the ambient, inheritable, permitted and effective sets."""
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
-    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()  # two of {effective, permitted, inheritable}, all zero
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = _CapData()  # two of {effective, permitted, inheritable}, all zero
     _check(_syscall(ctypes.c_long(_SYS["capset"]), header, data), "capset")
 
 
@@ -122,11 +128,18 @@ class _Fprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def install_seccomp(program: bytes) -> None:
+class SeccompProgram:
+    """A filter laid out for the kernel once (at the helper's start), loaded by many forks."""
+
+    def __init__(self, program: bytes) -> None:
+        self._buf = ctypes.create_string_buffer(program, len(program))
+        self._prog = _Fprog(len(program) // 8, ctypes.addressof(self._buf))
+        self.address = ctypes.addressof(self._prog)
+
+
+def install_seccomp(program: SeccompProgram) -> None:
     """Load a filter (needs no_new_privs set first, or CAP_SYS_ADMIN)."""
-    buf = ctypes.create_string_buffer(program, len(program))
-    prog = _Fprog(len(program) // 8, ctypes.addressof(buf))
-    _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp")
+    _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program.address, 0, 0), "seccomp")
 
 
 def close_from(low: int) -> None:

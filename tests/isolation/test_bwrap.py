@@ -37,11 +37,16 @@ def test_host_root_mounts_follow_the_hosts_layout(tmp_path):
     (tmp_path / "usr" / "bin").mkdir(parents=True)
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "shadow").write_text("secret")
+    (tmp_path / "etc" / "ssh").mkdir()
+    (tmp_path / "etc" / "gshadow").symlink_to("shadow")
     (tmp_path / "bin").symlink_to("usr/bin")
+    (tmp_path / "lib").write_text("not a tree")
     mounts = bwrap.host_root_mounts(tmp_path)
     assert Bind(str(tmp_path / "usr"), "/usr") in mounts
     assert Symlink("usr/bin", "/bin") in mounts
     assert Bind("/dev/null", "/etc/shadow") in mounts  # masked, not shown
+    assert Special("tmpfs", "/etc/ssh") in mounts  # a secret folder: emptied
+    assert not any(getattr(m, "dest", "") in ("/lib", "/etc/gshadow") for m in mounts)  # a file; a link
     assert not any(getattr(m, "dest", "") == "/home" for m in mounts)
 
 
