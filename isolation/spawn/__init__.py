@@ -129,11 +129,13 @@ class Zygote:
     request forks a new one. Close this when the sandbox closes."""
 
     def __init__(self, ns_pidfd: int | None, root_fd: int | None, rlimits: list[tuple[int, int]] = (),
-                 nested_userns: bool = False) -> None:
+                 nested_userns: bool = False, take_uid_0: bool = False) -> None:
         """`ns_pidfd`: a pidfd of a process in the sandbox (its pid 1); `root_fd`: the sandbox's /.
         Both stay the caller's, open for as long as this is used. (None, None): a sandbox still
-        starting, given later by set_root."""
-        self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns}
+        starting, given later by set_root. `take_uid_0`: we are root and the sandbox's uid 0 is
+        another id (idmap.py): the zygote drops root's groups and takes the sandbox's uid and gid 0."""
+        self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns,
+                      "take_uid_0": take_uid_0}
         self._fds = [ns_pidfd, root_fd]
         self._channel: socket.socket | None = None
         self._joining = False  # _channel's zygote was asked for by join_early; its answer is unread
