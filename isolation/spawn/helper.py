@@ -251,11 +251,6 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
         if request["take_uid_0"]:
             os.setgroups([])  # root's groups, here where we may still drop them (the sandbox denies setgroups)
         _join(fds[0])
-        if request["take_uid_0"]:
-            # Joining kept the host's root, which the sandbox does not map: its commands would run
-            # as that. Its uid 0 is root's subordinate id (idmap.py); the capabilities stay.
-            os.setresgid(0, 0, 0)
-            os.setresuid(0, 0, 0)
         _confine_before_root(request)
         loop = _serving(channel)  # now, not once the root came: the first command waits on what follows it
         if len(fds) == 1:  # joined while bwrap still builds the sandbox: its root comes once pid 1 runs
@@ -263,6 +258,12 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
             if not payload or not root:  # the start failed, or our owner is gone
                 os._exit(0)
             fds.append(root[0])
+        if request["take_uid_0"]:
+            # Joining kept the host's root, which the sandbox does not map: its commands would run
+            # as that. Its uid 0 is root's subordinate id (idmap.py), mapped once pid 1 runs (an
+            # early zygote joins before bwrap writes the map); the capabilities stay.
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
         os.fchdir(fds[1])
         os.chroot(".")
         for fd in fds:
