@@ -203,10 +203,10 @@ def launching(folders: list[str], ids: SubIds) -> Iterator[None]:
     alone. Raw system calls, which change this thread only (libc's would change every thread)."""
     stage_this_thread(folders, ids)
     groups = os.getgroups()
-    _thread_ids("setgroups", 0, None)
-    _thread_ids("setresgid", ids.gid, ids.gid, 0)
-    _thread_ids("setresuid", ids.uid, ids.uid, 0)
     try:
+        _thread_ids("setgroups", 0, None)
+        _thread_ids("setresgid", ids.gid, ids.gid, 0)
+        _thread_ids("setresuid", ids.uid, ids.uid, 0)
         yield
     finally:
         _thread_ids("setresuid", 0, 0, 0)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import threading
 import uuid
 
 import pytest
@@ -167,3 +169,20 @@ def test_bwrap_is_run_where_it_is_unless_the_subordinate_id_cannot_reach_it(tmp_
     staged = f"{idmap.STAGE}{closed}/bwrap"
     assert idmap.executable(str(closed / "bwrap"), True) == (staged, [str(closed.parents[1])])  # its libs: $ORIGIN/../../
     assert idmap.executable(str(closed / "bwrap"), False) == (staged, [str(closed)])
+
+
+@as_root
+def test_bwrap_is_started_as_the_subordinate_ids_and_the_thread_gets_roots_back():
+    ids, got = idmap.mapped(), {}
+
+    def launch() -> None:  # a thread of its own: launching changes this thread's ids and mount namespace
+        before = (os.getresuid(), os.getresgid(), os.getgroups())
+        with idmap.launching([], ids):
+            child = subprocess.run(["sh", "-c", "id -u; id -g; id -G"], capture_output=True, text=True)
+        got.update(child=child.stdout.split(), before=before, after=(os.getresuid(), os.getresgid(), os.getgroups()))
+
+    thread = threading.Thread(target=launch)
+    thread.start()
+    thread.join()
+    assert got["child"] == [str(ids.uid), str(ids.gid), str(ids.gid)]  # no group of root's
+    assert got["after"] == got["before"] and got["after"][0] == (0, 0, 0)
