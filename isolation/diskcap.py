@@ -3,14 +3,13 @@
 Rootless, there is no quota to set on a directory, so one thread per process walks the writable
 layers of every sandbox that has a disk limit, round-robin, and spends at most a tenth of a core
 doing it: a pass that took t seconds is followed by a pause of max(1 s, 9 t). A sandbox found over
-its limit has every process but pid 1 killed, and `Sandbox.disk_note()` says so to whoever runs
-the next command (the shell tool tells the model). Between two passes a fast writer can overshoot
+its limit is stopped whole, pid 1 included (`Sandbox._over_disk`): `Sandbox.disk_note()` says so
+to whoever ran the command under way (the shell tool tells the model), and every later command
+fails with the same reason, naming --disk. Between two passes a fast writer can overshoot
 by what it writes in a few seconds; the cap bounds a runaway, it is not a quota.
 """
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 import weakref
@@ -39,26 +38,11 @@ def unwatch(sandbox) -> None:
 
 
 def check(sandbox) -> None:
-    """One measure of one sandbox; over the limit, it is told (`_over_disk`)."""
+    """One measure of one sandbox; over the limit, it is stopped (`_over_disk`)."""
     limit = sandbox.spec.limits.disk
     used = sandbox.writable_size()
     if limit and used is not None and used > limit:
         sandbox._over_disk(used)
-
-
-def kill_all_but_pid_1(pid_1: int) -> None:
-    """SIGKILL every process in the pid namespace of `pid_1` (its host pid) but pid 1 itself."""
-    try:
-        ns = os.readlink(f"/proc/{pid_1}/ns/pid")
-    except OSError:
-        return
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and int(entry.name) != pid_1:
-            try:
-                if os.readlink(f"/proc/{entry.name}/ns/pid") == ns:
-                    os.kill(int(entry.name), signal.SIGKILL)
-            except OSError:
-                pass  # gone, or not ours
 
 
 def _loop() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 NETWORK_MODES = ("off", "ask", "on")
 GiB = 1 << 30
+SMALL_TMPFS = 64 << 20  # /run and /dev/shm (Docker's size for it)
 
 
 def default_memory() -> int:
@@ -42,8 +43,30 @@ class Limits:
     """Bytes the sandbox's writable layers (its files under /testbed and /root, what it changed in
     the rootfs) may take on the host's disk, checked while it runs; None: no cap."""
     tmp_size: int | None = 1 << 30
-    """Bytes /tmp may hold (a tmpfs, so in memory); /run gets 64 MiB at most. None: the kernel's
-    default, half the machine's memory."""
+    """Bytes /tmp may hold (a tmpfs, so in memory). /run and /dev/shm get 64 MiB each at most (or
+    tmp_size, if smaller); every other tmpfs inside is read-only (/dev, the masks over host
+    secrets, and / itself under the host rootfs), so a sandbox holds at most tmp_size + 128 MiB
+    in memory filesystems (`tmpfs_sizes`). None: the kernel's default for /tmp, half the memory."""
+    pending_signals: int | None = 1024
+    """Signals queued at once, by all the sandbox's processes together (RLIMIT_SIGPENDING; each
+    POSIX timer holds one). The kernel also counts them against the user's own limit on the host,
+    so a sandbox without it could leave the user's other programs unable to make a timer."""
+    message_queues: int | None = 128 << 10
+    """Bytes of POSIX message queues the sandbox may make (RLIMIT_MSGQUEUE); the user's whole
+    allowance on the host is usually 800 KiB, which the sandbox's use counts against."""
+    inotify_instances: int | None = 32
+    """inotify instances the sandbox may hold (its user namespace's max_inotify_instances); the
+    user's whole allowance on the host is fs.inotify.max_user_instances, often 128."""
+    inotify_watches: int | None = 16384
+    """inotify watches the sandbox may hold (its user namespace's max_inotify_watches), out of
+    the user's fs.inotify.max_user_watches on the host."""
+
+
+def tmpfs_sizes(limits: Limits) -> dict[str, int | None]:
+    """Each writable in-memory filesystem of a sandbox and its size in bytes (None: the kernel's
+    default, half the memory)."""
+    small = min(limits.tmp_size, SMALL_TMPFS) if limits.tmp_size else SMALL_TMPFS
+    return {"/tmp": limits.tmp_size, "/run": small, "/dev/shm": small}
 
 
 @dataclass(frozen=True)

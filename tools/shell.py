@@ -382,7 +382,7 @@ class Shell:
             call.exit_code = self._exit_status()
             note = f"{note}\n[The shell exited (exit code {call.exit_code})."
         if status != "done":
-            note = f"{note} {self._replace_shell()}]".strip()
+            note = f"{note} {self._replace_shell()}".strip() + "]"
         if disk := self.sandbox.disk_note():
             note = f"{note}\n[{disk[0].upper()}{disk[1:]}]".strip()
         text, truncated = call.output.render()
@@ -410,6 +410,8 @@ class Shell:
     def _replace_shell(self) -> str:
         """Start a fresh bash after this one exited or could not be stopped; say how it went."""
         self._end(graceful=False)
+        if getattr(self.sandbox, "stopped", None):  # a limit stopped it whole: the note after this says which
+            return ""
         try:
             self._start()
         except Exception as exc:  # the next run tries again

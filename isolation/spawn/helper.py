@@ -248,7 +248,7 @@ def _take_handoff(state: _State, fd: int, poller) -> None:
 
 def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: socket.socket) -> None:
     try:
-        _join(fds[0])
+        _join(fds[0], request.get("sysctl") or [])  # the sandbox's first zygote only: see _bound_user_ns
         _confine_before_root(request)
         loop = _serving(channel)  # now, not once the root came: the first command waits on what follows it
         if len(fds) == 1:  # joined while bwrap still builds the sandbox: its root comes once pid 1 runs
@@ -277,18 +277,43 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
         os._exit(0)
 
 
-def _join(pidfd: int) -> None:
+def _join(pidfd: int, sysctls: list) -> None:
+    """Enter the sandbox's namespaces: its user namespace first, where `sysctls` are written
+    (before its mount namespace, where /proc/sys is read-only), then the others."""
     try:
-        linux.setns(pidfd, linux.ALL_NAMESPACES)
-        return
+        linux.setns(pidfd, linux.CLONE_NEWUSER)
     except OSError as exc:
         if exc.errno != errno.EINVAL:  # EINVAL: a kernel before 5.8, which takes no pidfd here
             raise
-    pid = _pid_of(pidfd)
-    joins = [(os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC), flag) for name, flag in linux.NAMESPACES]
-    for fd, flag in joins:
-        linux.setns(fd, flag)
-        os.close(fd)
+        pid = _pid_of(pidfd)
+        joins = [(os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC), flag)
+                 for name, flag in linux.NAMESPACES]
+        for fd, flag in joins:
+            linux.setns(fd, flag)
+            os.close(fd)
+            if flag == linux.CLONE_NEWUSER:
+                _bound_user_ns(sysctls)
+        return
+    _bound_user_ns(sysctls)
+    linux.setns(pidfd, linux.ALL_NAMESPACES & ~linux.CLONE_NEWUSER)
+
+
+def _bound_user_ns(sysctls: list) -> None:
+    """Set the sandbox's per-user counters (/proc/sys/user/max_inotify_*, ...): the kernel counts
+    them per user namespace, and a new one starts unlimited, so the sandbox could otherwise take
+    all of the user's on the host. The file shows the namespace of the process that opens it, and
+    writing it takes CAP_SYS_RESOURCE there, which we hold just after joining."""
+    for name, value in sysctls:
+        try:
+            fd = os.open(f"/proc/sys/user/{name}", os.O_WRONLY | os.O_CLOEXEC)
+        except OSError as exc:  # a container that mounts /proc/sys read-only: doctor says so
+            if exc.errno == errno.EROFS:
+                return
+            raise
+        try:
+            os.write(fd, str(value).encode())
+        finally:
+            os.close(fd)
 
 
 def _pid_of(pidfd: int) -> int:
