@@ -185,7 +185,8 @@ class Sandbox:
             # bwrap names its child as soon as it has cloned it, before it builds the mounts: the
             # zygote joins the namespaces meanwhile, and is confined once pid 1 runs (set_root).
             rlimits = _rlimits(self.spec.limits)
-            self._zygote = spawn.Zygote(None, None, rlimits, self.spec.nested_userns, _sysctls(self.spec.limits))
+            self._zygote = spawn.Zygote(None, None, rlimits, self.spec.nested_userns, _sysctls(self.spec.limits),
+                                        self._root.tmpfs)
             self.pid, self._pidfd = _early_child(info_r, self._proc.pid)
             if self._pidfd is not None:
                 _bound_pid_1(self._proc, self.pid, rlimits)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 NETWORK_MODES = ("off", "ask", "on")
 GiB = 1 << 30
-SMALL_TMPFS = 64 << 20  # /run and /dev/shm (Docker's size for it)
+SMALL_TMPFS = 64 << 20  # /run, /dev/shm (Docker's size for it), the host rootfs's /
+DEV_TMPFS = 1 << 20  # /dev holds nodes, links and mount points
 
 
 def default_memory() -> int:
@@ -43,10 +44,11 @@ class Limits:
     """Bytes the sandbox's writable layers (its files under /testbed and /root, what it changed in
     the rootfs) may take on the host's disk, checked while it runs; None: no cap."""
     tmp_size: int | None = 1 << 30
-    """Bytes /tmp may hold (a tmpfs, so in memory). /run and /dev/shm get 64 MiB each at most (or
-    tmp_size, if smaller); every other tmpfs inside is read-only (/dev, the masks over host
-    secrets, and / itself under the host rootfs), so a sandbox holds at most tmp_size + 128 MiB
-    in memory filesystems (`tmpfs_sizes`). None: the kernel's default for /tmp, half the memory."""
+    """Bytes /tmp may hold (a tmpfs, so in memory). /run, /dev/shm and, under the host rootfs, /
+    itself get 64 MiB each at most (or tmp_size, if smaller), /dev 1 MiB, and the masks over host
+    secrets are read-only: a sandbox holds at most tmp_size + 193 MiB in memory filesystems
+    (`tmpfs_sizes`), each with an inode for every 8 KiB. None: the kernel's default for /tmp (half
+    the memory)."""
     pending_signals: int | None = 1024
     """Signals queued at once, by all the sandbox's processes together (RLIMIT_SIGPENDING; each
     POSIX timer holds one). The kernel also counts them against the user's own limit on the host,
@@ -62,11 +64,17 @@ class Limits:
     the user's fs.inotify.max_user_watches on the host."""
 
 
-def tmpfs_sizes(limits: Limits) -> dict[str, int | None]:
+def tmpfs_sizes(limits: Limits, host_root: bool) -> dict[str, int | None]:
     """Each writable in-memory filesystem of a sandbox and its size in bytes (None: the kernel's
-    default, half the memory)."""
+    default, half the memory); `host_root`: / is bwrap's tmpfs (the host rootfs), not an overlay."""
     small = min(limits.tmp_size, SMALL_TMPFS) if limits.tmp_size else SMALL_TMPFS
-    return {"/tmp": limits.tmp_size, "/run": small, "/dev/shm": small}
+    sizes = {"/tmp": limits.tmp_size, "/run": small, "/dev/shm": small, "/dev": DEV_TMPFS}
+    return {"/": small, **sizes} if host_root else sizes
+
+
+def tmpfs_inodes(size: int) -> int:
+    """Files a tmpfs of `size` bytes may hold: each costs kernel memory that its size does not count."""
+    return max(size // 8192, 4096)
 
 
 @dataclass(frozen=True)

@@ -248,8 +248,10 @@ def _take_handoff(state: _State, fd: int, poller) -> None:
 
 def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: socket.socket) -> None:
     try:
-        _join(fds[0], request.get("sysctl") or [])  # the sandbox's first zygote only: see _bound_user_ns
-        _confine_before_root(request)
+        # the sandbox's first zygote only: sysctl (_bound_user_ns), tmpfs (_size_tmpfs)
+        sysctl, tmpfs = request.get("sysctl") or [], request.get("tmpfs") or []
+        _join(fds[0], sysctl)
+        _confine_before_root(request, filtered=not tmpfs)
         loop = _serving(channel)  # now, not once the root came: the first command waits on what follows it
         if len(fds) == 1:  # joined while bwrap still builds the sandbox: its root comes once pid 1 runs
             payload, root = _recv(channel, 1)
@@ -260,6 +262,9 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
         os.chroot(".")
         for fd in fds:
             os.close(fd)
+        if tmpfs:
+            _size_tmpfs(tmpfs)
+            linux.install_seccomp(_FILTERS[request["nested_userns"]])
         _confine(request)
     except BaseException as exc:  # noqa: BLE001
         _send(channel, f"E could not join the sandbox: {_why(exc)}".encode())
@@ -316,6 +321,20 @@ def _bound_user_ns(sysctls: list) -> None:
             os.close(fd)
 
 
+_KEPT_FLAGS = linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC  # statvfs's bits are these
+
+
+def _size_tmpfs(sizes: list) -> None:
+    """Remount each [path, bytes, inodes] tmpfs of the sandbox with that size and inode count:
+    bwrap cannot size its root or its /dev, nor give any tmpfs an inode count. Done once, by the
+    first zygote, chrooted, holding CAP_SYS_ADMIN in the sandbox's namespaces, before any command
+    ran (every path is a mount point bwrap made); a remount sets the mount's flags anew, so its
+    own are passed again."""
+    for path, size, inodes in sizes:
+        flags = os.statvfs(path).f_flag & _KEPT_FLAGS
+        linux.mount(None, path, linux.MS_REMOUNT | flags, f"size={size},nr_inodes={inodes}")
+
+
 def _pid_of(pidfd: int) -> int:
     with open(f"/proc/self/fdinfo/{pidfd}") as info:
         for line in info:
@@ -332,7 +351,7 @@ def _seal_imports() -> None:
     sys.path_importer_cache.clear()
 
 
-def _confine_before_root(request: dict) -> None:
+def _confine_before_root(request: dict, filtered: bool = True) -> None:
     """What needs no root: done right after the join, so that an early zygote does it while bwrap
     still builds the sandbox. After it no exec can gain a capability (empty bounding set,
     no_new_privs) and the filter is on; the process itself still holds its capabilities, for the
@@ -345,7 +364,8 @@ def _confine_before_root(request: dict) -> None:
         resource.setrlimit(resource_id, (value, value))
     linux.drop_bounding_set(_LAST_CAP)
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
-    linux.install_seccomp(_FILTERS[request["nested_userns"]])
+    if filtered:  # else after _size_tmpfs, whose mount calls a filter need not allow
+        linux.install_seccomp(_FILTERS[request["nested_userns"]])
 
 
 def _confine(request: dict) -> None:

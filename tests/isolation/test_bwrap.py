@@ -112,3 +112,15 @@ def test_doctor_in_a_container_where_sandboxes_work_has_nothing_to_fix(monkeypat
     assert checks["sandbox"].status == "ok"
     assert checks["container"].status == "ok" and "sandboxes work" in checks["container"].detail
     assert not checks["container"].fix  # no Docker advice where nothing is wrong
+
+
+def test_doctor_lists_every_limit_and_the_counters_a_sandbox_may_take():
+    from isolation import doctor
+
+    checks = {c.name: c for c in (doctor.check_limits(), doctor.check_counters())}
+    limits = checks["limits"].detail
+    for shown in ("pid 1 included", "1024 processes", "1024 queued signals", "128 KiB of message queues",
+                  "/ 64 MiB", "/tmp 1.0 GiB", "/run 64 MiB", "/dev/shm 64 MiB", "/dev 1 MiB", "disk 10.0 GiB"):
+        assert shown in limits, (shown, limits)
+    counters = checks["kernel counters"]
+    assert "32 inotify instances and 16384 watches" in counters.detail and "max_user_instances" in counters.fix

@@ -121,11 +121,15 @@ def test_every_tmpfs_is_sized_or_read_only():
         masks = sb.exec("grep -E ' /etc/(ssh|ssl/private|sudoers.d) ' /proc/self/mountinfo | cut -d' ' -f5").stdout.split()
         got = {path: sb.exec(f"head -c 20M /dev/zero > {path}/fill; echo $?; stat -c %s {path}/fill")
                for path in ("/dev/shm", "/run", "/tmp", "/", "/dev", *masks)}
-        sizes = sb.exec("df -B1 --output=size /dev/shm /run /tmp | tail -3").stdout.split()
-    for path in ("/dev/shm", "/run", "/tmp"):  # sized: the writer stops at 16 MiB
+        sizes = sb.exec("df -B1 --output=size / /dev /dev/shm /run /tmp | tail -5").stdout.split()
+        files = sb.exec("cd /dev/shm && rm fill && i=0; while [ $i -lt 5000 ] && : > f$i; do i=$((i+1)); done; echo $i")
+    # sized: a writer stops at 16 MiB (/dev at 1 MiB), and 5,000 empty files at 4,096 inodes
+    for path in ("/dev/shm", "/run", "/tmp", "/"):
         assert "No space left on device" in got[path].stderr and got[path].stdout.split() == ["1", str(16 << 20)], got
-    assert sizes == [str(16 << 20)] * 3
-    for path in ("/", "/dev", *masks):  # bwrap's root tmpfs, /dev, the masks over host secrets: read-only
+    assert "No space left on device" in got["/dev"].stderr and int(got["/dev"].stdout.split()[1]) <= 1 << 20
+    assert sizes == [str(16 << 20), str(1 << 20)] + [str(16 << 20)] * 3
+    assert "No space left on device" in files.stderr and files.stdout.strip() == "4095"  # and its root
+    for path in masks:  # the masks over host secrets: read-only
         assert "Read-only file system" in got[path].stderr, (path, got[path])
     assert masks, "this host has no secret folder to mask (/etc/ssh, /etc/ssl/private, /etc/sudoers.d)"
 
