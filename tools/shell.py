@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from isolation.output import ready
 from tools import ToolResult
+from tools.limit_notes import limit_note
 from tools.shell_output import OUR_TRACES, WORK_DIR, Output, Text, clean, escape
 from tools.shell_pty import EOF, TIMEOUT, Pty
 
@@ -386,10 +387,14 @@ class Shell:
         if disk := self.sandbox.disk_note():
             note = f"{note}\n[{disk[0].upper()}{disk[1:]}]".strip()
         text, truncated = call.output.render()
-        if note:
-            text = (text + "\n" if text else "") + note
         stderr, cut = (None, False) if not self.separate_stderr else \
             self._stderr() if sent else ("", False)  # unsent: the file is the last command's
+        limits = getattr(getattr(self.sandbox, "spec", None), "limits", None)
+        if call.exit_code not in (0, None) and not disk and limits is not None:
+            if met := limit_note(call.exit_code, f"{text}\n{stderr or ''}", limits):
+                note = f"{note}\n[{met}]".strip()
+        if note:
+            text = (text + "\n" if text else "") + note
         return ToolResult(text, exit_code=call.exit_code, timed_out=call.reason == "timeout",
                           truncated=truncated or cut, error=self._child is None, stderr=stderr)
 

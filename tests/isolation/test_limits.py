@@ -192,3 +192,13 @@ def _python() -> str:
     """A python of the host's that can load librt (the test's own)."""
     import sys
     return sys.executable
+
+
+def test_a_command_stopped_by_a_limit_is_told_which_and_how_to_change_it():
+    with Sandbox(SandboxSpec(limits=Limits(memory=256 << 20, tmp_size=8 << 20))) as sb, Shell(sb, timeout=60) as shell:
+        memory = shell.run("python3 -c 'x = bytearray(512 << 20)'")
+        full = shell.run("head -c 9M /dev/zero > /tmp/fill")
+        fine = shell.run("false")
+    assert "MemoryError" in memory.output and "256 MiB of memory" in memory.output and "--memory" in memory.output
+    assert "/tmp 8 MiB" in full.output and "tmp_size in [sandbox]" in full.output
+    assert fine.output == "" or "sandbox" not in fine.output
