@@ -179,6 +179,9 @@ def check_counters() -> Check:
     host = {name: _read(f"/proc/sys/fs/inotify/max_user_{name}") for name in ("instances", "watches")}
     detail = (f"each sandbox may hold {limits.inotify_instances} inotify instances and {limits.inotify_watches} "
               f"watches of this user's {host['instances']} and {host['watches']} (fs.inotify.max_user_*)")
+    if not os.path.exists("/proc/sys/user/max_inotify_instances"):
+        return Check("kernel counters", "warn", "this kernel (before 4.9) cannot cap inotify per sandbox: one can "
+                     "take all of this user's inotify instances", "a newer kernel")
     if os.statvfs("/proc/sys").f_flag & os.ST_RDONLY:
         return Check("kernel counters", "warn", f"/proc/sys is read-only here (a container): sandboxes are not "
                      f"capped, and one can take all of this user's inotify instances",

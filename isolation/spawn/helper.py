@@ -311,8 +311,8 @@ def _bound_user_ns(sysctls: list) -> None:
     for name, value in sysctls:
         try:
             fd = os.open(f"/proc/sys/user/{name}", os.O_WRONLY | os.O_CLOEXEC)
-        except OSError as exc:  # a container that mounts /proc/sys read-only: doctor says so
-            if exc.errno == errno.EROFS:
+        except OSError as exc:  # a container's read-only /proc/sys, a kernel before 4.9: doctor says so
+            if exc.errno in (errno.EROFS, errno.ENOENT):
                 return
             raise
         try:
