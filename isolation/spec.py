@@ -47,7 +47,7 @@ class Limits:
     """Bytes /tmp may hold (a tmpfs, so in memory). /run, /dev/shm and, under the host rootfs, /
     itself get 64 MiB each at most (or tmp_size, if smaller), /dev 1 MiB, and the masks over host
     secrets are read-only: a sandbox holds at most tmp_size + 193 MiB in memory filesystems
-    (`tmpfs_sizes`), each with an inode for every 8 KiB. None: the kernel's default for /tmp (half
+    (`tmpfs_sizes`), each with an inode for every 8 KiB (4,096 at least). None: the kernel's default for /tmp (half
     the memory)."""
     pending_signals: int | None = 1024
     """Signals queued at once, by all the sandbox's processes together (RLIMIT_SIGPENDING; each
