@@ -222,7 +222,8 @@ def load_config(profile: str | None = None, overrides: Mapping[str, Any] | None 
     for path in [user_config_path(env)] if paths is None else map(Path, paths):
         if path.is_file():
             _apply_file(config, path)
-        config.files[str(path)] = "read" if path.is_file() else "not present"
+        config.files[str(path)] = ("not present" if not path.is_file() else "read" if paths is not None
+                                   else "read (your own config: needs no trust)")
     if paths is None:
         _apply_project_file(config, Path.cwd(), env)
     for var, dotted in ENV_LAYER.items():

@@ -41,7 +41,7 @@ class FileTrust:
     """Its real path: the directory resolved, the file itself never a link."""
     state: str
     """"trusted", or why not: "new", "changed", "moved", "symlink", "not a regular file",
-    "too large", "not yours", "writable by others"."""
+    "too large", "not UTF-8", "not yours", "writable by others", or an OS error's words."""
     sha256: str = ""
     text: str = ""
     """The bytes read and hashed, as text; parse these, never the file again."""
@@ -75,9 +75,9 @@ class FileTrust:
             return "copy it into a file of your own, review it, then: lis-tui trust " + directory
         if self.state == "writable by others":
             return f"run chmod go-w {self.real}, review it, then: lis-tui trust {directory}"
-        if self.state in ("not a regular file", "too large"):
-            return "remove it or replace it with a small regular file"
-        return f"review it, then: lis-tui trust {directory}"
+        if self.state in ("new", "changed", "moved"):
+            return f"review it, then: lis-tui trust {directory}"
+        return f"make it a small UTF-8 regular file of your own (or remove it), then: lis-tui trust {directory}"
 
     def warning(self) -> str:
         """The one line shown when the file is ignored."""
@@ -161,7 +161,10 @@ def _read(directory: Path) -> FileTrust | None:
         raw = f.read(MAX_BYTES + 1)
     if len(raw) > MAX_BYTES:
         return FileTrust(path, real, "too large")
-    text = raw.decode("utf-8", errors="replace")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return FileTrust(path, real, "not UTF-8")
     return FileTrust(path, real, "read", hashlib.sha256(raw).hexdigest(), text)
 
 

@@ -143,6 +143,18 @@ def test_a_fifo_in_its_place_is_skipped_without_blocking(where, capsys):
     assert "(not a regular file)" in capsys.readouterr().err
 
 
+def test_a_file_that_is_not_utf8_or_too_large_is_skipped_with_the_fix(where, capsys):
+    project, env = where
+    path = project / "lis-tui.toml"
+    for content, why in ((b'[agent]\nmode = "\xff"\n', "(not UTF-8)"),
+                         (b"#" * (trust.MAX_BYTES + 1), "(larger than 1024 KiB)")):
+        path.write_bytes(content)
+        assert planted(load_config(env=env)) == DEFAULTS
+        assert f"{why}. Make it a small UTF-8 regular file of your own" in capsys.readouterr().err
+        with pytest.raises(ConfigError, match=why.replace("(", "\\(").replace(")", "\\)")):
+            trust.trust(project, env)
+
+
 def test_a_corrupt_store_stops_with_the_store_named_and_the_fix(where):
     project, env = where
     (project / "lis-tui.toml").write_text(PLANT)
