@@ -254,6 +254,13 @@ def _apply_project_file(config: Config, directory: Path, env: Mapping[str, str])
         trust.warn(found)
 
 
+def file_settings(path: Path, text: str) -> Config:
+    """What one config file's text sets, on top of the defaults; ConfigError if lis-tui cannot use it."""
+    config = Config()
+    _apply_file(config, path, text)
+    return config
+
+
 def _apply_file(config: Config, path: Path, text: str | None = None) -> None:
     text = path.read_text(encoding="utf-8") if text is None else text
     data = parse_toml(text, path)

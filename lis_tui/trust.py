@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shlex
 import stat
 import sys
 import tempfile
@@ -66,18 +67,19 @@ class FileTrust:
         }.get(self.state, self.state)
 
     def fix(self) -> str:
-        """What to do so the file is used."""
-        directory = os.path.dirname(self.real)
+        """What to do so the file is used (paths quoted for a shell)."""
+        directory, path = shlex.quote(os.path.dirname(self.real)), shlex.quote(self.real)
+        then = f"then: lis-tui trust {directory}"
         if self.state == "symlink":
-            return f"replace it with a regular file (cp --remove-destination \"$(readlink -f {self.path})\" " \
-                   f"{self.path}), review it, then: lis-tui trust {directory}"
+            return f"replace it with a regular file (cp --remove-destination \"$(readlink -f {path})\" {path}), " \
+                   f"review it, {then}"
         if self.state == "not yours":
-            return "copy it into a file of your own, review it, then: lis-tui trust " + directory
+            return f"copy it into a file of your own, review it, {then}"
         if self.state == "writable by others":
-            return f"run chmod go-w {self.real}, review it, then: lis-tui trust {directory}"
+            return f"run chmod go-w {path}, review it, {then}"
         if self.state in ("new", "changed", "moved"):
-            return f"review it, then: lis-tui trust {directory}"
-        return f"make it a small UTF-8 regular file of your own (or remove it), then: lis-tui trust {directory}"
+            return f"review it, {then}"
+        return f"make it a small UTF-8 regular file of your own (or remove it), {then}"
 
     def warning(self) -> str:
         """The one line shown when the file is ignored."""

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 WHY = """\
@@ -36,9 +35,10 @@ def cmd_trust(args: argparse.Namespace) -> int:
     from lis_tui import trust  # noqa: PLC0415
     from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
 
-    directory = Path(os.path.realpath(args.dir))  # what is recorded, and what messages name
-    if directory.name == trust.PROJECT_FILE and not directory.is_dir():  # `lis-tui trust ./lis-tui.toml`
-        directory = directory.parent
+    given = Path(args.dir)
+    if given.name == trust.PROJECT_FILE and not given.is_dir():  # `lis-tui trust ./lis-tui.toml`
+        given = given.parent
+    directory = Path(os.path.realpath(given))  # what is recorded, and what messages name
     if args.list:
         lines = _listing(trust)
     elif args.revoke:
@@ -53,11 +53,12 @@ def cmd_trust(args: argparse.Namespace) -> int:
 
 
 def _trust(trust, directory: Path) -> list[str]:
-    from lis_tui.config import Config, _apply_file  # noqa: PLC0415
+    from lis_tui.config import file_settings  # noqa: PLC0415
 
     before = trust.check(directory)
-    settings = Config()  # a file lis-tui could not use is not trusted: its error is shown instead
-    found = trust.trust(directory, validate=lambda read: _apply_file(settings, read.path, read.text))
+    read: list = []  # a file lis-tui could not use is not trusted: its error is shown instead
+    found = trust.trust(directory, validate=lambda f: read.append(file_settings(f.path, f.text)))
+    settings = read[0]
     store = trust.store_path()
     if before is not None and before.trusted:
         head = [f"already trusted: {found.real}", f"  sha256 {found.sha256}"]

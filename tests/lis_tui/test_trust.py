@@ -1,6 +1,7 @@
 """Project config trust: ./lis-tui.toml is read only as trusted (its real path and sha256 recorded),
 and every way a file can differ from what was trusted leaves it unread, with the reason and the fix."""
 
+import hashlib
 import json
 import os
 import stat
@@ -60,7 +61,6 @@ def test_once_trusted_the_file_is_read_and_the_store_is_private(where, capsys):
     store = trust.store_path(env)
     assert stat.S_IMODE(store.stat().st_mode) == 0o600
     record = json.loads(store.read_text())["trusted"][found.real]
-    import hashlib
     assert record["sha256"] == hashlib.sha256(PLANT.encode()).hexdigest()
 
 
@@ -193,10 +193,13 @@ def test_a_parent_folders_file_is_never_read_and_trust_says_so(where, monkeypatc
 def test_a_file_lis_tui_cannot_use_is_not_trusted(where):
     project, env = where
     (project / "lis-tui.toml").write_text('[model]\nbase_urll = "x"\n')
-    from lis_tui.config import Config, _apply_file
+    from lis_tui.config import file_settings
 
     with pytest.raises(ConfigError, match='did you mean "base_url"'):
-        trust.trust(project, env, validate=lambda f: _apply_file(Config(), f.path, f.text))
+        trust.trust(project, env, validate=lambda f: file_settings(f.path, f.text))
+    assert trust.read_store(env) == {}
+    refused = lis(project, env, "trust")
+    assert refused.returncode == 2 and 'did you mean "base_url"' in refused.stderr
     assert trust.read_store(env) == {}
 
 
