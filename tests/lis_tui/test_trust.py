@@ -245,3 +245,14 @@ def test_the_command_trusts_lists_and_revokes_and_says_why_it_exists(where):
     assert f"  {project}/lis-tui.toml  (ignored: changed since it was trusted;" in shown.stdout
     assert lis(project, env, "trust", "--revoke").stdout == f"no longer trusted: {project}/lis-tui.toml\n"
     assert lis(project, env, "trust", "--list").stdout.startswith("nothing trusted yet")
+
+
+def test_the_mcp_server_takes_the_same_rule(where):
+    project, env = where
+    (project / "lis-tui.toml").write_text(PLANT)
+    served = subprocess.run([sys.executable, "-m", "lis_tui.cli", "mcp"], cwd=project, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(REPO), **env},
+                            capture_output=True, text=True, timeout=60)
+    assert served.returncode == 0, served.stderr
+    assert served.stderr.splitlines() == [f"lis-tui: ignoring {project}/lis-tui.toml (not trusted; it may come "
+                                          f"from a sandbox). Review it, then: lis-tui trust {project}"]
