@@ -148,3 +148,105 @@ def test_a_sandbox_is_held_by_its_cgroup_tmpfs_pages_included():
         assert int(dict(line.split() for line in (path / "memory.events").read_text().splitlines())["max"]) > 0
         proc.kill()
     assert not path.exists()
+
+
+# ---- the mechanics, on this machine's cgroup2 mount whatever controllers it has (root only) -----
+
+V2 = next((p for p in (cgroup.ROOT, cgroup.ROOT / "unified") if (p / "cgroup.controllers").is_file()), None)
+_NO_V2 = ("" if V2 is None or os.geteuid() == 0 else
+          f"subtree not delegated to uid {os.geteuid()}: the cgroup2 hierarchy at {V2} is root's")
+LIS_TUI = """
+import json, os, signal, subprocess, sys
+from pathlib import Path
+from isolation import Sandbox, cgroup
+scope, controllers, crash = Path(sys.argv[1]), tuple(sys.argv[2].split()), sys.argv[3] == "crash"
+(scope / "cgroup.procs").write_text(str(os.getpid()))  # as `systemd-run --scope` puts it
+child = subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # a child of ours from before: it moves along
+cgroup.ROOT, cgroup.CONTROLLERS = Path(sys.argv[4]), controllers
+where = lambda pid: next(l[3:] for l in open(f"/proc/{pid}/cgroup").read().splitlines() if l.startswith("0::"))
+with Sandbox() as sb:
+    cmd = sb.popen(["sleep", "60"], stdout=subprocess.DEVNULL)
+    seen = {"me": where(os.getpid()), "child": where(child.pid), "bwrap": where(sb._proc.pid),
+            "pid 1": where(sb.pid), "zygote": where(sb._zygote.pid), "command": where(cmd.pid),
+            "sandbox": str(sb._cgroup.path), "files": sorted(os.listdir(sb._cgroup.path)),
+            "inside": sb.exec("cat /proc/self/cgroup").stdout.splitlines()[-1]}
+    print(json.dumps(seen), flush=True)
+    if crash:
+        os.kill(os.getpid(), signal.SIGKILL)
+    cmd.kill()
+print(json.dumps({"removed": not Path(seen["sandbox"]).exists()}))
+child.kill()
+"""
+
+
+@pytest.fixture
+def hugetlb():
+    """A controller for the scope to enable: hugetlb (the one this hybrid machine's v2 has) stands
+    in for memory and pids; enabled at the root for the test if it was not, and put back after."""
+    if "hugetlb" not in (V2 / "cgroup.controllers").read_text().split():
+        pytest.skip(f"no controller to enable in {V2} (hugetlb stands in for memory and pids)")
+    enabled = "hugetlb" in (V2 / "cgroup.subtree_control").read_text().split()
+    if not enabled:
+        (V2 / "cgroup.subtree_control").write_text("+hugetlb")
+    yield
+    if not enabled:
+        (V2 / "cgroup.subtree_control").write_text("-hugetlb")
+
+
+@pytest.fixture
+def scope():
+    """A cgroup of its own under this machine's cgroup2 root, removed with all under it."""
+    path = V2 / f"lis-test-{os.getpid()}-{os.urandom(3).hex()}"
+    path.mkdir()
+    yield path
+    for _ in range(2):
+        for directory in sorted((d for d in path.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)) + [path]:
+            for pid in (directory / "cgroup.procs").read_text().split() if directory.exists() else ():
+                try:
+                    (V2 / "cgroup.procs").write_text(pid)
+                except OSError:
+                    pass
+            try:
+                directory.rmdir()
+            except OSError:
+                pass
+
+
+def _lis_tui(scope: Path, controllers: str, crash: bool = False) -> list[dict]:
+    import json  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    out = subprocess.run([sys.executable, "-c", LIS_TUI, str(scope), controllers, "crash" if crash else "-", str(V2)],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode == (-9 if crash else 0), out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+@pytest.mark.skipif(V2 is None or bool(_NO_V2), reason=_NO_V2 or f"no cgroup2 mount at {cgroup.ROOT}")
+def test_live_lis_tui_leaves_its_scope_and_every_process_of_a_sandbox_is_in_its_cgroup(hugetlb, scope):
+    """With a controller to enable, the scope may hold no process: lis-tui and its children move
+    to `self` first (else the kernel refuses, EBUSY), then each sandbox's processes are in its own."""
+    seen, end = _lis_tui(scope, "hugetlb")
+    name = "/" + str(scope.relative_to(V2))
+    base = f"{name}/lis-tui-"
+    assert seen["me"].startswith(base) and seen["me"].endswith("/self")
+    assert seen["child"] == seen["me"]
+    sandbox = "/" + str(Path(seen["sandbox"]).relative_to(V2))
+    assert sandbox.startswith(base) and "/sb-" in sandbox
+    for who in ("pid 1", "zygote", "command"):
+        assert seen[who] == sandbox, who
+    assert seen["bwrap"] == seen["me"]  # bwrap itself only waits for pid 1, outside
+    assert "hugetlb" in (scope / "cgroup.subtree_control").read_text()
+    assert any(f.startswith("hugetlb.") for f in seen["files"])
+    assert seen["inside"] == "0::/../" + sandbox.rsplit("/", 1)[1]  # nothing of the host's names but its own
+    assert end == {"removed": True}
+
+
+@pytest.mark.skipif(V2 is None or bool(_NO_V2), reason=_NO_V2 or f"no cgroup2 mount at {cgroup.ROOT}")
+def test_live_a_crashed_lis_tuis_cgroups_are_removed_at_the_next_start(scope):
+    (seen,) = _lis_tui(scope, "", crash=True)
+    sandbox = Path(seen["sandbox"])
+    assert sandbox.parent.is_dir()  # left by the kill -9
+    _lis_tui(scope, "")
+    assert not sandbox.parent.exists()
