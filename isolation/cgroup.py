@@ -289,6 +289,7 @@ class SandboxCgroup:
 
     path: Path
     _release: int | None = field(default=None, repr=False)
+    _ooms: tuple[int, int] = (0, 0)  # memory.events' oom and oom_kill when last told
 
     @classmethod
     def make(cls, base: Path, name: str, limits: Limits, controllers: tuple[str, ...] = CONTROLLERS) -> SandboxCgroup:
@@ -331,6 +332,22 @@ class SandboxCgroup:
                                    f"{exc.strerror}. Run `lis-tui doctor`.") from None
         os.close(self._release)
         self._release = None
+
+    def memory_note(self, limit: int | None) -> str:
+        """Once per new event: the memory limit refused memory or killed a process (else "")."""
+        try:
+            events = dict(line.split() for line in (self.path / "memory.events").read_text().splitlines())
+            seen = (int(events.get("oom", 0)), int(events.get("oom_kill", 0)))
+        except (OSError, ValueError):
+            return ""
+        if seen == self._ooms:  # counters only grow
+            return ""
+        killed, self._ooms = seen[1] > self._ooms[1], seen
+        size = f"{limit / (1 << 30):.1f} GiB" if limit and limit >= 1 << 30 else f"{(limit or 0) >> 20} MiB"
+        return (f"the sandbox's memory limit of {size} (its processes and its files in /tmp, /dev/shm and "
+                f"other in-memory directories, together) was reached"
+                f"{': the kernel killed a process' if killed else ''}. Delete files there or end processes "
+                "to go on; the person running lis-tui can raise it (--memory, or memory in [sandbox]).")
 
     def remove(self) -> None:
         """Kill whatever is left in it (a zygote on its way out) and remove it."""

@@ -327,9 +327,10 @@ class Sandbox:
             diskcap.kill_all_but_pid_1(self.pid)
 
     def disk_note(self) -> str:
-        """Once, after the disk limit was reached: what happened and what to do (else "")."""
-        note, self._disk_note = self._disk_note, ""
-        return note
+        """Once, after the disk limit (or a cgroup's memory limit) was reached: what happened and
+        what to do (else "")."""
+        note, self._disk_note, group = self._disk_note, "", self._cgroup
+        return note or (group.memory_note(self.spec.limits.memory) if group is not None else "")
 
     def _run(self, command, timeout, stdin, cwd, env, max_output):
         argv = [self._root.shell, "-c", command] if isinstance(command, str) else list(command)
