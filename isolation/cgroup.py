@@ -7,6 +7,7 @@ cgroup (OWN, from /proc/self/cgroup's `0::` line), lis-tui makes:
     OWN/lis-tui-PID/          memory and pids enabled for its children
     OWN/lis-tui-PID/self      lis-tui itself (and the spawn helper, and their other children)
     OWN/lis-tui-PID/sb-ID     one per sandbox: memory.max, memory.swap.max, pids.max
+    OWN/lis-tui-PID/sb-ID/run its processes (a leaf below its limits: see SandboxCgroup.path)
 
 A cgroup whose cgroup.subtree_control enables controllers may hold no process ("no internal
 processes"), so before OWN enables memory and pids for its children, lis-tui moves itself and
@@ -241,13 +242,7 @@ def sweep(own: Path, keep: str) -> int:
     """Kill what is left in the subtrees of lis-tui processes gone from `own`, and remove them."""
     swept = 0
     for base in leftovers(own, keep, _owner_alive):
-        for child in [base / name for name in os.listdir(base) if (base / name).is_dir()]:
-            _kill_and_remove(child)
-        try:
-            base.rmdir()
-            swept += 1
-        except OSError as exc:
-            log.warning("could not remove the leftover cgroup %s: %s", base, exc)
+        swept += _kill_and_remove(base)
     return swept
 
 
@@ -260,6 +255,18 @@ def _kill_and_remove(path: Path, wait: float = REMOVE_WAIT) -> bool:
     except OSError:
         pass
     deadline = time.monotonic() + wait
+    return all(_remove(directory, deadline) for directory in _deepest_first(path))
+
+
+def _deepest_first(path: Path) -> list[Path]:
+    try:
+        below = [Path(e.path) for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        below = []
+    return [d for child in below for d in _deepest_first(child)] + [path]
+
+
+def _remove(path: Path, deadline: float) -> bool:
     while True:
         try:
             path.rmdir()
@@ -288,6 +295,9 @@ class SandboxCgroup:
     """One sandbox's cgroup: made with its limits, its processes admitted, removed at close."""
 
     path: Path
+    """sb-ID, which holds the limits; its processes are in its leaf `run`, so that none of them,
+    even with a cgroup mount of its own (nested user namespaces), can reach the limits' files:
+    a cgroup namespace made inside is rooted at the leaf."""
     _release: int | None = field(default=None, repr=False)
     _ooms: tuple[int, int] = (0, 0)  # memory.events' oom and oom_kill when last told
 
@@ -296,6 +306,7 @@ class SandboxCgroup:
         path = base / f"sb-{name}"
         try:
             path.mkdir()
+            (path / "run").mkdir()
             for filename, value in limit_files(limits, controllers).items():
                 try:
                     _write(path / filename, value)
@@ -310,8 +321,8 @@ class SandboxCgroup:
 
     @property
     def procs(self) -> str:
-        """Its cgroup.procs: a zygote moves itself there (spawn/helper.py)."""
-        return str(self.path / "cgroup.procs")
+        """Its leaf's cgroup.procs: a zygote moves itself there (spawn/helper.py)."""
+        return str(self.path / "run" / "cgroup.procs")
 
     def hold(self, argv: list[str]) -> tuple[list[str], int]:
         """bwrap's argv with --block-fd, and the descriptor to pass it: its child (pid 1) waits
@@ -324,7 +335,7 @@ class SandboxCgroup:
         named one): it is let go, and the start fails as it would have."""
         if pid is not None:
             try:
-                _write(self.path / "cgroup.procs", str(pid))
+                _write(Path(self.procs), str(pid))
             except ProcessLookupError:
                 pass  # gone already: the readiness pipe says why
             except OSError as exc:  # it stays blocked until close() kills it

@@ -150,10 +150,9 @@ def test_a_sandbox_is_held_by_its_cgroup_tmpfs_pages_included():
     limits = Limits(memory=128 << 20, processes=100)
     with Sandbox(SandboxSpec(limits=limits)) as sb:
         path = sb._cgroup.path
-        rel = "/" + str(path.relative_to(cgroup.ROOT))
         proc = sb.popen(["sleep", "30"])
         for pid in (sb.pid, sb._zygote.pid, proc.pid):  # pid 1, the zygote and a command
-            assert _cgroup_of(pid).endswith(rel.rsplit("/", 1)[1]), pid
+            assert _cgroup_of(pid).endswith(f"/{path.name}/run"), pid
         assert (path / "memory.max").read_text().strip() == str(128 << 20)
         assert (path / "pids.max").read_text().strip() == "100"
         try:
@@ -174,15 +173,42 @@ def test_a_sandbox_is_held_by_its_cgroup_tmpfs_pages_included():
 V2 = next((p for p in (cgroup.ROOT, cgroup.ROOT / "unified") if (p / "cgroup.controllers").is_file()), None)
 _NO_V2 = ("" if V2 is None or os.geteuid() == 0 else
           f"subtree not delegated to uid {os.geteuid()}: the cgroup2 hierarchy at {V2} is root's")
+# A command with user namespaces of its own mounts cgroup2 (its view is rooted at its own cgroup)
+# and writes the limit of that root: cgroup.max.descendants stands in for memory.max, which this
+# hybrid machine's v2 lacks; neither is delegatable, but without `nsdelegate` on the mount (as
+# here) the kernel lets the namespace's root's owner write them.
+ATTACK = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.unshare(0x10000000 | 0x00020000 | 0x02000000) == 0, os.strerror(ctypes.get_errno())  # user, mount, cgroup
+os.makedirs("/tmp/cg", exist_ok=True)
+if libc.mount(b"none", b"/tmp/cg", b"cgroup2", 0, None) != 0:
+    raise SystemExit("mount refused: " + os.strerror(ctypes.get_errno()))
+print("mounted", open("/tmp/cg/cgroup.procs").read().split())
+try:
+    with open("/tmp/cg/cgroup.max.descendants", "w") as f:
+        f.write("7")
+    print("wrote")
+except OSError as exc:
+    print("refused", exc)
+"""
 LIS_TUI = """
 import json, os, signal, subprocess, sys
 from pathlib import Path
 from isolation import Sandbox, cgroup
-scope, controllers, crash = Path(sys.argv[1]), tuple(sys.argv[2].split()), sys.argv[3] == "crash"
+from isolation.spec import SandboxSpec
+scope, controllers, mode = Path(sys.argv[1]), tuple(sys.argv[2].split()), sys.argv[3]
 (scope / "cgroup.procs").write_text(str(os.getpid()))  # as `systemd-run --scope` puts it
 child = subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # a child of ours from before: it moves along
 cgroup.ROOT, cgroup.CONTROLLERS = Path(sys.argv[4]), controllers
 where = lambda pid: next(l[3:] for l in open(f"/proc/{pid}/cgroup").read().splitlines() if l.startswith("0::"))
+if mode == "attack":
+    with Sandbox(SandboxSpec(nested_userns=True)) as sb:
+        sb.write_file("/tmp/attack.py", ATTACK.encode())
+        said = sb.exec("python3 /tmp/attack.py").stdout
+        limit = lambda leaf: (sb._cgroup.path / leaf / "cgroup.max.descendants").read_text().strip()
+        print(json.dumps({"said": said, "sandbox": limit("."), "leaf": limit("run")}))
+    sys.exit()
 with Sandbox() as sb:
     cmd = sb.popen(["sleep", "60"], stdout=subprocess.DEVNULL)
     seen = {"me": where(os.getpid()), "child": where(child.pid), "bwrap": where(sb._proc.pid),
@@ -190,7 +216,7 @@ with Sandbox() as sb:
             "sandbox": str(sb._cgroup.path), "files": sorted(os.listdir(sb._cgroup.path)),
             "inside": sb.exec("cat /proc/self/cgroup").stdout.splitlines()[-1]}
     print(json.dumps(seen), flush=True)
-    if crash:
+    if mode == "crash":
         os.kill(os.getpid(), signal.SIGKILL)
     cmd.kill()
 print(json.dumps({"removed": not Path(seen["sandbox"]).exists()}))
@@ -231,14 +257,15 @@ def scope():
                 pass
 
 
-def _lis_tui(scope: Path, controllers: str, crash: bool = False) -> list[dict]:
+def _lis_tui(scope: Path, controllers: str, mode: str = "-") -> list[dict]:
     import json  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
-    out = subprocess.run([sys.executable, "-c", LIS_TUI, str(scope), controllers, "crash" if crash else "-", str(V2)],
+    script = f"ATTACK = {ATTACK!r}\n{LIS_TUI}"
+    out = subprocess.run([sys.executable, "-c", script, str(scope), controllers, mode, str(V2)],
                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
-    assert out.returncode == (-9 if crash else 0), out.stderr
+    assert out.returncode == (-9 if mode == "crash" else 0), out.stderr
     return [json.loads(line) for line in out.stdout.splitlines()]
 
 
@@ -253,19 +280,29 @@ def test_live_lis_tui_leaves_its_scope_and_every_process_of_a_sandbox_is_in_its_
     assert seen["child"] == seen["me"]
     sandbox = "/" + str(Path(seen["sandbox"]).relative_to(V2))
     assert sandbox.startswith(base) and "/sb-" in sandbox
-    for who in ("pid 1", "zygote", "command"):
-        assert seen[who] == sandbox, who
+    for who in ("pid 1", "zygote", "command"):  # in its leaf: the limits are on the cgroup above
+        assert seen[who] == sandbox + "/run", who
     assert seen["bwrap"] == seen["me"]  # bwrap itself only waits for pid 1, outside
     assert "hugetlb" in (scope / "cgroup.subtree_control").read_text()
     assert any(f.startswith("hugetlb.") for f in seen["files"])
-    assert seen["inside"] == "0::/../" + sandbox.rsplit("/", 1)[1]  # nothing of the host's names but its own
+    assert seen["inside"] == "0::/../" + sandbox.rsplit("/", 1)[1] + "/run"  # no host name but its own
     assert end == {"removed": True}
 
 
 @pytest.mark.skipif(V2 is None or bool(_NO_V2), reason=_NO_V2 or f"no cgroup2 mount at {cgroup.ROOT}")
 def test_live_a_crashed_lis_tuis_cgroups_are_removed_at_the_next_start(scope):
-    (seen,) = _lis_tui(scope, "", crash=True)
+    (seen,) = _lis_tui(scope, "", "crash")
     sandbox = Path(seen["sandbox"])
     assert sandbox.parent.is_dir()  # left by the kill -9
     _lis_tui(scope, "")
     assert not sandbox.parent.exists()
+
+
+@pytest.mark.skipif(V2 is None or bool(_NO_V2), reason=_NO_V2 or f"no cgroup2 mount at {cgroup.ROOT}")
+def test_live_a_command_with_a_cgroup_mount_of_its_own_cannot_reach_its_sandboxs_limits(scope):
+    """The limits are on sb-ID, its processes in sb-ID/run: a cgroup namespace made inside is
+    rooted at the leaf, so what the command can write is the leaf's, under the sandbox's limits."""
+    (seen,) = _lis_tui(scope, "", "attack")
+    assert seen["said"].startswith("mounted") and "wrote" in seen["said"], seen  # the attack ran, and wrote
+    assert seen["leaf"] == "7"  # ...its own root: the leaf
+    assert seen["sandbox"] == "max"  # the sandbox's limit is where it was
