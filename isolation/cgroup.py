@@ -105,6 +105,8 @@ def plan(root: Path, self_cgroup: str, uid: int, pid: int, ours: Callable[[int],
     if any(_owner(path) != uid for path in (own, own / "cgroup.procs", own / "cgroup.subtree_control")):
         return _none("not delegated", f"subtree not delegated to uid {uid}: {own} belongs to uid {_owner(own)}",
                      FIX_SCOPE)
+    if uid == 0 and rel and not _marked_delegated(own):  # root owns every cgroup: systemd marks the ones it hands over
+        return _none("not delegated", f"{own} is systemd's, not delegated (no trusted.delegate mark)", FIX_SCOPE)
     base, move = own / f"lis-tui-{pid}", ()
     enable = (base,)
     if set(controllers) <= set(_words(own / "cgroup.subtree_control")):
@@ -120,6 +122,13 @@ def plan(root: Path, self_cgroup: str, uid: int, pid: int, ours: Callable[[int],
                          "cgroup that holds none", FIX_SCOPE)
         move, enable = tuple(procs), (own, base)
     return Plan(base, own, move, enable, tuple(controllers))
+
+
+def _marked_delegated(path: Path) -> bool:
+    try:
+        return os.getxattr(path, "trusted.delegate") == b"1"
+    except OSError:
+        return False
 
 
 def _words(path: Path) -> list[str]:

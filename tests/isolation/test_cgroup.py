@@ -16,8 +16,9 @@ ME = 4242
 
 
 def _tree(root: Path, own: str = SCOPE, controllers: str = "cpu memory pids", subtree: str = "",
-          procs: tuple[int, ...] = (ME,), hybrid: bool = False) -> Path:
-    """A cgroup2 hierarchy at `root` with this process in `own`."""
+          procs: tuple[int, ...] = (ME,), hybrid: bool = False, marked: bool = True) -> Path:
+    """A cgroup2 hierarchy at `root` with this process in `own`; `marked`: as systemd marks a
+    cgroup it delegates (only root can set a trusted.* attribute, and only root's plan asks)."""
     if hybrid:
         root = root / "unified"
     (root / "cgroup.controllers").parent.mkdir(parents=True, exist_ok=True)
@@ -29,6 +30,8 @@ def _tree(root: Path, own: str = SCOPE, controllers: str = "cpu memory pids", su
     (directory / "cgroup.controllers").write_text(controllers + "\n")
     (directory / "cgroup.subtree_control").write_text(subtree + "\n")
     (directory / "cgroup.procs").write_text("".join(f"{p}\n" for p in procs))
+    if marked and os.geteuid() == 0:
+        os.setxattr(directory, "trusted.delegate", b"1")
     return directory
 
 
@@ -74,6 +77,14 @@ def test_a_subtree_of_another_user_is_not_delegated(tmp_path):
     plan = _plan(tmp_path, uid=os.getuid() + 1)
     assert plan.reason == "not delegated"
     assert plan.detail.startswith(f"subtree not delegated to uid {os.getuid() + 1}")
+
+
+def test_for_root_owning_a_cgroup_is_not_delegation(tmp_path):
+    _tree(tmp_path, marked=False)
+    plan = _plan(tmp_path, uid=0)
+    assert plan.reason == "not delegated"
+    if os.geteuid() == 0:  # (an unprivileged run's tree is not root's: refused one check earlier)
+        assert "no trusted.delegate mark" in plan.detail
 
 
 def test_missing_controllers_are_named(tmp_path):
@@ -243,6 +254,7 @@ def scope():
     """A cgroup of its own under this machine's cgroup2 root, removed with all under it."""
     path = V2 / f"lis-test-{os.getpid()}-{os.urandom(3).hex()}"
     path.mkdir()
+    os.setxattr(path, "trusted.delegate", b"1")  # as systemd marks a scope with Delegate=yes
     yield path
     for _ in range(2):
         for directory in sorted((d for d in path.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)) + [path]:
