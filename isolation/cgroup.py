@@ -26,9 +26,9 @@ call per sandbox. RLIMITs stay the floor everywhere (sandbox._rlimits).
 from __future__ import annotations
 
 import errno
-import functools
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,10 +209,18 @@ def establish(p: Plan) -> Plan:
     return p
 
 
-@functools.lru_cache(maxsize=1)
+_established: Plan | None = None
+_establishing = threading.Lock()
+
+
 def delegation() -> Plan:
-    """This process's subtree, set up on first use and kept (once per process)."""
-    return establish(detect())
+    """This process's subtree, set up on first use and kept (once per process, whatever the threads)."""
+    global _established
+    if _established is None:
+        with _establishing:
+            if _established is None:
+                _established = establish(detect())
+    return _established
 
 
 def leftovers(own: Path, keep: str, alive: Callable[[int, Path], bool]) -> list[Path]:
