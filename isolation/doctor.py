@@ -162,14 +162,11 @@ def check_limits() -> Check:
 
 
 def check_cgroups() -> Check:
-    if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-        return Check("cgroups", "warn", "no unified cgroup v2 hierarchy: memory is capped with rlimits only",
-                     "boot with systemd.unified_cgroup_hierarchy=1 for cgroup memory limits")
-    own = (_read("/proc/self/cgroup") or "").rsplit(":", 1)[-1]
-    writable = os.access(f"/sys/fs/cgroup{own}", os.W_OK)
-    return Check("cgroups", "ok" if writable else "warn",
-                 f"cgroup v2 at {own} ({'delegated' if writable else 'not delegated'})",
-                 "" if writable else "run under a delegated scope: systemd-run --user --scope -p Delegate=yes lis-tui ...")
+    """Whether each sandbox gets a cgroup of its own (memory.max, pids.max), or rlimits only."""
+    from . import cgroup  # noqa: PLC0415
+
+    found = cgroup.delegation()
+    return Check("cgroups", "ok" if found.usable else "warn", found.describe(), found.fix)
 
 
 def check_sandbox() -> Check:

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from . import bwrap, diskcap, hostnodes, records, sessions, spawn, workspace
+from . import bwrap, cgroup, diskcap, hostnodes, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
                      read_ends_in_root, read_in_root, write_in_root)
 from .output import collect, ready
@@ -83,6 +83,7 @@ class Sandbox:
         self._root_fd: int | None = None  # the sandbox's / (for read_file, and to join it)
         self._err_fd: int | None = None  # bwrap's stderr
         self._zygote: spawn.Zygote | None = None  # starts every command inside
+        self._cgroup: cgroup.SandboxCgroup | None = None  # where the machine delegates cgroup v2
         self._session: sessions.Session | None = None
         self._before: dict | None = None
         self._disk_note = ""
@@ -113,6 +114,7 @@ class Sandbox:
             self._open_session()
             trust = self._prepare_credentials()
             self._root = plan(self.spec, self.layers, info, self._before, trust=trust)
+            self._cgroup = cgroup.for_sandbox(self._record.id, self.spec.limits)
             self._launch(info)
         except BaseException:
             self.close()
@@ -168,21 +170,28 @@ class Sandbox:
         argv = bwrap.sandbox_argv(info.path, self._root.mounts, hostname=self.spec.hostname,
                                   info_fd=info_w, seccomp_fd=filter_fd,
                                   command=[*KEEPER[self._root.shell], self._record.marker])
+        held = ()  # with a cgroup, pid 1 waits (--block-fd) until it is in it
+        if self._cgroup is not None:
+            argv, block_fd = self._cgroup.hold(argv)
+            held = (block_fd,)
         try:
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
             self._proc = _popen_from_lasting_thread(argv, stdin=hold_r, stdout=ready_w, stderr=err_w, env={},
-                                                    pass_fds=(info_w, filter_fd), start_new_session=True)
+                                                    pass_fds=(info_w, filter_fd, *held), start_new_session=True)
         finally:
-            for fd in (ready_w, hold_r, info_w, err_w, filter_fd):
+            for fd in (ready_w, hold_r, info_w, err_w, filter_fd, *held):
                 os.close(fd)
         self._record.set_pgid(self._proc.pid)
         try:
             # bwrap names its child as soon as it has cloned it, before it builds the mounts: the
             # zygote joins the namespaces meanwhile, and is confined once pid 1 runs (set_root).
-            self._zygote = spawn.Zygote(None, None, _rlimits(self.spec.limits), self.spec.nested_userns)
+            self._zygote = spawn.Zygote(None, None, _rlimits(self.spec.limits), self.spec.nested_userns,
+                                        cgroup=self._cgroup.procs if self._cgroup else None)
             self.pid, self._pidfd = _early_child(info_r, self._proc.pid)
             if self._pidfd is not None:
                 self._zygote.join_early(self._pidfd)
+            if self._cgroup is not None:
+                self._cgroup.admit(self.pid if self._pidfd is not None else None)  # a checked pid only
             ok = ready([ready_r], START_TIMEOUT) and os.read(ready_r, 1) == b"x"
             if not ok:
                 self._proc.kill()
@@ -271,6 +280,9 @@ class Sandbox:
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
+        if self._cgroup is not None:
+            self._cgroup.remove()
+            self._cgroup = None
         for name in ("_root_fd", "_err_fd"):
             if getattr(self, name) is not None:
                 os.close(getattr(self, name))
@@ -315,9 +327,10 @@ class Sandbox:
             diskcap.kill_all_but_pid_1(self.pid)
 
     def disk_note(self) -> str:
-        """Once, after the disk limit was reached: what happened and what to do (else "")."""
-        note, self._disk_note = self._disk_note, ""
-        return note
+        """Once, after the disk limit (or a cgroup's memory limit) was reached: what happened and
+        what to do (else "")."""
+        note, self._disk_note, group = self._disk_note, "", self._cgroup
+        return note or (group.memory_note(self.spec.limits.memory) if group is not None else "")
 
     def _run(self, command, timeout, stdin, cwd, env, max_output):
         argv = [self._root.shell, "-c", command] if isinstance(command, str) else list(command)

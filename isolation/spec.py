@@ -27,13 +27,15 @@ class Limits:
     """Resource limits for everything that runs in one sandbox."""
 
     processes: int | None = 1024
-    """Most processes the sandbox may hold at once (RLIMIT_NPROC, counted per user namespace)."""
+    """Most processes the sandbox may hold at once (RLIMIT_NPROC, counted per user namespace; and
+    pids.max of its cgroup, where cgroup v2 is delegated)."""
     file_size: int | None = 8 << 30
     """Largest file, in bytes, a process may write (RLIMIT_FSIZE)."""
     memory: int | None = field(default_factory=lambda: default_memory())
     """Memory cap per process in bytes: its heap and private writable mappings (RLIMIT_DATA, which,
     unlike RLIMIT_AS, leaves the big reservations of V8 or Go alone); None: no cap. Default: 4 GiB
-    or half the machine's memory, whichever is less."""
+    or half the machine's memory, whichever is less. Where cgroup v2 is delegated, also the cap of
+    the whole sandbox, its tmpfs files included (memory.max, no swap; cgroup.py)."""
     open_files: int | None = 4096
     """Most open descriptors per process (RLIMIT_NOFILE)."""
     wall_time: float | None = None

@@ -129,11 +129,12 @@ class Zygote:
     request forks a new one. Close this when the sandbox closes."""
 
     def __init__(self, ns_pidfd: int | None, root_fd: int | None, rlimits: list[tuple[int, int]] = (),
-                 nested_userns: bool = False) -> None:
+                 nested_userns: bool = False, cgroup: str | None = None) -> None:
         """`ns_pidfd`: a pidfd of a process in the sandbox (its pid 1); `root_fd`: the sandbox's /.
         Both stay the caller's, open for as long as this is used. (None, None): a sandbox still
-        starting, given later by set_root."""
-        self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns}
+        starting, given later by set_root. `cgroup`: the sandbox's cgroup.procs, which each zygote
+        enters before it joins (cgroup.py)."""
+        self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns, "cgroup": cgroup}
         self._fds = [ns_pidfd, root_fd]
         self._channel: socket.socket | None = None
         self._joining = False  # _channel's zygote was asked for by join_early; its answer is unread
