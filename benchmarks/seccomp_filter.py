@@ -8,7 +8,9 @@ A small C program (gcc needed) loads the filter with prctl, as the zygote does, 
 one call: getppid (allowed, no argument read: the kernel may cache "always allowed" for it and skip
 the filter), ioctl(-1, TIOCGWINSZ) (allowed after an argument check: the filter runs every time),
 personality(0xffffffff) (argument-checked in the allow list only) and number 1000 (no such call).
-Variants alternate round by round; the table shows each one's median.
+Variants alternate round by round; the table shows each one's median. Wall-clock numbers on a
+busy machine are noisy, so a second table counts what does not vary: the BPF instructions each
+program runs for each call (an emulator of the few opcodes the filters use).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import argparse
 import importlib.util
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -60,6 +63,23 @@ int main(int argc, char **argv) {
 """
 
 
+def steps(code: bytes, nr: int, arch: int, args: tuple[int, ...] = (0,) * 6) -> int:
+    """How many instructions `code` runs for this call (LD W ABS, JEQ/JGE/JSET K, RET K only)."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *args)
+    insns = [struct.unpack_from("=HBBI", code, at) for at in range(0, len(code), 8)]
+    pc, acc, count = 0, 0, 0
+    while True:
+        op, jt, jf, k = insns[pc]
+        count += 1
+        if op == 0x06:
+            return count
+        if op == 0x20:
+            acc, pc = struct.unpack_from("<I", data, k)[0], pc + 1
+            continue
+        taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[op]
+        pc += 1 + (jt if taken else jf)
+
+
 def load(path: str):
     spec = importlib.util.spec_from_file_location("other_seccomp", path)
     module = importlib.util.module_from_spec(spec)
@@ -98,6 +118,17 @@ def main() -> None:
                     out = subprocess.run([str(src.with_suffix("")), path, str(args.calls), str(number), str(a0), str(a1)],
                                          capture_output=True, text=True, check=True).stdout
                     times[variant, call].append(float(out))
+    machine = __import__("platform").machine()
+    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[machine]
+    allowed = [n for n, a in seccomp.actions(machine).items() if a == "allow"]
+    print(f"BPF instructions run per call ({machine}; mean and most over the {len(allowed)} calls the allow list "
+          "allows without an argument rule)")
+    for name, code in programs.items():
+        counts = [steps(code, n, arch) for n in allowed]
+        probes = {c: steps(code, number, arch, (a0 & 0xFFFFFFFFFFFFFFFF, a1, 0, 0, 0, 0))
+                  for c, (number, a0, a1) in calls.items()}
+        print(f"  {name}: mean {statistics.mean(counts):.1f}, most {max(counts)}; "
+              + ", ".join(f"{c} {n}" for c, n in probes.items()))
     width = max(map(len, variants)) + 2
     print("ns per call (median of", args.rounds, "rounds of", args.calls, "calls)")
     print("".ljust(width) + "".join(c.rjust(22) for c in calls))
