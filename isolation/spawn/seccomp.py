@@ -41,6 +41,7 @@ Standard library only: the spawn helper (helper.py) imports this file by path.
 from __future__ import annotations
 
 import errno
+import functools
 import platform
 import struct
 
@@ -173,8 +174,9 @@ _RET_ERRNO = 0x00050000
 _ARCHES = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}  # AUDIT_ARCH_*
 
 
+@functools.lru_cache(maxsize=None)
 def numbers(machine: str) -> dict[str, int]:
-    """Syscall name -> number on `machine` (x86_64 or aarch64)."""
+    """Syscall name -> number on `machine` (x86_64 or aarch64). Shared: do not change it."""
     table, nr = {}, 0
     for word in _TABLES[machine].split():
         if word.startswith("@"):
