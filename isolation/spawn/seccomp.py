@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import itertools
 import platform
 import struct
 
@@ -190,9 +191,9 @@ def numbers(machine: str) -> dict[str, int]:
 def actions(machine: str, *, nested_userns: bool = False) -> dict[int, str]:
     """Number -> what the filter does with it: allow, eperm, nosys, or the argument rule it goes
     through (ioctl, flags, socket, personality). Numbers not here answer ENOSYS."""
-    out = {}
+    out, nested = {}, NESTED_ONLY | {"clone3", "clone", "unshare"} if nested_userns else frozenset()
     for name, nr in numbers(machine).items():
-        if name in ALLOWED or (nested_userns and name in NESTED_ONLY | {"clone3", "clone", "unshare"}):
+        if name in ALLOWED or name in nested:
             out[nr] = "allow"
         elif name in ARGUMENT_RULES:
             out[nr] = ARGUMENT_RULES[name]
@@ -217,7 +218,7 @@ def program(machine: str | None = None, *, nested_userns: bool = False) -> bytes
             ranges.append((nr, action))
     # (opcode, k, label to jump to when true, label when false); None: the next instruction
     code: list = [(_LD_W_ABS, _ARCH), (_JEQ_K, _ARCHES[machine], None, "nosys"), (_LD_W_ABS, _NR)]
-    code += _search(ranges, iter(range(1 << 30)))
+    code += _search(ranges, itertools.count())
     code += ["ioctl", (_LD_W_ABS, _ARG1), (_JEQ_K, TIOCSTI, "eperm", None), (_JEQ_K, TIOCLINUX, "eperm", "allow"),
              "flags", (_LD_W_ABS, _ARG0), (_JSET_K, CLONE_NEWUSER, "eperm", "allow"),
              "socket", (_LD_W_ABS, _ARG0), (_JEQ_K, AF_VSOCK, "eperm", "allow"),
