@@ -82,10 +82,10 @@ def test_every_joined_process_is_capless_filtered_and_keyring_fresh(sandbox):
                                 "NoNewPrivs:", "1", "Seccomp:", "2"]
 
 
-def test_the_filter_denies_its_list_syscall_by_syscall(sandbox):
-    machine = platform.machine()
-    column = {"x86_64": 0, "aarch64": 1}[machine]
-    numbers = {name: pair[column] for name, pair in seccomp.SYSCALLS.items() if pair[column] is not None}
+def test_the_filter_refuses_its_eperm_list_syscall_by_syscall(sandbox):
+    """Called for real (every number, harmlessly: tests/isolation/test_filter.py)."""
+    numbers = {name: nr for name, nr in seccomp.numbers(platform.machine()).items()
+               if name in seccomp.EPERM | seccomp.NESTED_ONLY}
     got = inside_python(sandbox, f"""
     numbers = {numbers!r}
     out = {{name: call(nr, 0, 0, 0, 0, 0, 0) for name, nr in numbers.items()}}
