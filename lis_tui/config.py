@@ -86,8 +86,7 @@ class SandboxConfig:
     inodes: int = 1_000_000
     """Files and directories the sandbox may make, checked with `disk`; 0: no cap."""
     export_cap: str = "auto"
-    """Data one export copies out of the sandbox (run's files/, the review's export, MCP's
-    export_output), holes not counted: "2G"; "auto" is the disk limit, else 4 GiB."""
+    """Data one copy of /testbed/output onto the host may write (holes free): "2G"; "auto": the disk limit."""
     nested_userns: bool = False
     """Let commands make user namespaces of their own (a nested bwrap, rootless podman)."""
 
