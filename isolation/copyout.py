@@ -40,6 +40,7 @@ class Copied:
     refused: list[str] = field(default_factory=list)
     """One "path (why)" each, the format of a run's `files_skipped`."""
     size: int = 0
+    """Bytes of data written (holes not counted: what the cap counts)."""
 
 
 def copy_out(root_fd: int, src: str, dest: Path, *, force: bool = False, links: bool = True,
@@ -142,7 +143,6 @@ def _why(exc: OSError) -> str:
     if exc.errno in (errno.EISDIR, errno.ENOTEMPTY):
         return "a directory is in the way on the host"
     return f"could not be copied: {exc.strerror or exc}"
-
 
 
 def _size(n: int) -> str:
