@@ -90,3 +90,15 @@ def test_sparse_files_count_their_blocks_not_their_length():
             time.sleep(0.05)
         assert holder.poll() is not None  # killed
         assert "disk limit of 40 MiB was reached" in told + sb.exec("true").stderr
+
+
+def test_the_inode_cap_stops_a_sandbox_that_has_no_disk_limit():
+    with Sandbox(SandboxSpec(limits=Limits(disk=None, inodes=1000))) as sb:
+        holder = sb.popen(["sleep", "60"])
+        told = sb.exec("mkdir /testbed/many && cd /testbed/many && touch $(seq 2000)").stderr
+        diskcap.check(sb)
+        deadline = time.monotonic() + 10
+        while holder.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert holder.poll() is not None  # killed
+        assert "limit of 1,000 files and directories was reached" in told + sb.exec("true").stderr
