@@ -22,7 +22,7 @@ from . import bwrap, cgroup, diskcap, hostnodes, records, sessions, spawn, works
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
                      read_ends_in_root, read_in_root, write_in_root)
 from .output import collect, ready
-from .rootfs.safe import tree_size
+from .rootfs.safe import tree_usage
 from .spawn import seccomp
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
 
@@ -126,7 +126,7 @@ class Sandbox:
             except BaseException:
                 self.close()
                 raise
-        if self.spec.limits.disk:
+        if self.spec.limits.disk or self.spec.limits.inodes:
             diskcap.watch(self)
         if self.spec.limits.wall_time:
             self._timer = threading.Timer(self.spec.limits.wall_time, self.close)
@@ -309,16 +309,33 @@ class Sandbox:
     # ---- the disk cap (diskcap.py) ------------------------------------------------------------
 
     def writable_size(self) -> int | None:
-        """Bytes on disk in this sandbox's writable layers (its files, /root, the rootfs's upper);
-        None when they cannot be measured just now."""
+        """Bytes on disk in this sandbox's writable layers (its files, /root, the rootfs's upper),
+        the deleted files its processes hold open there included; None when they cannot be
+        measured just now."""
+        found = diskcap.usage(self)
+        return None if found is None else found[0]
+
+    def writable_usage(self) -> tuple[int, int] | None:
+        """(bytes on disk, inodes) of the writable layers' trees (diskcap.usage adds the deleted
+        files held open); None when they cannot be measured just now."""
         try:  # not overlayfs's work dirs: they hold nothing, and unreadable ones (mode 000)
             layers = self.layers
         except AttributeError:  # closed meanwhile (the disk-cap thread can ask while close() runs)
             return None
         try:
-            return sum(tree_size(layers / name) for name in WRITABLE_LAYERS if (layers / name).is_dir())
+            found = [tree_usage(layers / name) for name in WRITABLE_LAYERS if (layers / name).is_dir()]
         except (OSError, SandboxError):
             return None
+        return sum(used for used, _ in found), sum(inodes for _, inodes in found)
+
+    def _over_inodes(self, count: int, used: int) -> None:
+        """Over the inode cap: the disk cap's action (`_over_disk`), with a note of its own."""
+        if self.spec.limits.disk:
+            self._over_disk(used)
+        elif self.pid is not None:  # _over_disk's note needs a disk limit
+            diskcap.kill_all_but_pid_1(self.pid)
+        self._disk_note = (f"the sandbox's limit of {self.spec.limits.inodes:,} files and directories was "
+                           f"reached ({count:,} in use): every process in it was killed. Delete files to go on.")
 
     def _over_disk(self, used: int) -> None:
         self._disk_note = (f"the sandbox's disk limit of {_size(self.spec.limits.disk)} was reached "
@@ -491,15 +508,17 @@ class Sandbox:
     def export(self, src: str, host_dir: Path | str, force: bool = False, allow_outside_links: bool = False,
                links: bool = True, limit: int | None = None) -> Path:
         """Copy the sandbox directory `src` into `host_dir` (created if missing), never following links;
-        existing files are kept unless `force` (see copyout.copy_out for every rule). What is refused
-        comes in hostwalk.RefusedPaths once the rest is copied."""
+        existing files are kept unless `force` (see copyout.copy_out for every rule). Holes stay holes;
+        at most `limit` bytes of data are written (default: `Limits.export_bytes()`, the export cap,
+        else the disk limit, else 4 GiB). What is refused comes in hostwalk.RefusedPaths once the
+        rest is copied."""
         from .copyout import copy_out  # noqa: PLC0415
         from .hostwalk import RefusedPaths  # noqa: PLC0415
 
         dest = Path(host_dir)
         with self._in_root() as root:
-            copied = copy_out(root, src, dest, force=force, links=links,
-                              allow_outside_links=allow_outside_links, limit=limit)
+            copied = copy_out(root, src, dest, force=force, links=links, allow_outside_links=allow_outside_links,
+                              limit=self.spec.limits.export_bytes() if limit is None else limit)
         if copied.refused:
             raise RefusedPaths(f"exported {len(copied.files)} file(s) from {src} to {dest}", copied.refused)
         return dest

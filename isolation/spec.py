@@ -7,6 +7,8 @@ from pathlib import Path
 
 NETWORK_MODES = ("off", "ask", "on")
 GiB = 1 << 30
+EXPORT_CAP = 4 * GiB
+"""Bytes of data an export copies out when the sandbox has no disk limit and no export_cap."""
 
 
 def default_memory() -> int:
@@ -43,9 +45,19 @@ class Limits:
     disk: int | None = 10 * GiB
     """Bytes the sandbox's writable layers (its files under /testbed and /root, what it changed in
     the rootfs) may take on the host's disk, checked while it runs; None: no cap."""
+    inodes: int | None = 1_000_000
+    """Files, directories and links the writable layers may hold (each takes an inode of the host's
+    filesystem whatever its size), checked with `disk`; None: no cap."""
+    export_cap: int | None = None
+    """Bytes of data (holes not counted) one export may copy out onto the host (a run's files/,
+    the review's export, MCP's export_output); None: the `disk` limit, else 4 GiB."""
     tmp_size: int | None = 1 << 30
     """Bytes /tmp may hold (a tmpfs, so in memory); /run gets 64 MiB at most. None: the kernel's
     default, half the machine's memory."""
+
+    def export_bytes(self) -> int:
+        """The export cap in force: `export_cap`, else `disk`, else EXPORT_CAP."""
+        return self.export_cap or self.disk or EXPORT_CAP
 
 
 @dataclass(frozen=True)

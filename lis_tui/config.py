@@ -85,6 +85,10 @@ class SandboxConfig:
     """What /tmp may hold (it lives in memory): "1G", "256M", "none" (the kernel's default)."""
     disk: str = "10G"
     """What the sandbox's files may take on disk, checked while it runs: "10G", "none"."""
+    inodes: int = 1_000_000
+    """Files and directories the sandbox may make, checked with `disk`; 0: no cap."""
+    export_cap: str = "auto"
+    """Data one copy of /testbed/output onto the host may write (holes free): "2G"; "auto": the disk limit."""
     nested_userns: bool = False
     """Let commands make user namespaces of their own (a nested bwrap, rootless podman)."""
 
@@ -432,7 +436,9 @@ def sandbox_limits(config: Config):
     return Limits(memory=default_memory() if str(memory).strip().lower() == "auto"
                   else parse_size(memory, "sandbox.memory"),
                   tmp_size=parse_size(config.sandbox.tmp_size, "sandbox.tmp_size"),
-                  disk=parse_size(config.sandbox.disk, "sandbox.disk"))
+                  disk=parse_size(config.sandbox.disk, "sandbox.disk"), inodes=config.sandbox.inodes or None,
+                  export_cap=None if str(config.sandbox.export_cap).strip().lower() == "auto"
+                  else parse_size(config.sandbox.export_cap, "sandbox.export_cap"))
 
 
 def credentials_from(table: Mapping, *, path: Path | None = None, line: int | None = None) -> tuple:

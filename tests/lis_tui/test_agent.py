@@ -341,3 +341,13 @@ def test_the_agent_core_does_not_load_textual():
 def test_import_lis_tui_stays_light():
     code = "import sys, lis_tui; sys.exit('openai' in sys.modules or 'lis_tui.api' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_a_sparse_answer_file_is_read_a_megabyte_deep_and_kept_sparse_in_files(tmp_path):
+    # issue 24: 1 GiB of holes costs the sandbox nothing; the answer used to be read whole into memory
+    result, _, _ = run([reply(tool_calls=[bash("printf 42 > /testbed/output/answer.txt && "
+                                               "truncate -s 1G /testbed/output/answer.txt")]), submit()], tmp_path)
+    assert result.finish_reason == "submitted"
+    assert result.answer.startswith("42") and len(result.answer) <= 1 << 20
+    copied = (result.output_dir / "files" / "answer.txt").stat()
+    assert copied.st_size == 1 << 30 and copied.st_blocks * 512 < 1 << 20
