@@ -246,9 +246,8 @@ def _empty_dir() -> Path:
         empty.mkdir(mode=0o555)
     except FileExistsError:
         pass
-    with os.scandir(empty) as entries:  # not a link: scandir of one would list its target
-        if os.path.islink(empty) or next(entries, None) is not None:
-            raise SandboxError(f"{empty} must be an empty folder (lis-tui shows it under input folders); remove it")
+    if not stat.S_ISDIR(os.lstat(empty).st_mode) or os.listdir(empty):  # lstat: no link to elsewhere
+        raise SandboxError(f"{empty} must be an empty folder (lis-tui shows it under input folders); remove it")
     return empty
 
 
