@@ -440,7 +440,7 @@ def network_credentials(config: Config) -> tuple:
 
 
 def save_network_allow(host: str, path: Path | None = None) -> Path:
-    """Add `host` (a rule: `host:port` from the "always allow" answer) to the saved allow list."""
+    """Add `host` to the saved network allow list (the "always allow" answer)."""
     path = Path(path) if path else user_config_path()
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     allow = list(parse_toml(text, path).get("network", {}).get("allow", []))

@@ -222,10 +222,15 @@ class NetworkPolicy:
             return Decision(False, "error")
         if answer not in ANSWERS or answer == "deny":
             return Decision(False, "user", str(answer))
-        if answer in ("allow_session", "allow_always"):
+        if answer == "allow_session":
             self.session_approved.add((request.host, request.port))
-        if answer == "allow_always" and self._on_allow_always is not None:
-            await _save_always(self._on_allow_always, str(HostRule(request.host, request.port)))
+        if answer == "allow_always":
+            # The host on every port, as the saved rule says from the next start on: a host:port
+            # rule would be exact, and an exact rule also opens a host-internal address the name
+            # may resolve to later (a session approval never does)
+            self.allow.append(HostRule(request.host))
+            if self._on_allow_always is not None:
+                await _save_always(self._on_allow_always, str(HostRule(request.host)))
         return Decision(True, "user", answer)
 
 

@@ -234,7 +234,7 @@ def test_ask_allow_always_is_saved_through_the_callback(connect, web):
     net = connect("ask", decide=_asker("allow_always", asked), on_allow_always=saved.append,
                   host_services=[web.hostport])
     assert [net.fetch(f"{web.url}/hello.txt") for _ in range(2)] == ["hello\n"] * 2
-    assert len(asked) == 1 and saved == [web.hostport]  # the port too: "always" is no wider than asked
+    assert len(asked) == 1 and saved == [HOST]  # the host, as the dialog says: every port
 
 
 def test_a_session_approval_is_for_its_host_and_port_alone():
@@ -246,6 +246,7 @@ def test_a_session_approval_is_for_its_host_and_port_alone():
     assert policy.check("example.com", 443) == Decision(True, "session")
     for port in (22, 25, 80, 6379):
         assert policy.check("example.com", port) is None  # asked again, not allowed
+    assert not policy.may_reach_internal("example.com", 443)  # nor a host-internal address it resolves to
 
 
 def test_a_session_approval_through_the_proxy_opens_no_other_port(connect, web, tmp_path):
