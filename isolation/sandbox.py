@@ -113,7 +113,7 @@ class Sandbox:
         try:
             self._open_session()
             trust = self._prepare_credentials()
-            self._root = plan(self.spec, self.layers, info, self._before, trust=trust)
+            self._root = plan(self.spec, self.layers, info, trust=trust)
             self._cgroup = cgroup.for_sandbox(self._record.id, self.spec.limits)
             self._launch(info)
         except BaseException:
