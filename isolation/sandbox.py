@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from . import bwrap, diskcap, hostnodes, records, sessions, spawn, workspace
+from . import bwrap, cgroup, diskcap, hostnodes, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
                      read_ends_in_root, read_in_root, write_in_root)
 from .output import collect, ready
-from .rootfs.safe import tree_size
+from .rootfs.safe import tree_usage
 from .spawn import seccomp
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
 
@@ -83,6 +83,7 @@ class Sandbox:
         self._root_fd: int | None = None  # the sandbox's / (for read_file, and to join it)
         self._err_fd: int | None = None  # bwrap's stderr
         self._zygote: spawn.Zygote | None = None  # starts every command inside
+        self._cgroup: cgroup.SandboxCgroup | None = None  # where the machine delegates cgroup v2
         self._session: sessions.Session | None = None
         self._before: dict | None = None
         self._disk_note = ""
@@ -113,7 +114,8 @@ class Sandbox:
         try:
             self._open_session()
             trust = self._prepare_credentials()
-            self._root = plan(self.spec, self.layers, info, self._before, trust=trust)
+            self._root = plan(self.spec, self.layers, info, trust=trust)
+            self._cgroup = cgroup.for_sandbox(self._record.id, self.spec.limits)
             self._launch(info)
         except BaseException:
             self.close()
@@ -125,7 +127,7 @@ class Sandbox:
             except BaseException:
                 self.close()
                 raise
-        if self.spec.limits.disk:
+        if self.spec.limits.disk or self.spec.limits.inodes:
             diskcap.watch(self)
         if self.spec.limits.wall_time:
             self._timer = threading.Timer(self.spec.limits.wall_time, self.close)
@@ -185,11 +187,12 @@ class Sandbox:
             # bwrap names its child as soon as it has cloned it, before it builds the mounts: the
             # zygote joins the namespaces meanwhile, and is confined once pid 1 runs (set_root).
             rlimits = _rlimits(self.spec.limits)
-            self._zygote = spawn.Zygote(None, None, rlimits, self.spec.nested_userns, _sysctls(self.spec.limits),
+            self._zygote = spawn.Zygote(None, None, rlimits, self.spec.nested_userns,
+                                        self._cgroup.procs if self._cgroup else None, _sysctls(self.spec.limits),
                                         self._root.tmpfs)
             self.pid, self._pidfd = _early_child(info_r, self._proc.pid)
-            if self._pidfd is not None:
-                _bound_pid_1(self._proc, self.pid, rlimits)
+            if self._pidfd is not None:  # a checked pid only
+                self._admit_pid_1(rlimits)
                 os.write(block_w, b"x")
                 self._zygote.join_early(self._pidfd)
             ok = ready([ready_r], START_TIMEOUT) and os.read(ready_r, 1) == b"x"
@@ -204,6 +207,19 @@ class Sandbox:
         finally:
             for fd in (ready_r, info_r, block_w):  # block_w: bwrap goes on (or fails) without pid 1's limits
                 os.close(fd)
+
+    def _admit_pid_1(self, rlimits: list[tuple[int, int]]) -> None:
+        """Before bwrap's child executes anything (it waits on --block-fd): every command's limits,
+        and its cgroup where there is one. On failure bwrap is killed first, so that pid 1 never
+        goes on without them."""
+        try:
+            _bound_pid_1(self.pid, rlimits)
+            if self._cgroup is not None:
+                self._cgroup.admit(self.pid)
+        except BaseException:
+            self._proc.kill()
+            self._proc.wait()
+            raise
 
     def set_network(self, mode: str) -> None:
         """Change the network mode while the sandbox runs, no restart; `off` closes open connections.
@@ -280,6 +296,9 @@ class Sandbox:
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
+        if self._cgroup is not None:
+            self._cgroup.remove()
+            self._cgroup = None
         for name in ("_root_fd", "_err_fd"):
             if getattr(self, name) is not None:
                 os.close(getattr(self, name))
@@ -306,16 +325,29 @@ class Sandbox:
     # ---- the disk cap (diskcap.py) ------------------------------------------------------------
 
     def writable_size(self) -> int | None:
-        """Bytes on disk in this sandbox's writable layers (its files, /root, the rootfs's upper);
-        None when they cannot be measured just now."""
+        """Bytes on disk in this sandbox's writable layers (its files, /root, the rootfs's upper),
+        the deleted files its processes hold open there included; None when they cannot be
+        measured just now."""
+        found = diskcap.usage(self)
+        return None if found is None else found[0]
+
+    def writable_usage(self) -> tuple[int, int] | None:
+        """(bytes on disk, inodes) of the writable layers' trees (diskcap.usage adds the deleted
+        files held open); None when they cannot be measured just now."""
         try:  # not overlayfs's work dirs: they hold nothing, and unreadable ones (mode 000)
             layers = self.layers
         except AttributeError:  # closed meanwhile (the disk-cap thread can ask while close() runs)
             return None
         try:
-            return sum(tree_size(layers / name) for name in WRITABLE_LAYERS if (layers / name).is_dir())
+            found = [tree_usage(layers / name) for name in WRITABLE_LAYERS if (layers / name).is_dir()]
         except (OSError, SandboxError):
             return None
+        return sum(used for used, _ in found), sum(inodes for _, inodes in found)
+
+    def _over_inodes(self, count: int, used: int) -> None:
+        self._stop(f"its limit of {self.spec.limits.inodes:,} files and directories was reached ({count:,} in use): "
+                   "every process in it was killed and nothing more can run there. For more, start it with a "
+                   "larger limit: inodes in [sandbox] of the config")
 
     def _over_disk(self, used: int) -> None:
         self._stop(f"its disk limit of {_size(self.spec.limits.disk)} was reached ({_size(used)} in use): every "
@@ -342,9 +374,10 @@ class Sandbox:
         return self._stopped
 
     def disk_note(self) -> str:
-        """Once, after the disk limit was reached: what happened and what to do (else "")."""
-        note, self._disk_note = self._disk_note, ""
-        return note
+        """Once, after the disk limit (or a cgroup's memory limit) was reached: what happened and
+        what to do (else "")."""
+        note, self._disk_note, group = self._disk_note, "", self._cgroup
+        return note or (group.memory_note(self.spec.limits.memory) if group is not None else "")
 
     def _run(self, command, timeout, stdin, cwd, env, max_output):
         argv = [self._root.shell, "-c", command] if isinstance(command, str) else list(command)
@@ -510,15 +543,17 @@ class Sandbox:
     def export(self, src: str, host_dir: Path | str, force: bool = False, allow_outside_links: bool = False,
                links: bool = True, limit: int | None = None) -> Path:
         """Copy the sandbox directory `src` into `host_dir` (created if missing), never following links;
-        existing files are kept unless `force` (see copyout.copy_out for every rule). What is refused
-        comes in hostwalk.RefusedPaths once the rest is copied."""
+        existing files are kept unless `force` (see copyout.copy_out for every rule). Holes stay holes;
+        at most `limit` bytes of data are written (default: `Limits.export_bytes()`, the export cap,
+        else the disk limit, else 4 GiB). What is refused comes in hostwalk.RefusedPaths once the
+        rest is copied."""
         from .copyout import copy_out  # noqa: PLC0415
         from .hostwalk import RefusedPaths  # noqa: PLC0415
 
         dest = Path(host_dir)
         with self._in_root() as root:
-            copied = copy_out(root, src, dest, force=force, links=links,
-                              allow_outside_links=allow_outside_links, limit=limit)
+            copied = copy_out(root, src, dest, force=force, links=links, allow_outside_links=allow_outside_links,
+                              limit=self.spec.limits.export_bytes() if limit is None else limit)
         if copied.refused:
             raise RefusedPaths(f"exported {len(copied.files)} file(s) from {src} to {dest}", copied.refused)
         return dest
@@ -577,7 +612,7 @@ def _sysctls(limits: Limits) -> list[tuple[str, int]]:
     return [(name, value) for name, value in pairs if value]
 
 
-def _bound_pid_1(bwrap_proc: subprocess.Popen, pid: int, rlimits: list[tuple[int, int]]) -> None:
+def _bound_pid_1(pid: int, rlimits: list[tuple[int, int]]) -> None:
     """Give bwrap's child, pid 1 to be, the limits every command gets, before it execs (bwrap
     waits on --block-fd): set from here, since no code of ours runs in it. (A pidfd checked it
     is bwrap's child, which bwrap has not reaped: the pid is still its own.)"""
@@ -587,8 +622,6 @@ def _bound_pid_1(bwrap_proc: subprocess.Popen, pid: int, rlimits: list[tuple[int
             value = value if hard == resource.RLIM_INFINITY else min(value, hard)
             resource.prlimit(pid, res, (value, value))
     except OSError as exc:
-        bwrap_proc.kill()  # before it goes on without them
-        bwrap_proc.wait()
         raise SandboxError(f"could not set the sandbox's limits on its pid 1: {exc.strerror}. "
                            "Run `lis-tui doctor`.") from None
 

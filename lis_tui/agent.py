@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 WORKING_DIR, INPUT_DIR, OUTPUT_DIR = "/testbed", "/testbed/input", "/testbed/output"
 ANSWER_PATH = f"{OUTPUT_DIR}/answer.txt"
+ANSWER_LIMIT = 1 << 20
+"""Bytes of an answer file read into memory (a sparse 1 GiB answer.txt costs the sandbox nothing);
+the whole file still goes to files/ under the export cap."""
 PROMPT_VALUES = {"working_dir": WORKING_DIR, "input_dir": INPUT_DIR, "output_dir": OUTPUT_DIR,
                  "input_note": "if the task has any", "network_note": "", "environment_note": ""}
 NUDGE = ("Your reply called no tool. Work on the task with `execute_bash` or `str_replace_editor`; "
@@ -383,7 +386,7 @@ class Agent:
                 return "", "no reply came"
             return self._vanilla_answer, "" if self._vanilla_answer else "the reply was empty"
         try:
-            data = self.tools.sandbox.read_file(ANSWER_PATH)
+            data = self.tools.sandbox.read_file(ANSWER_PATH, ANSWER_LIMIT)
         except FileNotFoundError:
             return "", f"no {ANSWER_PATH} was written"
         except (OSError, SandboxError) as exc:

@@ -41,7 +41,7 @@ IDLE_TIMEOUT = 1800.0
 log = logging.getLogger(__name__)
 ASK_SCHEMA = {"type": "object", "required": ["answer"], "properties": {"answer": {
     "type": "string", "title": "Network access", "enum": ["allow_once", "allow_session", "deny"],
-    "description": "allow_once: this request; allow_session: this host until the sandbox goes; deny"}}}
+    "description": "allow_once: this request; allow_session: this host and port until the sandbox goes; deny"}}}
 
 
 class SandboxTools:

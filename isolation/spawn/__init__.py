@@ -129,14 +129,15 @@ class Zygote:
     request forks a new one. Close this when the sandbox closes."""
 
     def __init__(self, ns_pidfd: int | None, root_fd: int | None, rlimits: list[tuple[int, int]] = (),
-                 nested_userns: bool = False, sysctl: list[tuple[str, int]] = (),
+                 nested_userns: bool = False, cgroup: str | None = None, sysctl: list[tuple[str, int]] = (),
                  tmpfs: list[tuple[str, int, int]] = ()) -> None:
         """`ns_pidfd`: a pidfd of a process in the sandbox (its pid 1); `root_fd`: the sandbox's /.
         Both stay the caller's, open for as long as this is used. (None, None): a sandbox still
-        starting, given later by set_root. Done once, by the first zygote that gets ready: `sysctl`,
-        (name, value) of /proc/sys/user/ files to set in the sandbox's user namespace; `tmpfs`,
-        (mount point, bytes, inodes) of each tmpfs to size."""
-        self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns,
+        starting, given later by set_root. `cgroup`: the sandbox's cgroup.procs, which each zygote
+        enters before it joins (cgroup.py). Done once, by the first zygote that gets ready:
+        `sysctl`, (name, value) of /proc/sys/user/ files to set in the sandbox's user namespace;
+        `tmpfs`, (mount point, bytes, inodes) of each tmpfs to size."""
+        self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns, "cgroup": cgroup,
                       "sysctl": list(sysctl), "tmpfs": list(tmpfs)}
         self._fds = [ns_pidfd, root_fd]
         self._channel: socket.socket | None = None

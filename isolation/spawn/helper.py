@@ -248,6 +248,8 @@ def _take_handoff(state: _State, fd: int, poller) -> None:
 
 def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: socket.socket) -> None:
     try:
+        if request.get("cgroup"):  # first: once joined, the sandbox's cgroup namespace hides the way there
+            _write_all(request["cgroup"], str(os.getpid()))
         # the sandbox's first zygote only: sysctl (_bound_user_ns), tmpfs (_size_tmpfs)
         sysctl, tmpfs = request.get("sysctl") or [], request.get("tmpfs") or []
         _join(fds[0], sysctl)
@@ -479,6 +481,14 @@ def _write(fd: int, text: str) -> None:
         os.write(fd, text.encode(errors="replace"))
     except OSError:
         pass
+
+
+def _write_all(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 def _close(fd: int) -> None:

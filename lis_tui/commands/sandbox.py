@@ -35,6 +35,9 @@ def add_sandbox_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--disk", metavar="SIZE",
                        help="what the sandbox's files may take on disk, e.g. 2G or none (default: [sandbox] "
                             "disk, else 10G)")
+    group.add_argument("--export-cap", metavar="SIZE",
+                       help="data one export copies out of /testbed/output (files/, review, MCP), holes not "
+                            "counted, e.g. 20G (default: [sandbox] export_cap, else the disk limit)")
     group.add_argument("--nested-userns", action="store_true", default=None,
                        help="let commands make user namespaces of their own (a nested bwrap, rootless podman); "
                             "off by default")
@@ -67,6 +70,8 @@ def spec_from_args(args: argparse.Namespace, config=None):
         config.set("sandbox.memory", args.memory, "--memory")
     if getattr(args, "disk", None) is not None:
         config.set("sandbox.disk", args.disk, "--disk")
+    if getattr(args, "export_cap", None) is not None:
+        config.set("sandbox.export_cap", args.export_cap, "--export-cap")
     if getattr(args, "nested_userns", None):
         config.set("sandbox.nested_userns", True, "--nested-userns")
     hosts = {"allow_hosts": tuple(config.network.allow) + tuple(getattr(args, "allow_host", None) or ()),

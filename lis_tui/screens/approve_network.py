@@ -14,8 +14,10 @@ from textual.widgets import Button, Label, Static
 from lis_tui.screens.question import QuestionScreen
 from lis_tui.widgets.plain import plain
 
+# Once and this session are for the host and port shown; always is for the host, every port
+# (saved to the config's allow list).
 CHOICES = (("allow_once", "Allow once (o)", "o"), ("allow_session", "This session (s)", "s"),
-           ("allow_always", "Always (a)", "a"), ("deny", "Deny (d)", "d"))
+           ("allow_always", "Always, any port (a)", "a"), ("deny", "Deny (d)", "d"))
 
 
 class NetworkApprovalScreen(QuestionScreen):

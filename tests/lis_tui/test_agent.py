@@ -357,3 +357,13 @@ def test_a_sandbox_stopped_by_its_disk_cap_ends_the_run_and_says_how_to_raise_it
     assert "disk limit of 20 MiB was reached" in told and "finished" not in told
     unrun = [m for m in trajectory["messages"] if m.get("tool_call_id") == "next"]
     assert unrun[0]["content"].startswith("Not run: the sandbox was stopped: its disk limit"), unrun
+
+
+def test_a_sparse_answer_file_is_read_a_megabyte_deep_and_kept_sparse_in_files(tmp_path):
+    # issue 24: 1 GiB of holes costs the sandbox nothing; the answer used to be read whole into memory
+    result, _, _ = run([reply(tool_calls=[bash("printf 42 > /testbed/output/answer.txt && "
+                                               "truncate -s 1G /testbed/output/answer.txt")]), submit()], tmp_path)
+    assert result.finish_reason == "submitted"
+    assert result.answer.startswith("42") and len(result.answer) <= 1 << 20
+    copied = (result.output_dir / "files" / "answer.txt").stat()
+    assert copied.st_size == 1 << 30 and copied.st_blocks * 512 < 1 << 20

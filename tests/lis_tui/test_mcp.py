@@ -233,3 +233,23 @@ def test_a_reaped_session_id_makes_no_new_sandbox_and_a_begun_request_is_never_r
         assert made[1].call("execute_bash", {"command": "echo on"}).output.strip() == "on"
     finally:
         sessions.close()
+
+
+def test_export_output_keeps_holes_and_refuses_a_file_over_the_export_cap(tmp_path):
+    # issue 24: three 1 GiB sparse files cost the sandbox nothing; the copy used to write 3 GiB here
+    out = tmp_path / "exports"
+    out.mkdir()
+    make = ("cd /testbed/output && truncate -s 1G s1 s2 s3 && printf data > mixed && truncate -s 100M mixed "
+            "&& head -c 30M /dev/zero > dense && du -k s1 s2 s3")
+    calls = [("execute_bash", {"command": make}), ("export_output", {"name": "run1"})]
+    _, results = anyio.run(session_calls, server(tmp_path, "--export-dir", str(out), "--export-cap", "20M"), calls)
+    (_, made), (export_error, exported) = results
+    assert [line.split()[0] for line in made.strip().splitlines()[-3:]] == ["0", "0", "0"]  # sparse inside
+    assert export_error and "dense (30.0 MiB of data: over the export cap of 20.0 MiB" in exported
+    assert "--export-cap" in exported
+    assert not (out / "run1" / "dense").exists()
+    for name in ("s1", "s2", "s3"):
+        st = os.stat(out / "run1" / name)
+        assert st.st_size == 1 << 30 and st.st_blocks * 512 < 1 << 20
+    with open(out / "run1" / "mixed", "rb") as f:
+        assert f.read(8) == b"data\0\0\0\0" and os.fstat(f.fileno()).st_size == 100 << 20
