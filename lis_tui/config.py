@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 from lis_tui.config_file import ConfigError, find_line, parse_toml, set_toml_value, toml_key, toml_value  # noqa: F401
+from lis_tui.workspace_config import WorkspaceConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -123,6 +124,7 @@ class NetworkConfig:
 
 SECTIONS: dict[str, type] = {
     "model": ModelConfig, "sandbox": SandboxConfig, "agent": AgentConfig, "network": NetworkConfig,
+    "workspace": WorkspaceConfig,
 }
 
 
@@ -142,6 +144,7 @@ class Config:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
     profile: str | None = None
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
