@@ -66,6 +66,10 @@ JOB_NOTICE = re.compile(r"^\[\d+\][-+ ]  (?!Running )[A-Z][\w ()]*? {2,}\S.*\n?"
 
 POLL = 0.1  # how often a running command looks for interrupt() and bash's exit
 STOPPING_POLL = 0.02  # how often a stopped command is checked for having given the terminal back
+GIT_READ_ONLY = re.compile(r"\.git\b[^\n]*: Read-only file system")
+GIT_NOTE = ("[/testbed/.git is read-only in this sandbox, so git cannot commit or change the repository here "
+            "(status, diff and log work). Leave committing to the user, who can allow it with "
+            "[workspace] git_writable = true in lis-tui's config.]")
 BETWEEN_MAX = 1 << 20  # background output kept between commands; past it, background jobs wait
 
 
@@ -386,10 +390,13 @@ class Shell:
         if disk := self.sandbox.disk_note():
             note = f"{note}\n[{disk[0].upper()}{disk[1:]}]".strip()
         text, truncated = call.output.render()
-        if note:
-            text = (text + "\n" if text else "") + note
         stderr, cut = (None, False) if not self.separate_stderr else \
             self._stderr() if sent else ("", False)  # unsent: the file is the last command's
+        if call.exit_code and GIT_READ_ONLY.search(f"{text}\n{stderr or ''}") \
+                and not getattr(getattr(self.sandbox, "spec", None), "git_writable", True):
+            note = f"{note}\n{GIT_NOTE}".strip()
+        if note:
+            text = (text + "\n" if text else "") + note
         return ToolResult(text, exit_code=call.exit_code, timed_out=call.reason == "timeout",
                           truncated=truncated or cut, error=self._child is None, stderr=stderr)
 
