@@ -37,11 +37,14 @@ _CHUNK = 1 << 20
 class RefusedPaths(SandboxError):
     """Some paths were refused, each with why (`refused`, as "path (why)"); the rest was done."""
 
-    def __init__(self, done: str, refused: list[str], outside_links: dict[str, str] | None = None) -> None:
-        self.refused = refused
+    def __init__(self, done: str, refused: list[str], outside_links: dict[str, str] | None = None,
+                 held_back: dict[str, str] | None = None) -> None:
+        self.done, self.refused = done, refused
         self.outside_links = outside_links or {}
         """{path: target} of links refused only because they leave the workspace (ask, then
         apply them by name with allow_outside_links=True)."""
+        self.held_back = held_back or {}
+        """{path: why} of changes refused only because they were not named (workspace.Change.held)."""
         super().__init__(f"{done}; refused {len(refused)}:\n" + "\n".join(f"  {line}" for line in refused))
 
 

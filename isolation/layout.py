@@ -216,6 +216,7 @@ def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo) -> list[Mo
         (scratch / "ws-work").mkdir(exist_ok=True)
         mounts: list[Mount] = [Overlay((str(workspace),), "/testbed", str(scratch / "ws-upper"),
                                        str(scratch / "ws-work"))]
+        mounts += _read_only_git(spec, workspace, scratch / "ws-upper")
     else:
         testbed = scratch / "testbed"
         (testbed / "output").mkdir(parents=True, exist_ok=True)
@@ -257,6 +258,33 @@ def _empty_dir() -> Path:
     if not stat.S_ISDIR(os.lstat(empty).st_mode) or os.listdir(empty):  # lstat: no link to elsewhere
         raise SandboxError(f"{empty} must be an empty folder (lis-tui shows it under input folders); remove it")
     return empty
+
+
+def _read_only_git(spec: SandboxSpec, workspace: Path, upper: Path) -> list[Mount]:
+    """The workspace's `.git` read-only over /testbed/.git unless `spec.git_writable`: a model's
+    commit then fails instead of writing hooks or config there (apply holds those back as well).
+    One lstat on the start path. A `.git` file (a worktree's or submodule's `gitdir:` line) is
+    covered too; a link is not bound (bwrap would follow it out of the workspace); none, nothing."""
+    if spec.git_writable:
+        return []
+    try:
+        mode = os.lstat(workspace / ".git").st_mode
+    except OSError:
+        return []
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        return []
+    if spec.session is not None:  # a kept upper may hold an earlier run's .git: mount over nothing else
+        try:
+            kept = os.lstat(upper / ".git").st_mode
+        except FileNotFoundError:
+            kept = mode
+        if stat.S_IFMT(kept) != stat.S_IFMT(mode):
+            raise SandboxError(f"session {spec.session} replaced /testbed/.git in an earlier run, so it cannot "
+                               "be made read-only again. Fix: resume it with [workspace] git_writable = true "
+                               "(or --git-writable), or start a new session")
+    return [Bind(str(workspace / ".git"), "/testbed/.git")]
+
+
 
 
 def _masked_files(mounts: list[Mount], files: list[Path]) -> list[Mount]:

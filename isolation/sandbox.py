@@ -522,23 +522,29 @@ class Sandbox:
             lower.mkdir(exist_ok=True)
         return lower, upper
 
+    def _rules(self) -> dict:
+        """What review leaves out (our mount points) and what it holds back (the spec's patterns)."""
+        return {"skip": workspace.mount_points(self.spec), "hold": self.spec.held_back}
+
     def changes(self) -> list[workspace.Change]:
         """What differs under /testbed from the host workspace (or from empty without one)."""
-        return workspace.changes(*self._testbed(), skip=workspace.mount_points(self.spec))
+        return workspace.changes(*self._testbed(), **self._rules())
 
     def diff(self) -> str:
         """A unified diff of `changes()`; links, special and binary files are named, not dumped."""
-        return workspace.diff(*self._testbed(), skip=workspace.mount_points(self.spec))
+        return workspace.diff(*self._testbed(), **self._rules())
 
     def apply(self, paths: list[str] | None = None, allow_outside_links: bool = False) -> list[workspace.Change]:
         """Write the changes (or just `paths`) back to the host workspace, refusing host-side conflicts;
-        links the sandbox made only when named, and out of the workspace only when allowed (see
-        workspace.apply; what is refused comes in hostwalk.RefusedPaths once the rest is written)."""
+        held-back changes (links the sandbox made, new executable bits, `spec.held_back` paths such
+        as `.git/**`) only when named, links out of the workspace only when allowed, no mode wider
+        than the umask (see workspace.apply; what is refused comes in hostwalk.RefusedPaths, with
+        `held_back` naming why, once the rest is written)."""
         if self.spec.workspace is None:
             raise SandboxError("this sandbox has no workspace to apply changes to; use export() to copy files out")
         self._before = {} if self._before is None else self._before
         return workspace.apply(*self._testbed(), self._before, paths, allow_outside_links,
-                               skip=workspace.mount_points(self.spec))
+                               **self._rules())
 
     def export(self, src: str, host_dir: Path | str, force: bool = False, allow_outside_links: bool = False,
                links: bool = True, limit: int | None = None) -> Path:

@@ -5,6 +5,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .heldback import HELD_BACK
+
 NETWORK_MODES = ("off", "ask", "on")
 GiB = 1 << 30
 SMALL_TMPFS = 64 << 20  # /run, /dev/shm (Docker's size for it), the host rootfs's /
@@ -123,6 +125,12 @@ class SandboxSpec:
     nested_userns: bool = False
     """Let commands make user namespaces of their own (some tools need them: a nested bwrap,
     rootless podman, Chromium's sandbox); off, clone and unshare of CLONE_NEWUSER fail with EPERM."""
+    git_writable: bool = False
+    """Let commands write the workspace's `.git` (tasks that commit); off, it is read-only inside,
+    so `git commit` fails and no hook or git config can be written there."""
+    held_back: tuple[str, ...] = HELD_BACK
+    """Patterns of paths that `apply()` writes to the host only when named (see isolation.heldback);
+    links the sandbox made and files gaining an executable bit are held back too."""
 
     def __post_init__(self) -> None:
         if self.network not in NETWORK_MODES:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 from lis_tui import trust
 from lis_tui.config_file import ConfigError, find_line, parse_toml, set_toml_value, toml_key, toml_value  # noqa: F401
+from lis_tui.workspace_config import WorkspaceConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -129,6 +130,7 @@ class NetworkConfig:
 
 SECTIONS: dict[str, type] = {
     "model": ModelConfig, "sandbox": SandboxConfig, "agent": AgentConfig, "network": NetworkConfig,
+    "workspace": WorkspaceConfig,
 }
 
 
@@ -148,6 +150,7 @@ class Config:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
     profile: str | None = None
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)

@@ -67,6 +67,10 @@ JOB_NOTICE = re.compile(r"^\[\d+\][-+ ]  (?!Running )[A-Z][\w ()]*? {2,}\S.*\n?"
 
 POLL = 0.1  # how often a running command looks for interrupt() and bash's exit
 STOPPING_POLL = 0.02  # how often a stopped command is checked for having given the terminal back
+GIT_READ_ONLY = re.compile(r"\.git\b[^\n]*: Read-only file system")
+GIT_NOTE = ("[/testbed/.git is read-only in this sandbox, so git cannot commit or change the repository here "
+            "(status, diff and log work). Leave committing to the user, who can allow it with "
+            "[workspace] git_writable = true in lis-tui's config.]")
 BETWEEN_MAX = 1 << 20  # background output kept between commands; past it, background jobs wait
 
 
@@ -393,6 +397,9 @@ class Shell:
         if call.exit_code not in (0, None) and not disk and limits is not None:
             if met := limit_note(call.exit_code, f"{text}\n{stderr or ''}", limits):
                 note = f"{note}\n[{met}]".strip()
+        if call.exit_code and GIT_READ_ONLY.search(f"{text}\n{stderr or ''}") \
+                and not getattr(getattr(self.sandbox, "spec", None), "git_writable", True):
+            note = f"{note}\n{GIT_NOTE}".strip()
         if note:
             text = (text + "\n" if text else "") + note
         return ToolResult(text, exit_code=call.exit_code, timed_out=call.reason == "timeout",
