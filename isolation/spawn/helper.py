@@ -13,6 +13,9 @@ sandbox it forks a zygote, which:
    bounding set, no_new_privs and the syscall filter (these right after the join, before the
    chroot, which still needs the capability it holds), then, chrooted, every capability it holds
    dropped.
+The sandbox's first zygote also, before any command ran, caps the sandbox's per-user counters
+(inotify) in its user namespace, joined alone first, and sizes every tmpfs, chrooted and still
+capable, loading the filter after that (see _bound_user_ns, _size_tmpfs).
 Only then does it serve requests, starting each command with posix_spawn (vfork and exec: no
 Python runs in the child), and the command inherits all of the above. So nothing from the
 sandbox's filesystem is executed or loaded while a capability is held, and a command costs one
