@@ -152,18 +152,17 @@ def check_containment() -> list[Check]:
 
 def check_limits() -> Check:
     """What each sandbox may use unless [sandbox] in the config or flags say otherwise."""
-    from .spec import Limits  # noqa: PLC0415
-
-    from .spec import tmpfs_sizes  # noqa: PLC0415
+    from .spec import Limits, tmpfs_sizes  # noqa: PLC0415
 
     limits = Limits()
     tmpfs = ", ".join(f"{path} {_size(n)}" for path, n in tmpfs_sizes(limits, host_root=True).items())
     return Check("limits", "ok", f"on every process, pid 1 included: memory {_size(limits.memory)} per process, "
                  f"files up to {_size(limits.file_size)}, {limits.processes} processes, {limits.open_files} open "
                  f"files, {limits.pending_signals} queued signals, {_size(limits.message_queues)} of message "
-                 f"queues; disk {_size(limits.disk)} (the sandbox is stopped past it); in memory {tmpfs} "
+                 f"queues; disk {_size(limits.disk)} and {limits.inodes or 0:,} files (the sandbox is stopped "
+                 f"past either); in memory {tmpfs} "
                  "(/ under the host rootfs; the masks over host secrets read-only)",
-                 "change them in [sandbox] of the config (memory, disk, tmp_size) or with --memory, --disk")
+                 "change them in [sandbox] of the config (memory, disk, inodes, tmp_size) or with --memory, --disk")
 
 
 def _size(n: int | None) -> str:
