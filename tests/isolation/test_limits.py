@@ -118,7 +118,8 @@ def test_the_disk_cap_stops_the_whole_sandbox_pid_1_included_and_says_how_to_rai
 
 def test_every_tmpfs_is_sized_or_read_only():
     with Sandbox(SandboxSpec(limits=Limits(tmp_size=16 << 20))) as sb:
-        masks = sb.exec("grep -E ' /etc/(ssh|ssl/private|sudoers.d) ' /proc/self/mountinfo | cut -d' ' -f5").stdout.split()
+        masks = sb.exec("grep -E ' /etc/(ssh|ssl/private|sudoers.d) ' /proc/self/mountinfo "
+                        "| cut -d' ' -f5").stdout.split()
         got = {path: sb.exec(f"head -c 20M /dev/zero > {path}/fill; echo $?; stat -c %s {path}/fill")
                for path in ("/dev/shm", "/run", "/tmp", "/", "/dev", *masks)}
         sizes = sb.exec("df -B1 --output=size / /dev /dev/shm /run /tmp | tail -5").stdout.split()
