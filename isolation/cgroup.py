@@ -16,7 +16,8 @@ terminal's shell), that would take them along: lis-tui leaves them and says how 
 of its own. The root cgroup is exempt from the rule, so root there moves nothing.
 
 A sandbox's processes are in its cgroup before they run anything of the sandbox's: pid 1 (bwrap's
-child) waits on bwrap's --block-fd until we have moved it (`hold`, `admit`), and each zygote moves
+child) waits on bwrap's --block-fd until we have moved it (`admit`; the sandbox's one block fd,
+which waits for pid 1's rlimits too: sandbox.Sandbox._admit_pid_1), and each zygote moves
 itself before it joins the namespaces (spawn/helper.py); commands are the zygote's children. At
 close the cgroup is killed (cgroup.kill) and removed; what a crash left is removed at the next start.
 
@@ -30,7 +31,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -315,7 +316,6 @@ class SandboxCgroup:
     """sb-ID, which holds the limits; its processes are in its leaf `run`, so that none of them,
     even with a cgroup mount of its own (nested user namespaces), can reach the limits' files:
     a cgroup namespace made inside is rooted at the leaf."""
-    _release: int | None = field(default=None, repr=False)
     _ooms: tuple[int, int] = (0, 0)  # memory.events' oom and oom_kill when last told
 
     @classmethod
@@ -341,25 +341,15 @@ class SandboxCgroup:
         """Its leaf's cgroup.procs: a zygote moves itself there (spawn/helper.py)."""
         return str(self.path / "run" / "cgroup.procs")
 
-    def hold(self, argv: list[str]) -> tuple[list[str], int]:
-        """bwrap's argv with --block-fd, and the descriptor to pass it: its child (pid 1) waits
-        there, after the mounts and before it executes anything, until `admit`."""
-        block, self._release = os.pipe()
-        return [argv[0], "--block-fd", str(block), *argv[1:]], block
-
-    def admit(self, pid: int | None) -> None:
-        """Move bwrap's child into the cgroup, then let it go on. None (bwrap failed before it
-        named one): it is let go, and the start fails as it would have."""
-        if pid is not None:
-            try:
-                _write(Path(self.procs), str(pid))
-            except ProcessLookupError:
-                pass  # gone already: the readiness pipe says why
-            except OSError as exc:  # it stays blocked until close() kills it
-                raise SandboxError(f"could not move the sandbox into its cgroup {self.path}: "
-                                   f"{exc.strerror}. Run `lis-tui doctor`.") from None
-        os.close(self._release)
-        self._release = None
+    def admit(self, pid: int) -> None:
+        """Move bwrap's child into the cgroup (it waits on --block-fd, before it executes anything)."""
+        try:
+            _write(Path(self.procs), str(pid))
+        except ProcessLookupError:
+            pass  # gone already: the readiness pipe says why
+        except OSError as exc:
+            raise SandboxError(f"could not move the sandbox into its cgroup {self.path}: "
+                               f"{exc.strerror}. Run `lis-tui doctor`.") from None
 
     def memory_note(self, limit: int | None) -> str:
         """Once per new event: the memory limit refused memory or killed a process (else "")."""
@@ -379,9 +369,6 @@ class SandboxCgroup:
 
     def remove(self) -> None:
         """Kill whatever is left in it (a zygote on its way out) and remove it."""
-        if self._release is not None:
-            os.close(self._release)
-            self._release = None
         _kill_and_remove(self.path)
 
 

@@ -3,8 +3,9 @@
 Rootless, there is no quota to set on a directory, so one thread per process walks the writable
 layers of every sandbox that has a disk or inode limit, round-robin, and spends at most a tenth of
 a core doing it: a pass that took t seconds is followed by a pause of max(1 s, 9 t). A sandbox
-found over its limit has every process but pid 1 killed, and `Sandbox.disk_note()` says so to
-whoever runs the next command (the shell tool tells the model). Between two passes a fast writer
+found over its limit is stopped whole, pid 1 included (`Sandbox._stop`): `Sandbox.disk_note()` says
+so to whoever ran the command under way (the shell tool tells the model), and every later command
+fails with the same reason, naming the limit and how to raise it. Between two passes a fast writer
 can overshoot by what it writes in a few seconds; the cap bounds a runaway, it is not a quota (and
 not the kernel's wall: an early warning).
 
@@ -17,7 +18,6 @@ one look at /proc per pass for every sandbox).
 from __future__ import annotations
 
 import os
-import signal
 import stat
 import threading
 import time
@@ -48,7 +48,7 @@ def unwatch(sandbox) -> None:
 
 
 def check(sandbox, by_ns: dict[str, list[int]] | None = None) -> None:
-    """One measure of one sandbox; over a limit, it is told (`_over_disk`, `_over_inodes`).
+    """One measure of one sandbox; over a limit, it is stopped (`_over_disk`, `_over_inodes`).
     `by_ns`: `processes_by_ns()` when one look at /proc serves several sandboxes."""
     limits = sandbox.spec.limits
     found = usage(sandbox, by_ns)
@@ -136,21 +136,6 @@ def _mount_id(pid: int, fd: str) -> str:
             if line.startswith("mnt_id:"):
                 return line.split()[1]
     return ""
-
-
-def kill_all_but_pid_1(pid_1: int) -> None:
-    """SIGKILL every process in the pid namespace of `pid_1` (its host pid) but pid 1 itself."""
-    try:
-        ns = os.readlink(f"/proc/{pid_1}/ns/pid")
-    except OSError:
-        return
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and int(entry.name) != pid_1:
-            try:
-                if os.readlink(f"/proc/{entry.name}/ns/pid") == ns:
-                    os.kill(int(entry.name), signal.SIGKILL)
-            except OSError:
-                pass  # gone, or not ours
 
 
 def _loop() -> None:

@@ -7,12 +7,12 @@ import os
 import shlex
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import bwrap, hostnodes
 from .bwrap import Bind, Mount, Overlay, Special
-from .spec import SandboxError, SandboxSpec
+from .spec import SandboxError, SandboxSpec, tmpfs_inodes, tmpfs_sizes
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The host rootfs is read-only and has no package database of ours: Python and npm packages go to
@@ -49,6 +49,8 @@ class RootPlan:
     """The `host` rootfs: user-site pip, npm under /root/.local, apt answered by a shim."""
     trust: bool = False
     """The sandbox CA's bundle is mounted at TRUST_BUNDLE (network credentials are configured)."""
+    tmpfs: list[tuple[str, int, int]] = field(default_factory=list)
+    """(mount point, bytes, inodes) of each writable tmpfs, for the first zygote to size."""
 
     def environment(self, spec: SandboxSpec) -> dict[str, str]:
         env = {"PATH": PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",
@@ -87,10 +89,15 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | 
     # when root runs us (core_pattern would run a program of the sandbox's as root on the host);
     # bwrap covers it only when the directory itself is writable. The host's /proc/sys is the
     # sandbox's own: a sysctl reads the namespaces of the process that opens it, not of the mount.
-    tmp = spec.limits.tmp_size if info.version >= (0, 10) else None  # bwrap's --size came in 0.10
+    # Every tmpfs is sized (tmpfs_sizes): /tmp, /run and /dev/shm (a tmpfs of its own, not a folder
+    # in bwrap's /dev) as bwrap mounts them (--size came in 0.10); all of them again, with an inode
+    # count, by the first zygote (RootPlan.tmpfs), since bwrap cannot size its /dev or its root.
+    sizes = tmpfs_sizes(spec.limits, host_root=root_dir is None)
+    size = sizes.get if info.version >= (0, 10) else lambda _: None
     mounts += [Special("proc", "/proc"), Bind("/proc/sys", "/proc/sys"),
                Bind("/dev/null", "/proc/keys"), Bind("/dev/null", "/proc/key-users"),
-               Special("dev", "/dev"), Special("tmpfs", "/tmp", tmp), Special("tmpfs", "/run", tmp and min(tmp, 64 << 20))]
+               Special("dev", "/dev"), Special("tmpfs", "/dev/shm", size("/dev/shm")),
+               Special("tmpfs", "/tmp", size("/tmp")), Special("tmpfs", "/run", size("/run"))]
     mounts.append(Special("dir", TOOLS_DIR))
     if hostnodes.exposed():  # a root caller: the sandbox's uid 0 owns the host's /proc files
         mounts += [Bind(path, path) if os.path.isdir(path) else Bind("/dev/null", path) for path in _root_proc()]
@@ -104,7 +111,8 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | 
     mounts += _testbed(spec, scratch, info)
     mounts += _masked_files(mounts, [f for c in spec.credentials or () for f in c.files])
     shell = "bash" if _has(check, "usr/bin/bash", "bin/bash") else "sh"
-    return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None)
+    tmpfs = [(path, n, tmpfs_inodes(n)) for path, n in sizes.items() if n]
+    return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None, tmpfs=tmpfs)
 
 
 ROOT_PROC = ("fs", "acpi", "scsi", "driver", "tty", "asound", "timer_list", "timer_stats", "sched_debug",

@@ -87,6 +87,7 @@ class Sandbox:
         self._session: sessions.Session | None = None
         self._before: dict | None = None
         self._disk_note = ""
+        self._stopped: str | None = None  # why a limit stopped the whole sandbox (it is not running)
         self._credentials = None  # net.credentials.CredentialSet: the secrets, held here and by the proxy
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -163,35 +164,37 @@ class Sandbox:
         ready_r, ready_w = os.pipe()
         hold_r, self._hold_fd = os.pipe()
         info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe()  # bwrap execs pid 1 once this is readable: after _bound_pid_1
         self._err_fd, err_w = os.pipe()  # bwrap's stderr: a pipe, so no host file is open inside
         filter_fd = os.memfd_create("lis-seccomp", os.MFD_CLOEXEC)
         os.write(filter_fd, _filter_program(self.spec.nested_userns))
         os.lseek(filter_fd, 0, os.SEEK_SET)
         argv = bwrap.sandbox_argv(info.path, self._root.mounts, hostname=self.spec.hostname,
-                                  info_fd=info_w, seccomp_fd=filter_fd,
+                                  info_fd=info_w, block_fd=block_r, seccomp_fd=filter_fd,
                                   command=[*KEEPER[self._root.shell], self._record.marker])
-        held = ()  # with a cgroup, pid 1 waits (--block-fd) until it is in it
-        if self._cgroup is not None:
-            argv, block_fd = self._cgroup.hold(argv)
-            held = (block_fd,)
         try:
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
             self._proc = _popen_from_lasting_thread(argv, stdin=hold_r, stdout=ready_w, stderr=err_w, env={},
-                                                    pass_fds=(info_w, filter_fd, *held), start_new_session=True)
+                                                    pass_fds=(info_w, filter_fd, block_r), start_new_session=True)
+        except BaseException:
+            os.close(block_w)
+            raise
         finally:
-            for fd in (ready_w, hold_r, info_w, err_w, filter_fd, *held):
+            for fd in (ready_w, hold_r, info_w, err_w, filter_fd, block_r):
                 os.close(fd)
         self._record.set_pgid(self._proc.pid)
         try:
             # bwrap names its child as soon as it has cloned it, before it builds the mounts: the
             # zygote joins the namespaces meanwhile, and is confined once pid 1 runs (set_root).
-            self._zygote = spawn.Zygote(None, None, _rlimits(self.spec.limits), self.spec.nested_userns,
-                                        cgroup=self._cgroup.procs if self._cgroup else None)
+            rlimits = _rlimits(self.spec.limits)
+            self._zygote = spawn.Zygote(None, None, rlimits, self.spec.nested_userns,
+                                        self._cgroup.procs if self._cgroup else None, _sysctls(self.spec.limits),
+                                        self._root.tmpfs)
             self.pid, self._pidfd = _early_child(info_r, self._proc.pid)
-            if self._pidfd is not None:
+            if self._pidfd is not None:  # a checked pid only
+                self._admit_pid_1(rlimits)
+                os.write(block_w, b"x")
                 self._zygote.join_early(self._pidfd)
-            if self._cgroup is not None:
-                self._cgroup.admit(self.pid if self._pidfd is not None else None)  # a checked pid only
             ok = ready([ready_r], START_TIMEOUT) and os.read(ready_r, 1) == b"x"
             if not ok:
                 self._proc.kill()
@@ -202,8 +205,21 @@ class Sandbox:
             self._root_fd = os.open(f"/proc/{self.pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             self._zygote.set_root(self._pidfd, self._root_fd)
         finally:
-            os.close(ready_r)
-            os.close(info_r)
+            for fd in (ready_r, info_r, block_w):  # block_w: bwrap goes on (or fails) without pid 1's limits
+                os.close(fd)
+
+    def _admit_pid_1(self, rlimits: list[tuple[int, int]]) -> None:
+        """Before bwrap's child executes anything (it waits on --block-fd): every command's limits,
+        and its cgroup where there is one. On failure bwrap is killed first, so that pid 1 never
+        goes on without them."""
+        try:
+            _bound_pid_1(self.pid, rlimits)
+            if self._cgroup is not None:
+                self._cgroup.admit(self.pid)
+        except BaseException:
+            self._proc.kill()
+            self._proc.wait()
+            raise
 
     def set_network(self, mode: str) -> None:
         """Change the network mode while the sandbox runs, no restart; `off` closes open connections.
@@ -329,19 +345,33 @@ class Sandbox:
         return sum(used for used, _ in found), sum(inodes for _, inodes in found)
 
     def _over_inodes(self, count: int, used: int) -> None:
-        """Over the inode cap: the disk cap's action (`_over_disk`), with a note of its own."""
-        if self.spec.limits.disk:
-            self._over_disk(used)
-        elif self.pid is not None:  # _over_disk's note needs a disk limit
-            diskcap.kill_all_but_pid_1(self.pid)
-        self._disk_note = (f"the sandbox's limit of {self.spec.limits.inodes:,} files and directories was "
-                           f"reached ({count:,} in use): every process in it was killed. Delete files to go on.")
+        self._stop(f"its limit of {self.spec.limits.inodes:,} files and directories was reached ({count:,} in use): "
+                   "every process in it was killed and nothing more can run there. For more, start it with a "
+                   "larger limit: inodes in [sandbox] of the config")
 
     def _over_disk(self, used: int) -> None:
-        self._disk_note = (f"the sandbox's disk limit of {_size(self.spec.limits.disk)} was reached "
-                           f"({_size(used)} in use): every process in it was killed. Delete files to go on.")
-        if self.pid is not None:
-            diskcap.kill_all_but_pid_1(self.pid)
+        self._stop(f"its disk limit of {_size(self.spec.limits.disk)} was reached ({_size(used)} in use): every "
+                   "process in it was killed and nothing more can run there. For more room, start it with a "
+                   "larger limit: --disk SIZE (or disk in [sandbox] of the config)")
+
+    def _stop(self, why: str) -> None:
+        """Kill every process of the sandbox, pid 1 included, and say why from now on: to the
+        next command's caller once (disk_note), and in the error of every later one. close()
+        still has to be called."""
+        with self._close_lock:
+            if self._pidfd is None or self._stopped:
+                return
+            self._stopped = why
+            self._disk_note = f"the sandbox was stopped: {why}."
+            try:  # the pid namespace's init: the kernel takes every other process in it along
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    @property
+    def stopped(self) -> str | None:
+        """Why a limit stopped this sandbox whole (None while it was not): it runs nothing more."""
+        return self._stopped
 
     def disk_note(self) -> str:
         """Once, after the disk limit (or a cgroup's memory limit) was reached: what happened and
@@ -368,7 +398,7 @@ class Sandbox:
                                       stdout=stdout, stderr=stderr, ctty=ctty)
         except spawn.SpawnError as exc:
             if not self.running:
-                raise SandboxError("the sandbox is not running (closed, or its wall time ran out)") from None
+                raise SandboxError(self._not_running()) from None
             raise SandboxError(f"could not start {argv[0]!r} in the sandbox: {exc.strerror}") from None
 
     def listen(self, port: int, backlog: int = 128) -> socket.socket:
@@ -422,8 +452,13 @@ class Sandbox:
 
     def _require_running(self) -> None:
         """SandboxError once the sandbox is closed (or closing) or timed out."""
-        if self._closing or self._root_fd is None or not self.running:
-            raise SandboxError("the sandbox is not running (closed, or its wall time ran out)")
+        if self._closing or self._root_fd is None or not self.running or self._stopped:
+            raise SandboxError(self._not_running())
+
+    def _not_running(self) -> str:
+        if self._stopped:
+            return f"the sandbox was stopped: {self._stopped}."
+        return "the sandbox is not running (closed, or its wall time ran out)"
 
     @contextlib.contextmanager
     def _in_root(self) -> Iterator[int]:
@@ -572,8 +607,29 @@ def _filter_program(nested_userns: bool) -> bytes:
 def _rlimits(limits: Limits) -> list[tuple[int, int]]:
     """(resource, value) pairs for every limit set; soft and hard alike, so nothing inside raises them."""
     pairs = [(resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_DATA, limits.memory),
-             (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NPROC, limits.processes)]
+             (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NPROC, limits.processes),
+             (resource.RLIMIT_SIGPENDING, limits.pending_signals), (resource.RLIMIT_MSGQUEUE, limits.message_queues)]
     return [(res, value) for res, value in pairs if value]
+
+
+def _sysctls(limits: Limits) -> list[tuple[str, int]]:
+    """The sandbox's user namespace's own caps on per-user kernel counters (/proc/sys/user/)."""
+    pairs = [("max_inotify_instances", limits.inotify_instances), ("max_inotify_watches", limits.inotify_watches)]
+    return [(name, value) for name, value in pairs if value]
+
+
+def _bound_pid_1(pid: int, rlimits: list[tuple[int, int]]) -> None:
+    """Give bwrap's child, pid 1 to be, the limits every command gets, before it execs (bwrap
+    waits on --block-fd): set from here, since no code of ours runs in it. (A pidfd checked it
+    is bwrap's child, which bwrap has not reaped: the pid is still its own.)"""
+    try:
+        for res, value in rlimits:
+            _, hard = resource.getrlimit(res)  # its own, inherited from us through bwrap
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.prlimit(pid, res, (value, value))
+    except OSError as exc:
+        raise SandboxError(f"could not set the sandbox's limits on its pid 1: {exc.strerror}. "
+                           "Run `lis-tui doctor`.") from None
 
 
 def _size(n: int) -> str:

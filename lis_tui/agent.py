@@ -211,8 +211,16 @@ class Agent:
             if tool.submitted:
                 self._answer_unrun(calls[index + 1:], "Not run: `submit` ended the task.")
                 raise Submitted()
+            if why := self._sandbox_stopped():  # the model was told in the tool's answer
+                self._answer_unrun(calls[index + 1:], f"Not run: the sandbox was stopped: {why}.")
+                raise LimitReached("sandbox_limit", f"the sandbox was stopped: {why}")
         if self._halt.is_set():
             raise self._halted()
+
+    def _sandbox_stopped(self) -> str | None:
+        """Why a limit stopped the sandbox whole (its disk cap), else None."""
+        why = getattr(getattr(self.tools, "sandbox", None), "stopped", None)
+        return why if isinstance(why, str) else None
 
     # -- one tool call ------------------------------------------------------------------------
     def _run_tool(self, step: int, index: int, call: ToolCall) -> ToolRecord:

@@ -22,7 +22,7 @@ FILL = "for i in $(seq 300); do head -c 1M /dev/zero >{target}; sleep 0.02; done
 
 def stopped(result, limit: str) -> None:
     assert "finished" not in result.stdout, "the writer was not stopped"
-    assert f"limit of {limit}" in result.stderr and "Delete files" in result.stderr
+    assert f"limit of {limit}" in result.stderr and "start it with a larger limit" in result.stderr
 
 
 def test_a_directory_the_sandbox_shut_with_its_mode_is_measured_and_keeps_its_mode():
@@ -73,7 +73,7 @@ def test_200000_empty_files_are_stopped_at_the_inode_cap():
                     "for n in range(200):\n    [open(f\"{n}-{i}\", \"w\").close() for i in range(1000)]\n"
                     "    time.sleep(0.05)' && echo finished", timeout=180)
         stopped(r, "50,000 files and directories")
-        assert sb.exec("ls /testbed/many | wc -l").stdout.strip() != "200000"
+        assert len(os.listdir(sb.layers / "testbed" / "many")) < 200_000  # the sandbox is stopped: look from here
 
 
 def test_sparse_files_count_their_blocks_not_their_length():
@@ -88,8 +88,8 @@ def test_sparse_files_count_their_blocks_not_their_length():
         deadline = time.monotonic() + 10
         while holder.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert holder.poll() is not None  # killed
-        assert "disk limit of 40 MiB was reached" in told + sb.exec("true").stderr
+        assert holder.poll() is not None  # killed, with the whole sandbox
+        assert "disk limit of 40 MiB was reached" in told + (sb.stopped or "")
 
 
 def test_the_inode_cap_stops_a_sandbox_that_has_no_disk_limit():
@@ -100,5 +100,5 @@ def test_the_inode_cap_stops_a_sandbox_that_has_no_disk_limit():
         deadline = time.monotonic() + 10
         while holder.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert holder.poll() is not None  # killed
-        assert "limit of 1,000 files and directories was reached" in told + sb.exec("true").stderr
+        assert holder.poll() is not None  # killed, with the whole sandbox
+        assert "limit of 1,000 files and directories was reached" in told + (sb.stopped or "")
