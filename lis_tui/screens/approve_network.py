@@ -17,7 +17,7 @@ from lis_tui.widgets.plain import plain
 # Once and this session are for the host and port shown; always is for the host, every port
 # (saved to the config's allow list).
 CHOICES = (("allow_once", "Allow once (o)", "o"), ("allow_session", "This session (s)", "s"),
-           ("allow_always", "Always, any port (a)", "a"), ("deny", "Deny (d)", "d"))
+           ("allow_always", "Always (a)", "a"), ("deny", "Deny (d)", "d"))
 
 
 class NetworkApprovalScreen(QuestionScreen):
@@ -42,6 +42,8 @@ class NetworkApprovalScreen(QuestionScreen):
             if self.command:
                 yield Static(Text.assemble(("while running  ", "bold"),
                                            plain(_one_line(self.command))))
+            yield Static(Text("once, this session: this host and port; always: this host, any port, "
+                              "saved to your config", style="dim"))
             with Horizontal(classes="buttons"):
                 for answer, label, _key in CHOICES:
                     yield Button(label, id=answer,
