@@ -127,7 +127,7 @@ class Symlink:
 
 @dataclass(frozen=True)
 class Special:
-    """--proc, --dev, --tmpfs (of at most `size` bytes) or --dir at `dest`."""
+    """--proc, --dev, --tmpfs (of at most `size` bytes), --dir or --remount-ro at `dest`."""
 
     kind: str
     dest: str
@@ -138,6 +138,15 @@ class Special:
 
 
 Mount = Bind | Overlay | Symlink | Special
+
+# pid 1 keeps this one capability so that no command can write its memory. The kernel lets a
+# process open another's /proc/PID/mem (and read its /proc/PID/syscall, fd links, exe) only if it
+# holds every capability the target holds, or CAP_SYS_PTRACE (cap_ptrace_access_check): commands
+# hold none, so one capability in pid 1's sets puts it out of their reach. The filter refuses
+# ptrace and process_vm_*, not /proc/PID/mem, and a command had rewritten pid 1's code there.
+# CAP_WAKE_ALARM is checked only against the initial user namespace (alarm timers: capable(), not
+# ns_capable()), so in the sandbox's own it allows nothing.
+KEEPER_CAP = "CAP_WAKE_ALARM"
 
 HOST_TREES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
 # Files under a host /etc that only root may read; masked so a sandbox run by root cannot read them.
@@ -159,8 +168,8 @@ def host_root_mounts(host: Path = Path("/")) -> list[Mount]:
         mode = _lstat_mode(os.path.join(host, secret))
         if mode is None or stat.S_ISLNK(mode):
             continue
-        if stat.S_ISDIR(mode):
-            mounts.append(Special("tmpfs", f"/{secret}"))
+        if stat.S_ISDIR(mode):  # an empty tmpfs, read-only: it can hold nothing
+            mounts += [Special("tmpfs", f"/{secret}"), Special("remount-ro", f"/{secret}")]
         else:
             mounts.append(Bind("/dev/null", f"/{secret}"))
     return mounts
@@ -176,16 +185,17 @@ def _lstat_mode(path: str) -> int | None:
         raise
 
 
-def sandbox_argv(bwrap: str, mounts: list[Mount], *, hostname: str, info_fd: int, seccomp_fd: int,
-                 command: list[str]) -> list[str]:
+def sandbox_argv(bwrap: str, mounts: list[Mount], *, hostname: str, info_fd: int, block_fd: int,
+                 seccomp_fd: int, command: list[str]) -> list[str]:
     """The full bwrap command line for a sandbox whose first process, pid 1, is `command`.
 
     `--as-pid-1`: no bwrap process of ours stays inside (it would be a host binary, holding our
     environment, that the sandbox could reach through /proc/1). `--cap-drop ALL`: bwrap run by
-    root keeps every capability for the command otherwise."""
+    root keeps every capability for the command otherwise; `--cap-add KEEPER_CAP`: see there.
+    `block_fd`: pid 1 is exec'd only once a byte can be read there (its limits are set by then)."""
     argv = [bwrap, "--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session", "--clearenv",
-            "--cap-drop", "ALL", "--hostname", hostname, "--uid", "0", "--gid", "0",
-            "--info-fd", str(info_fd), "--seccomp", str(seccomp_fd)]
+            "--cap-drop", "ALL", "--cap-add", KEEPER_CAP, "--hostname", hostname, "--uid", "0", "--gid", "0",
+            "--info-fd", str(info_fd), "--block-fd", str(block_fd), "--seccomp", str(seccomp_fd)]
     for mount in mounts:
         argv += mount.to_args()
     return argv + ["--", *command]

@@ -13,6 +13,11 @@ existing file is kept (refused) unless `force`, which renames a new file over th
 host link in the way is replaced, never written through; a host link or file where a directory
 goes is refused. Links are recreated only when their target, read lexically from where they
 land, stays inside the destination (unless `allow_outside_links`); special files never.
+
+Sparse files stay sparse (hostwalk.copy_data: SEEK_DATA/SEEK_HOLE, a file of holes only is one
+ftruncate), and `limit` caps the bytes of data written, not the files' lengths: three
+`truncate -s 1G` files cost nothing, a dense file that would pass the cap is refused before a byte
+of it is written (named, with the cap and how to raise it), and the copy goes on with the rest.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hostwalk import Cursor, Walk, kind, link_leaves, open_file, place_file, place_link, read_link
+from .hostwalk import Cursor, Walk, data_size, kind, link_leaves, open_file, place_file, place_link, read_link
 from .spec import SandboxError
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -35,12 +40,13 @@ class Copied:
     refused: list[str] = field(default_factory=list)
     """One "path (why)" each, the format of a run's `files_skipped`."""
     size: int = 0
+    """Bytes of data written (holes not counted: what the cap counts)."""
 
 
 def copy_out(root_fd: int, src: str, dest: Path, *, force: bool = False, links: bool = True,
              allow_outside_links: bool = False, limit: int | None = None) -> Copied:
     """Copy the sandbox's directory `src` (under root `root_fd`) into host directory `dest`,
-    made if missing. `links=False` skips every link; `limit` caps the bytes copied."""
+    made if missing. `links=False` skips every link; `limit` caps the bytes of data written."""
     parts = [part for part in src.split("/") if part not in ("", ".")]
     if ".." in parts:
         raise SandboxError(f"{src!r} climbs with '..'; name the directory to export plainly")
@@ -91,8 +97,6 @@ class _CopyOut(Walk):
 
     def _file(self, name: str, st: os.stat_result) -> str:
         left = None if self.limit is None else self.limit - self.copied.size
-        if left is not None and st.st_size > left:
-            return f"over the {self.limit:,}-byte export limit"
         try:
             src = open_file(self.top.fd, name)
         except OSError as exc:
@@ -100,15 +104,23 @@ class _CopyOut(Walk):
         if src is None:
             return "it changed while it was being copied"
         try:
+            if left is not None and (data := data_size(src)) > left:
+                return self._over(data)
             size = place_file(src, self.host.fd, name, 0o755 if st.st_mode & 0o111 else 0o644,
                               replace=self.force, limit=left)
         except OSError as exc:
-            return _why(exc)
+            return self._over(None) if exc.errno == errno.EFBIG else _why(exc)
         finally:
             os.close(src)
         self.copied.files.append(self.rel(name))
         self.copied.size += size
         return ""
+
+    def _over(self, data: int | None) -> str:
+        held = "it grew while it was copied" if data is None else f"{_size(data)} of data"
+        return (f"{held}: over the export cap of {_size(self.limit)}, {_size(self.copied.size)} of it taken "
+                "by the files before it; raise the cap with --export-cap SIZE or [sandbox] export_cap "
+                "(Limits.export_cap)")
 
     def _link(self, name: str) -> str:
         if not self.links:
@@ -130,6 +142,11 @@ def _why(exc: OSError) -> str:
         return "it exists on the host; pass force=True to overwrite it"
     if exc.errno in (errno.EISDIR, errno.ENOTEMPTY):
         return "a directory is in the way on the host"
-    if exc.errno == errno.EFBIG:
-        return "over the export limit (it grew while it was copied)"
     return f"could not be copied: {exc.strerror or exc}"
+
+
+def _size(n: int) -> str:
+    for scale, unit in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"

@@ -1,19 +1,28 @@
 """The disk cap: what a sandbox's writable layers hold, measured while it runs.
 
 Rootless, there is no quota to set on a directory, so one thread per process walks the writable
-layers of every sandbox that has a disk limit, round-robin, and spends at most a tenth of a core
-doing it: a pass that took t seconds is followed by a pause of max(1 s, 9 t). A sandbox found over
-its limit has every process but pid 1 killed, and `Sandbox.disk_note()` says so to whoever runs
-the next command (the shell tool tells the model). Between two passes a fast writer can overshoot
-by what it writes in a few seconds; the cap bounds a runaway, it is not a quota.
+layers of every sandbox that has a disk or inode limit, round-robin, and spends at most a tenth of
+a core doing it: a pass that took t seconds is followed by a pause of max(1 s, 9 t). A sandbox
+found over its limit is stopped whole, pid 1 included (`Sandbox._stop`): `Sandbox.disk_note()` says
+so to whoever ran the command under way (the shell tool tells the model), and every later command
+fails with the same reason, naming the limit and how to raise it. Between two passes a fast writer
+can overshoot by what it writes in a few seconds; the cap bounds a runaway, it is not a quota (and
+not the kernel's wall: an early warning).
+
+What is counted: allocated blocks (a sparse file costs what it holds, not its length) and inodes
+(every name, directories too, hard links once) under the writable layers, directories the sandbox
+shut with their mode included (hostwalk._Usage opens them for the read); and the deleted files
+its processes still hold open on those layers (their /proc/PID/fd, found by pid namespace with
+one look at /proc per pass for every sandbox).
 """
 from __future__ import annotations
 
 import os
-import signal
+import stat
 import threading
 import time
 import weakref
+from collections import defaultdict
 
 MIN_PAUSE = 1.0
 DUTY = 0.1
@@ -24,7 +33,7 @@ _thread: threading.Thread | None = None
 
 
 def watch(sandbox) -> None:
-    """Check `sandbox.writable_size()` against `sandbox.spec.limits.disk` until it closes."""
+    """Check `usage(sandbox)` against its limits' `disk` and `inodes` until it closes."""
     global _thread
     with _lock:
         _watched.add(sandbox)
@@ -38,27 +47,95 @@ def unwatch(sandbox) -> None:
         _watched.discard(sandbox)
 
 
-def check(sandbox) -> None:
-    """One measure of one sandbox; over the limit, it is told (`_over_disk`)."""
-    limit = sandbox.spec.limits.disk
-    used = sandbox.writable_size()
-    if limit and used is not None and used > limit:
-        sandbox._over_disk(used)
-
-
-def kill_all_but_pid_1(pid_1: int) -> None:
-    """SIGKILL every process in the pid namespace of `pid_1` (its host pid) but pid 1 itself."""
-    try:
-        ns = os.readlink(f"/proc/{pid_1}/ns/pid")
-    except OSError:
+def check(sandbox, by_ns: dict[str, list[int]] | None = None) -> None:
+    """One measure of one sandbox; over a limit, it is stopped (`_over_disk`, `_over_inodes`).
+    `by_ns`: `processes_by_ns()` when one look at /proc serves several sandboxes."""
+    limits = sandbox.spec.limits
+    found = usage(sandbox, by_ns)
+    if found is None:
         return
+    used, inodes = found
+    if limits.disk and used > limits.disk:
+        sandbox._over_disk(used)
+    elif limits.inodes and inodes > limits.inodes:
+        sandbox._over_inodes(inodes, used)
+
+
+def usage(sandbox, by_ns: dict[str, list[int]] | None = None) -> tuple[int, int] | None:
+    """(bytes on disk, inodes) the sandbox holds: its writable layers, walked, and the deleted
+    files its processes keep open on them; None when that cannot be measured just now."""
+    found = sandbox.writable_usage()
+    pid = sandbox.pid
+    if found is None or pid is None:
+        return found
+    try:
+        ns, dev = os.readlink(f"/proc/{pid}/ns/pid"), os.stat(sandbox.layers).st_dev
+    except (OSError, AttributeError):  # gone, or closed meanwhile
+        return found
+    pids = (by_ns if by_ns is not None else processes_by_ns()).get(ns, [])
+    held, count = held_deleted(pids, dev)
+    return found[0] + held, found[1] + count
+
+
+def processes_by_ns() -> dict[str, list[int]]:
+    """Host pids of the processes we may look at, by pid namespace ("pid:[N]")."""
+    found: dict[str, list[int]] = defaultdict(list)
     for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and int(entry.name) != pid_1:
+        if entry.name.isdigit():
             try:
-                if os.readlink(f"/proc/{entry.name}/ns/pid") == ns:
-                    os.kill(int(entry.name), signal.SIGKILL)
+                found[os.readlink(f"/proc/{entry.name}/ns/pid")].append(int(entry.name))
             except OSError:
                 pass  # gone, or not ours
+    return found
+
+
+def held_deleted(pids: list[int], dev: int) -> tuple[int, int]:
+    """(bytes, inodes) of the deleted regular files `pids` hold open on a writable layer: a rw
+    mount of the layers' filesystem `dev` or one of our overlays (not a tmpfs: memory, which
+    tmp_size bounds). A name that merely ends in " (deleted)" has links, so it is not counted."""
+    seen: set[tuple[int, int]] = set()
+    total, mounts = 0, None
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            where = f"/proc/{pid}/fd/{fd}"
+            try:
+                if not os.readlink(where).endswith(" (deleted)"):
+                    continue
+                st = os.stat(where)  # the open file's inode; stat opens nothing
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink or (st.st_dev, st.st_ino) in seen:
+                    continue
+                mounts = _writable_mounts(pid, dev) if mounts is None else mounts
+                if _mount_id(pid, fd) in mounts:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+            except (OSError, ValueError):
+                continue  # closed or gone meanwhile
+    return total, len(seen)
+
+
+def _writable_mounts(pid: int, dev: int) -> set[str]:
+    """Ids of the mounts pid sees that hold writable layers (rw, and overlay or on `dev`)."""
+    ours = f"{os.major(dev)}:{os.minor(dev)}"
+    found = set()
+    with open(f"/proc/{pid}/mountinfo", encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            fields = line.split()
+            fstype = fields[fields.index("-") + 1]
+            if fields[5].split(",")[0] == "rw" and (fstype == "overlay" or fields[2] == ours):
+                found.add(fields[0])
+    return found
+
+
+def _mount_id(pid: int, fd: str) -> str:
+    with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii", errors="replace") as info:
+        for line in info:
+            if line.startswith("mnt_id:"):
+                return line.split()[1]
+    return ""
 
 
 def _loop() -> None:
@@ -66,8 +143,9 @@ def _loop() -> None:
         with _lock:
             sandboxes = list(_watched)
         start = time.monotonic()
+        by_ns = processes_by_ns() if sandboxes else {}
         for sandbox in sandboxes:
             if sandbox.running:
-                check(sandbox)
+                check(sandbox, by_ns)
         took = time.monotonic() - start
         time.sleep(max(MIN_PAUSE, took * (1 - DUTY) / DUTY))

@@ -127,8 +127,9 @@ def check_containment() -> list[Check]:
 
     try:
         count = len(seccomp.program()) // 8
-        checks = [Check("syscall filter", "ok", f"{len(seccomp.DENIED)} calls denied with EPERM "
-                        f"({count} BPF instructions, {platform.machine()})")]
+        allowed = sum(action not in ("eperm", "nosys") for action in seccomp.actions(platform.machine()).values())
+        checks = [Check("syscall filter", "ok", f"allow list: {allowed} calls allowed (5 of them by argument), "
+                        f"others refused ({count} BPF instructions, {platform.machine()})")]
     except OSError as exc:
         checks = [Check("syscall filter", "fail", str(exc), "run lis-tui on x86_64 or aarch64")]
     tiocsti = _read("/proc/sys/dev/tty/legacy_tiocsti")
@@ -153,25 +154,50 @@ def check_containment() -> list[Check]:
 
 def check_limits() -> Check:
     """What each sandbox may use unless [sandbox] in the config or flags say otherwise."""
+    from .spec import Limits, tmpfs_sizes  # noqa: PLC0415
+
+    limits = Limits()
+    tmpfs = ", ".join(f"{path} {_size(n)}" for path, n in tmpfs_sizes(limits, host_root=True).items())
+    return Check("limits", "ok", f"on every process, pid 1 included: memory {_size(limits.memory)} per process, "
+                 f"files up to {_size(limits.file_size)}, {limits.processes} processes, {limits.open_files} open "
+                 f"files, {limits.pending_signals} queued signals, {_size(limits.message_queues)} of message "
+                 f"queues; disk {_size(limits.disk)} and {limits.inodes or 0:,} files (the sandbox is stopped "
+                 f"past either); in memory {tmpfs} "
+                 "(/ under the host rootfs; the masks over host secrets read-only)",
+                 "change them in [sandbox] of the config (memory, disk, inodes, tmp_size) or with --memory, --disk")
+
+
+def _size(n: int | None) -> str:
+    return "no cap" if not n else f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else \
+        f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def check_counters() -> Check:
+    """The per-user kernel counters a sandbox may take of this user's: its user namespace's caps,
+    which the first zygote writes before it joins the sandbox's read-only /proc/sys."""
     from .spec import Limits  # noqa: PLC0415
 
-    limits, gib = Limits(), 1 << 30
-    size = lambda n: "no cap" if not n else f"{n / gib:.1f} GiB" if n >= gib else f"{n >> 20} MiB"  # noqa: E731
-    return Check("limits", "ok", f"memory {size(limits.memory)} per process, disk {size(limits.disk)}, "
-                 f"/tmp {size(limits.tmp_size)}, "
-                 f"files up to {size(limits.file_size)}, {limits.processes} processes, {limits.open_files} open "
-                 "files", "change them in [sandbox] of the config (memory, disk, tmp_size) or with --memory, --disk")
+    limits = Limits()
+    host = {name: _read(f"/proc/sys/fs/inotify/max_user_{name}") for name in ("instances", "watches")}
+    detail = (f"each sandbox may hold {limits.inotify_instances} inotify instances and {limits.inotify_watches} "
+              f"watches of this user's {host['instances']} and {host['watches']} (fs.inotify.max_user_*)")
+    if not os.path.exists("/proc/sys/user/max_inotify_instances"):
+        return Check("kernel counters", "warn", "this kernel (before 4.9) cannot cap inotify per sandbox: one can "
+                     "take all of this user's inotify instances", "a newer kernel")
+    if os.statvfs("/proc/sys").f_flag & os.ST_RDONLY:
+        return Check("kernel counters", "warn", f"/proc/sys is read-only here (a container): sandboxes are not "
+                     f"capped, and one can take all of this user's inotify instances",
+                     "run lis-tui on the host, or in a container with a writable /proc/sys")
+    return Check("kernel counters", "ok", detail,
+                 "for more sandboxes at once: sudo sysctl -w fs.inotify.max_user_instances=1024")
 
 
 def check_cgroups() -> Check:
-    if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-        return Check("cgroups", "warn", "no unified cgroup v2 hierarchy: memory is capped with rlimits only",
-                     "boot with systemd.unified_cgroup_hierarchy=1 for cgroup memory limits")
-    own = (_read("/proc/self/cgroup") or "").rsplit(":", 1)[-1]
-    writable = os.access(f"/sys/fs/cgroup{own}", os.W_OK)
-    return Check("cgroups", "ok" if writable else "warn",
-                 f"cgroup v2 at {own} ({'delegated' if writable else 'not delegated'})",
-                 "" if writable else "run under a delegated scope: systemd-run --user --scope -p Delegate=yes lis-tui ...")
+    """Whether each sandbox gets a cgroup of its own (memory.max, pids.max), or rlimits only."""
+    from . import cgroup  # noqa: PLC0415
+
+    found = cgroup.delegation()
+    return Check("cgroups", "ok" if found.usable else "warn", found.describe(), found.fix)
 
 
 def check_sandbox() -> Check:
@@ -225,7 +251,7 @@ def run_checks() -> list[Check]:
         return checks
     bwrap_checks, path = check_bwrap()
     checks += (bwrap_checks + check_userns(path) + check_containment() + check_tools()
-               + [check_ubuntu_build(), check_limits(), check_cgroups(), check_rootfs()])
+               + [check_ubuntu_build(), check_limits(), check_counters(), check_cgroups(), check_rootfs()])
     if path and all(c.status != "fail" for c in checks):
         checks.append(check_sandbox())
         if checks[-1].status == "ok":  # inside a container that lets sandboxes run: nothing to fix

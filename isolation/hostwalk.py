@@ -37,11 +37,14 @@ _CHUNK = 1 << 20
 class RefusedPaths(SandboxError):
     """Some paths were refused, each with why (`refused`, as "path (why)"); the rest was done."""
 
-    def __init__(self, done: str, refused: list[str], outside_links: dict[str, str] | None = None) -> None:
-        self.refused = refused
+    def __init__(self, done: str, refused: list[str], outside_links: dict[str, str] | None = None,
+                 held_back: dict[str, str] | None = None) -> None:
+        self.done, self.refused = done, refused
         self.outside_links = outside_links or {}
         """{path: target} of links refused only because they leave the workspace (ask, then
         apply them by name with allow_outside_links=True)."""
+        self.held_back = held_back or {}
+        """{path: why} of changes refused only because they were not named (workspace.Change.held)."""
         super().__init__(f"{done}; refused {len(refused)}:\n" + "\n".join(f"  {line}" for line in refused))
 
 
@@ -277,23 +280,65 @@ def same_content(dir_a: int, dir_b: int, name: str) -> bool:
                 os.close(fd)
 
 
-def place_file(src: int, dir_fd: int, name: str, mode: int, *, replace: bool, exact_mode: bool = False,
-               limit: int | None = None) -> int:
-    """Write open file `src` as `name` in `dir_fd`; returns the bytes written. Without `replace`
-    anything already there (a dangling link too) raises FileExistsError; with it, a new file is
-    renamed over the old entry, which is replaced, never written through. `mode` goes through the
-    umask unless `exact_mode`. More than `limit` bytes raises OSError(EFBIG) and leaves nothing."""
-    temp = f".lis-tui-{secrets.token_hex(6)}.tmp" if replace else name
-    out = os.open(temp, _NEW, mode, dir_fd=dir_fd)
-    try:
-        written = 0
-        while chunk := os.read(src, _CHUNK):
+def data_extents(fd: int, size: int):
+    """The (start, end) byte ranges below `size` of open file `fd` that hold data; the rest are
+    holes (SEEK_DATA/SEEK_HOLE). A filesystem that cannot tell calls it all data."""
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+            end = min(os.lseek(fd, start, os.SEEK_HOLE), size) if start < size else start
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # a hole to the end (or the file shrank meanwhile)
+                return
+            if exc.errno != errno.EINVAL:
+                raise
+            start, end = pos, size
+        if start >= size:
+            return
+        if end > start:
+            yield start, end
+        pos = max(end, start + 1)
+
+
+def data_size(fd: int) -> int:
+    """Bytes of data (holes not counted) in open file `fd`: what a sparse-aware copy writes."""
+    return sum(end - start for start, end in data_extents(fd, os.fstat(fd).st_size))
+
+
+def copy_data(src: int, out: int, limit: int | None = None) -> int:
+    """Copy open file `src` into empty file `out`, holes kept as holes (a file of holes only becomes
+    a sparse file of its size); returns the bytes of data written. More than `limit` raises
+    OSError(EFBIG) (a file that grows while it is copied)."""
+    size = os.fstat(src).st_size
+    written = 0
+    for start, end in data_extents(src, size):
+        while start < end:
+            chunk = os.pread(src, min(_CHUNK, end - start), start)
+            if not chunk:  # it shrank meanwhile
+                break
             written += len(chunk)
             if limit is not None and written > limit:
                 raise OSError(errno.EFBIG, f"over the {limit:,}-byte limit")
             view = memoryview(chunk)
             while view:
-                view = view[os.write(out, view):]
+                done = os.pwrite(out, view, start)
+                view, start = view[done:], start + done
+    os.ftruncate(out, size)
+    return written
+
+
+def place_file(src: int, dir_fd: int, name: str, mode: int, *, replace: bool, exact_mode: bool = False,
+               limit: int | None = None) -> int:
+    """Write open file `src` as `name` in `dir_fd`, holes kept (`copy_data`); returns the bytes of
+    data written. Without `replace` anything already there (a dangling link too) raises
+    FileExistsError; with it, a new file is renamed over the old entry, which is replaced, never
+    written through. `mode` goes through the umask unless `exact_mode`. More than `limit` bytes of
+    data raises OSError(EFBIG) and leaves nothing."""
+    temp = f".lis-tui-{secrets.token_hex(6)}.tmp" if replace else name
+    out = os.open(temp, _NEW, mode, dir_fd=dir_fd)
+    try:
+        written = copy_data(src, out, limit)
         if exact_mode:
             os.fchmod(out, mode)
         os.close(out)
@@ -391,28 +436,58 @@ def remove_tree(path: Path | str) -> None:
         os.close(parent)
 
 
-class _Size(Walk):
+class _Usage(Walk):
+    """Blocks and inodes; a directory its mode shuts (0300, 0000: the sandbox chose it, the files
+    are our uid's) is opened up (u+rx, through an O_PATH descriptor, never a link) for the time it
+    is read and given its mode back when the walk leaves it."""
+
     def __init__(self, top: Cursor) -> None:
         super().__init__(top)
         self.seen: set[tuple[int, int]] = set()
-        self.total = 0
+        self.total = self.inodes = 0
+        self.shut: dict[tuple[str, ...], int] = {}
 
     def entry(self, name: str, st: os.stat_result) -> bool:
         if (st.st_dev, st.st_ino) not in self.seen:
             self.seen.add((st.st_dev, st.st_ino))
             self.total += st.st_blocks * 512
+            self.inodes += 1
+        if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o500 != 0o500 and os.geteuid() != 0:
+            try:
+                chmod_at(self.top.fd, name, stat.S_IMODE(st.st_mode) | 0o500)
+                self.shut[(*self.parts, name)] = stat.S_IMODE(st.st_mode)
+            except OSError:
+                pass  # gone or swapped meanwhile: the next pass sees it
         return True
 
+    def left(self, name: str) -> None:
+        self._reshut(name)
+
     def refuse(self, name: str, why: str) -> None:
-        pass  # a directory we cannot read counts as its own entry only
+        self._reshut(name)  # a directory we cannot read counts as its own entry only
+
+    def _reshut(self, name: str) -> None:
+        mode = self.shut.pop((*self.parts, name), None)
+        if mode is not None:
+            try:
+                chmod_at(self.top.fd, name, mode)
+            except OSError:
+                pass
+
+
+def tree_usage(path: Path | str) -> tuple[int, int]:
+    """(bytes on disk, inodes) under `path`, `path` itself not counted, hard-linked files once, no
+    link followed; directories shut by their mode are read too (see _Usage)."""
+    with Cursor.open(path) as top:
+        walk = _Usage(top)
+        walk.run()
+        return walk.total, walk.inodes
 
 
 def tree_size(path: Path | str) -> int:
-    """Bytes on disk under `path`, counting hard-linked files once and following no links."""
-    with Cursor.open(path) as top:
-        walk = _Size(top)
-        walk.run()
-        return walk.total
+    """Bytes on disk under `path` (allocated blocks: a sparse file counts what it holds, not its
+    length), counting hard-linked files once and following no links."""
+    return tree_usage(path)[0]
 
 
 class _Files(Walk):

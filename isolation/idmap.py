@@ -198,10 +198,22 @@ def _reachable(path: str) -> bool:
 @contextlib.contextmanager
 def launching(folders: list[str], ids: SubIds) -> Iterator[None]:
     """While this thread starts bwrap: the folders staged for it (stage_this_thread), and the
-    thread itself the subordinate ids with no groups, root kept only as the saved uid, so that
-    what it starts (vfork and exec: Popen's `user=` would fork all of lis-tui, ~6 ms) is them
-    alone. Raw system calls, which change this thread only (libc's would change every thread)."""
+    thread acting as the subordinate ids (acting_as), so that what it starts (vfork and exec:
+    Popen's `user=` would fork all of lis-tui, ~6 ms) is them alone."""
     stage_this_thread(folders, ids)
+    with acting_as(ids):
+        yield
+
+
+@contextlib.contextmanager
+def acting_as(ids: SubIds | None) -> Iterator[None]:
+    """This thread is the subordinate ids, with no groups and root kept only as the saved uid
+    (a no-op for None). As them it may also set the limits of bwrap's child, which a root
+    without CAP_SYS_RESOURCE may not. Raw system calls, which change this thread only (libc's
+    would change every thread); root's ids and groups come back whatever fails."""
+    if ids is None:
+        yield
+        return
     groups = os.getgroups()
     try:
         _thread_ids("setgroups", 0, None)

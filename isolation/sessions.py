@@ -94,6 +94,7 @@ def load_spec(directory: Path) -> SandboxSpec | None:
         return None
     data["limits"] = Limits(**data.get("limits", {}))
     data.pop("credentials", None)  # read from the config at every start, not kept with the session
+    data.pop("held_back", None)  # likewise
     for key in ("allow_hosts", "deny_hosts"):  # JSON has lists; the spec holds tuples
         data[key] = tuple(data.get(key, ()))
     return SandboxSpec(**{k: v for k, v in data.items() if k in SandboxSpec.__dataclass_fields__})

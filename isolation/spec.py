@@ -5,8 +5,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .heldback import HELD_BACK
+
 NETWORK_MODES = ("off", "ask", "on")
 GiB = 1 << 30
+SMALL_TMPFS = 64 << 20  # /run, /dev/shm (Docker's size for it), the host rootfs's /
+DEV_TMPFS = 1 << 20  # /dev holds nodes, links and mount points
+EXPORT_CAP = 4 * GiB
+"""Bytes of data an export copies out when the sandbox has no disk limit and no export_cap."""
 
 
 def default_memory() -> int:
@@ -27,13 +33,15 @@ class Limits:
     """Resource limits for everything that runs in one sandbox."""
 
     processes: int | None = 1024
-    """Most processes the sandbox may hold at once (RLIMIT_NPROC, counted per user namespace)."""
+    """Most processes the sandbox may hold at once (RLIMIT_NPROC, counted per user namespace; and
+    pids.max of its cgroup, where cgroup v2 is delegated)."""
     file_size: int | None = 8 << 30
     """Largest file, in bytes, a process may write (RLIMIT_FSIZE)."""
     memory: int | None = field(default_factory=lambda: default_memory())
     """Memory cap per process in bytes: its heap and private writable mappings (RLIMIT_DATA, which,
     unlike RLIMIT_AS, leaves the big reservations of V8 or Go alone); None: no cap. Default: 4 GiB
-    or half the machine's memory, whichever is less."""
+    or half the machine's memory, whichever is less. Where cgroup v2 is delegated, also the cap of
+    the whole sandbox, its tmpfs files included (memory.max, no swap; cgroup.py)."""
     open_files: int | None = 4096
     """Most open descriptors per process (RLIMIT_NOFILE)."""
     wall_time: float | None = None
@@ -41,10 +49,48 @@ class Limits:
     disk: int | None = 10 * GiB
     """Bytes the sandbox's writable layers (its files under /testbed and /root, what it changed in
     the rootfs) may take on the host's disk, checked while it runs; None: no cap."""
+    inodes: int | None = 1_000_000
+    """Files, directories and links the writable layers may hold (each takes an inode of the host's
+    filesystem whatever its size), checked with `disk`; None: no cap."""
+    export_cap: int | None = None
+    """Bytes of data (holes not counted) one export may copy out onto the host (a run's files/,
+    the review's export, MCP's export_output); None: the `disk` limit, else 4 GiB."""
     tmp_size: int | None = 1 << 30
-    """Bytes /tmp may hold (a tmpfs, so in memory); /run gets 64 MiB at most. None: the kernel's
-    default, half the machine's memory."""
+    """Bytes /tmp may hold (a tmpfs, so in memory). /run, /dev/shm and, under the host rootfs, /
+    itself get 64 MiB each at most (or tmp_size, if smaller), /dev 1 MiB, and the masks over host
+    secrets are read-only: a sandbox holds at most tmp_size + 193 MiB in memory filesystems
+    (`tmpfs_sizes`), each with an inode for every 8 KiB (4,096 at least). None: the kernel's
+    default for /tmp (half the memory)."""
+    pending_signals: int | None = 1024
+    """Signals queued at once, by all the sandbox's processes together (RLIMIT_SIGPENDING; each
+    POSIX timer holds one). The kernel also counts them against the user's own limit on the host,
+    so a sandbox without it could leave the user's other programs unable to make a timer."""
+    message_queues: int | None = 128 << 10
+    """Bytes of POSIX message queues the sandbox may make (RLIMIT_MSGQUEUE); the user's whole
+    allowance on the host is usually 800 KiB, which the sandbox's use counts against."""
+    inotify_instances: int | None = 32
+    """inotify instances the sandbox may hold (its user namespace's max_inotify_instances); the
+    user's whole allowance on the host is fs.inotify.max_user_instances, often 128."""
+    inotify_watches: int | None = 16384
+    """inotify watches the sandbox may hold (its user namespace's max_inotify_watches), out of
+    the user's fs.inotify.max_user_watches on the host."""
 
+    def export_bytes(self) -> int:
+        """The export cap in force: `export_cap`, else `disk`, else EXPORT_CAP."""
+        return self.export_cap or self.disk or EXPORT_CAP
+
+
+def tmpfs_sizes(limits: Limits, host_root: bool) -> dict[str, int | None]:
+    """Each writable in-memory filesystem of a sandbox and its size in bytes (None: the kernel's
+    default, half the memory); `host_root`: / is bwrap's tmpfs (the host rootfs), not an overlay."""
+    small = min(limits.tmp_size, SMALL_TMPFS) if limits.tmp_size else SMALL_TMPFS
+    sizes = {"/tmp": limits.tmp_size, "/run": small, "/dev/shm": small, "/dev": DEV_TMPFS}
+    return {"/": small, **sizes} if host_root else sizes
+
+
+def tmpfs_inodes(size: int) -> int:
+    """Files a tmpfs of `size` bytes may hold: each costs kernel memory that its size does not count."""
+    return max(size // 8192, 4096)
 
 @dataclass(frozen=True)
 class SandboxSpec:
@@ -79,6 +125,12 @@ class SandboxSpec:
     nested_userns: bool = False
     """Let commands make user namespaces of their own (some tools need them: a nested bwrap,
     rootless podman, Chromium's sandbox); off, clone and unshare of CLONE_NEWUSER fail with EPERM."""
+    git_writable: bool = False
+    """Let commands write the workspace's `.git` (tasks that commit); off, it is read-only inside,
+    so `git commit` fails and no hook or git config can be written there."""
+    held_back: tuple[str, ...] = HELD_BACK
+    """Patterns of paths that `apply()` writes to the host only when named (see isolation.heldback);
+    links the sandbox made and files gaining an executable bit are held back too."""
 
     def __post_init__(self) -> None:
         if self.network not in NETWORK_MODES:

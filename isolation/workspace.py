@@ -7,18 +7,24 @@ host directory with hostwalk's descriptor cursors: no link on either side is eve
 `data -> ~/elsewhere` is a symlink that may be replaced, never a directory to list or write
 into), no fifo is opened, no depth is too deep. An apply first compares the host with how it was
 when the sandbox started and writes nothing if a chosen path moved meanwhile; then it walks again
-and writes each change through its parent's descriptor when it meets it, re-checked there. Links
-the sandbox made are written only when named, and only into the workspace unless allowed.
+and writes each change through its parent's descriptor when it meets it, re-checked there.
+
+Some changes are held back (`Change.held` says why): written only when named, never by an "apply
+all". They are links the sandbox made, files that gain an executable bit, and paths matching the
+held-back patterns (isolation.heldback: `.git/**`, `.envrc`, `*.pth`, ...), which would configure
+or run something on the host once applied. A link is also written into the workspace only, unless
+allowed. No mode written is wider than the user's umask allows.
 """
 from __future__ import annotations
 
 import difflib
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from .heldback import HELD_BACK, pattern_reason
 from .hostwalk import (Cursor, RefusedPaths, Walk, chmod_at, kind, link_leaves, open_file, place_file,
                        place_link, read_head, read_link, remove_at, same_content)
 from .spec import SandboxError
@@ -38,6 +44,7 @@ class Change:
     path: str  # relative to /testbed, '/'-separated; directories end with '/'
     kind: str  # "added", "modified", "deleted", "mode", "type", or "refused" (could not be reviewed)
     detail: str = ""  # e.g. "symlink -> TARGET", "644 -> 755", "file -> directory"
+    held: str = ""  # why it is applied only when named ("" for most changes)
 
 
 @dataclass
@@ -168,7 +175,9 @@ def _compare(path: str, site: _Site) -> Change | None:
             return Change(path, "type", f"{kind(old)} -> directory")
         return Change(path + "/", "mode", _modes(old, new)) if _mode(old) != _mode(new) else None
     if old is None:
-        return Change(path, "added", "" if stat.S_ISREG(new.st_mode) else _describe(site))
+        if stat.S_ISREG(new.st_mode):
+            return Change(path, "added", f"mode {_mode(new):o}" if new.st_mode & 0o111 else "")
+        return Change(path, "added", _describe(site))
     if stat.S_IFMT(old.st_mode) != stat.S_IFMT(new.st_mode):
         return Change(path, "type", f"{kind(old)} -> {_describe(site)}")
     if stat.S_ISLNK(new.st_mode):
@@ -176,7 +185,7 @@ def _compare(path: str, site: _Site) -> Change | None:
         return Change(path, "modified", f"{_describe(site)} (was -> {before})") if before != site.target else None
     if stat.S_ISREG(new.st_mode) and (old.st_size != new.st_size
                                       or not same_content(site.host.fd, site.new_dir, site.name)):
-        return Change(path, "modified")
+        return Change(path, "modified", _modes(old, new) if _mode(old) != _mode(new) else "")
     return Change(path, "mode", _modes(old, new)) if _mode(old) != _mode(new) else None
 
 
@@ -205,32 +214,67 @@ def _modes(old, new) -> str:
     return f"{_mode(old):o} -> {_mode(new):o}"
 
 
-def _review(lower: Path, upper: Path, found: Found) -> None:
+def _held(change: Change, site: _Site | None, hold: tuple[str, ...]) -> Change:
+    """`change` with `held` set where it is applied only by name."""
+    if site is None or change.kind == "refused":
+        return change
+    why = pattern_reason(change.path.rstrip("/"), hold) or _gains_exec(site)
+    if not why and site.target is not None:
+        why = f"a symlink made in the sandbox, -> {site.target}"
+    return replace(change, held=why) if why else change
+
+
+def _gains_exec(site: _Site) -> str:
+    new, old = site.new, site.old
+    if new is None or not stat.S_ISREG(new.st_mode):
+        return ""
+    was_file = old is not None and stat.S_ISREG(old.st_mode)
+    if not new.st_mode & 0o111 & ~(_mode(old) if was_file else 0):
+        return ""
+    if was_file:
+        return f"it gains an executable bit ({_mode(old):o} -> {_mode(new):o})"
+    return f"a new executable file (mode {_mode(new):o})"
+
+
+def _review(lower: Path, upper: Path, found: Found, skip: frozenset[str], hold: tuple[str, ...]) -> None:
+    def seen(change: Change, site: _Site | None) -> None:
+        if change.path not in skip:
+            found(_held(change, site, hold), site)
+
     with Cursor.open(upper) as top, Cursor.open(lower) as host:
-        _Review(top, host, found).run()
+        _Review(top, host, seen).run()
 
 
-def changes(lower: Path, upper: Path, skip: frozenset[str] = frozenset()) -> list[Change]:
-    """Every difference between the host workspace and the sandbox's view of /testbed."""
+def changes(lower: Path, upper: Path, skip: frozenset[str] = frozenset(),
+            hold: tuple[str, ...] = HELD_BACK) -> list[Change]:
+    """Every difference between the host workspace and the sandbox's view of /testbed; `skip`:
+    paths that are not the sandbox's work; `hold`: the held-back patterns."""
     found: list[Change] = []
-    _review(lower, upper, lambda change, site: change.path in skip or found.append(change))
+    _review(lower, upper, lambda change, site: found.append(change), skip, hold)
     return sorted(found, key=lambda c: c.path)
 
 
 # ---- showing -------------------------------------------------------------------------------
 
-def diff(lower: Path, upper: Path, skip: frozenset[str] = frozenset()) -> str:
-    """A unified diff of the changes; links, special, binary and large files are named, not dumped."""
+def diff(lower: Path, upper: Path, skip: frozenset[str] = frozenset(), hold: tuple[str, ...] = HELD_BACK) -> str:
+    """A unified diff of the changes; links, special, binary and large files are named, not dumped,
+    and a file's mode change (a new executable bit) is a line of its own above its text diff."""
     pieces: list[tuple[str, str]] = []
-    _review(lower, upper, lambda change, site: change.path in skip or pieces.append((change.path,
-                                                                                      _piece(change, site))))
+    _review(lower, upper, lambda change, site: pieces.append((change.path, _piece(change, site))), skip, hold)
     return "".join(text for _, text in sorted(pieces, key=lambda piece: piece[0]))
 
 
 def _piece(change: Change, site: _Site | None) -> str:
     path = change.path
-    if site is None or path.endswith("/") or change.kind in ("mode", "type") or change.detail:
-        return f"{change.kind}: {path} {change.detail}".rstrip() + "\n"
+    head = f"{change.kind}: {path} {change.detail}".rstrip() + "\n"
+    if site is None or path.endswith("/") or change.kind in ("mode", "type") or site.target is not None \
+            or (site.new is not None and not stat.S_ISREG(site.new.st_mode)):
+        return head
+    return (head if change.detail else "") + _text_diff(change, site)
+
+
+def _text_diff(change: Change, site: _Site) -> str:
+    path = change.path
     before = read_head(site.host.fd, site.name, DIFF_LIMIT + 1) if change.kind != "added" else b""
     after = read_head(site.new_dir, site.name, DIFF_LIMIT + 1) if change.kind != "deleted" else b""
     if before is None or after is None:
@@ -258,15 +302,18 @@ def _text(data: bytes) -> str | None:
 # ---- applying ------------------------------------------------------------------------------
 
 def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] | None = None,
-          allow_outside_links: bool = False, skip: frozenset[str] = frozenset()) -> list[Change]:
+          allow_outside_links: bool = False, skip: frozenset[str] = frozenset(),
+          hold: tuple[str, ...] = HELD_BACK) -> list[Change]:
     """Write the chosen changes (all when `paths` is None) to the host; the applied ones are returned.
 
     WorkspaceConflict, writing nothing, if a chosen path moved on the host since `before` (which is
     then brought up to date for what was written). Refused (listed in RefusedPaths, raised once
-    the rest is written): links the sandbox made unless named in `paths`, links that leave the
-    workspace unless `allow_outside_links`, special files, anything that changed since review."""
+    the rest is written): held-back changes (`Change.held`: links the sandbox made, new executable
+    bits, `hold` patterns) unless named in `paths`, links that leave the workspace unless
+    `allow_outside_links`, special files, anything that changed since review. Modes are masked
+    by the umask."""
     named = None if paths is None else {p.strip("/") for p in paths}
-    chosen = {c for c in changes(lower, upper, skip) if named is None or c.path.rstrip("/") in named}
+    chosen = {c for c in changes(lower, upper, skip, hold) if named is None or c.path.rstrip("/") in named}
     now = snapshot(lower)
     conflicts = sorted({p for p in (c.path.rstrip("/") for c in chosen) if now.get(p) != before.get(p)})
     if conflicts:
@@ -275,7 +322,7 @@ def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] |
                                 "by name, or start a new sandbox on the current workspace")
     writer = _Writer(lower, chosen, named is not None, allow_outside_links)
     try:
-        _review(lower, upper, writer.found)
+        _review(lower, upper, writer.found, skip, hold)
     finally:
         _rebase(before, snapshot(lower), {c.path.rstrip("/") for c in writer.applied}, everything=named is None)
     refused = writer.refused + [f"{c.path.rstrip('/')} (it changed in the sandbox since it was reviewed; review it "
@@ -283,7 +330,7 @@ def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] |
     refused += [f"{p} (no such change: see changes())"
                 for p in sorted((named or set()) - {c.path.rstrip("/") for c in chosen})]
     if refused:
-        raise RefusedPaths(f"applied {len(writer.applied)} change(s) to {lower}", refused, writer.outside)
+        raise RefusedPaths(f"applied {len(writer.applied)} change(s) to {lower}", refused, writer.outside, writer.held)
     return writer.applied
 
 
@@ -307,6 +354,8 @@ class _Writer:
         self.applied: list[Change] = []
         self.refused: list[str] = []
         self.outside: dict[str, str] = {}  # links refused only for leaving the workspace
+        self.held: dict[str, str] = {}  # held-back changes refused for not being named, and why
+        self.mask = 0o777 & ~_umask()
         self.seen: set[Change] = set()
 
     def found(self, change: Change, site: _Site | None) -> None:
@@ -317,7 +366,7 @@ class _Writer:
         why = self._refusal(key, change, site)
         if not why:
             try:
-                _write(change, site)
+                _write(change, site, self.mask)
                 self.applied.append(change)
                 return
             except (OSError, SandboxError) as exc:
@@ -328,13 +377,11 @@ class _Writer:
         if site is None:
             return change.detail
         new = site.new
-        if new is None or change.kind == "mode":
-            return ""
-        if kind(new) not in ("file", "directory", "symlink"):
+        if new is not None and change.kind != "mode" and kind(new) not in ("file", "directory", "symlink"):
             return f"a {kind(new)} made in the sandbox: special files are never applied"
-        if site.target is not None and not self.by_name:
-            return (f"a symlink made in the sandbox, -> {site.target}: links are applied only by name, "
-                    f"e.g. apply([{key!r}])")
+        if change.held and not self.by_name:
+            self.held[key] = change.held
+            return f"{change.held}: held back, applied only by name, e.g. apply([{key!r}])"
         if site.target is not None and not self.allow and link_leaves(self.root, site.parts, site.target):
             self.outside[key] = site.target
             return (f"a symlink to {site.target}, which leaves the workspace; to take it anyway: "
@@ -342,20 +389,32 @@ class _Writer:
         return ""
 
 
-def _write(change: Change, site: _Site) -> None:
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask would change it for every thread)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def _write(change: Change, site: _Site, mask: int) -> None:
     name, new = site.name, site.new
     if change.kind == "deleted":
         remove_at(site.host.fd, name)
         return
     parent = site.host.make_missing()
     if change.kind == "mode":
-        chmod_at(parent, name, _mode(new))
+        chmod_at(parent, name, _mode(new) & mask)
         return
     if change.kind == "type":
         remove_at(parent, name)  # the host's entry itself: a link is removed, not followed
     if stat.S_ISDIR(new.st_mode):
         os.mkdir(name, 0o700, dir_fd=parent)
-        chmod_at(parent, name, _mode(new))
+        chmod_at(parent, name, _mode(new) & mask)
     elif site.target is not None:
         place_link(site.target, parent, name, replace=True)
     else:
@@ -363,6 +422,6 @@ def _write(change: Change, site: _Site) -> None:
         if src is None:
             raise SandboxError("it changed while it was being applied; apply it again")
         try:
-            place_file(src, parent, name, _mode(new), replace=True, exact_mode=True)
+            place_file(src, parent, name, _mode(new) & mask, replace=True, exact_mode=True)
         finally:
             os.close(src)

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 WORKING_DIR, INPUT_DIR, OUTPUT_DIR = "/testbed", "/testbed/input", "/testbed/output"
 ANSWER_PATH = f"{OUTPUT_DIR}/answer.txt"
+ANSWER_LIMIT = 1 << 20
+"""Bytes of an answer file read into memory (a sparse 1 GiB answer.txt costs the sandbox nothing);
+the whole file still goes to files/ under the export cap."""
 PROMPT_VALUES = {"working_dir": WORKING_DIR, "input_dir": INPUT_DIR, "output_dir": OUTPUT_DIR,
                  "input_note": "if the task has any", "network_note": "", "environment_note": ""}
 NUDGE = ("Your reply called no tool. Work on the task with `execute_bash` or `str_replace_editor`; "
@@ -208,8 +211,16 @@ class Agent:
             if tool.submitted:
                 self._answer_unrun(calls[index + 1:], "Not run: `submit` ended the task.")
                 raise Submitted()
+            if why := self._sandbox_stopped():  # the model was told in the tool's answer
+                self._answer_unrun(calls[index + 1:], f"Not run: the sandbox was stopped: {why}.")
+                raise LimitReached("sandbox_limit", f"the sandbox was stopped: {why}")
         if self._halt.is_set():
             raise self._halted()
+
+    def _sandbox_stopped(self) -> str | None:
+        """Why a limit stopped the sandbox whole (its disk cap), else None."""
+        why = getattr(getattr(self.tools, "sandbox", None), "stopped", None)
+        return why if isinstance(why, str) else None
 
     # -- one tool call ------------------------------------------------------------------------
     def _run_tool(self, step: int, index: int, call: ToolCall) -> ToolRecord:
@@ -375,7 +386,7 @@ class Agent:
                 return "", "no reply came"
             return self._vanilla_answer, "" if self._vanilla_answer else "the reply was empty"
         try:
-            data = self.tools.sandbox.read_file(ANSWER_PATH)
+            data = self.tools.sandbox.read_file(ANSWER_PATH, ANSWER_LIMIT)
         except FileNotFoundError:
             return "", f"no {ANSWER_PATH} was written"
         except (OSError, SandboxError) as exc:

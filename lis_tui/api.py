@@ -30,6 +30,7 @@ from lis_tui.prompts import Prompts, load_prompts
 from lis_tui.prompts.environment import environment_note
 from lis_tui.runs import RUN_OUTPUT
 from lis_tui.trajectory import TrajectoryWriter, export_output
+from lis_tui.workspace_config import workspace_options
 
 DOCUMENTS_DIR = "/testbed/documents"
 EXIT_CODES = {"submitted": 0, "error": 1, "cancelled": 130, **{r: 3 for r in LIMIT_REASONS}}
@@ -99,7 +100,7 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
                            network=network or config.network.mode,
                            workspace=workspace, input_dir=input_dir, limits=sandbox_limits(config),
                            nested_userns=config.sandbox.nested_userns,
-                           credentials=network_credentials(config))
+                           credentials=network_credentials(config), **workspace_options(config))
     out = prepare_output_dir(output_dir)
     writer = TrajectoryWriter(out / "trajectory.json", trajectory_header(config, spec, out))
     listeners = Listeners(writer, listener)

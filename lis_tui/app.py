@@ -55,6 +55,14 @@ class LisApp(App):
         self._questions = 0
         """Network approvals waiting for the person (the status badge shows any)."""
 
+    def on_mount(self) -> None:
+        # The stderr line about an ignored ./lis-tui.toml is hidden once the app has the screen.
+        files = self.conversation.config.files if self.conversation is not None else {}
+        for path, state in files.items():
+            if state.startswith("ignored: "):
+                notify_plain(self, f"{path}: {state.removeprefix('ignored: ')}",
+                             title="Project config ignored", severity="warning", timeout=30)
+
     def get_default_screen(self) -> MainScreen:
         return MainScreen(self.conversation, self.first_status, self.first_task, self.replayed,
                           setup=self.setup_first)

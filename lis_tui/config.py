@@ -1,8 +1,9 @@
 """Settings: TOML files, then the environment, then a chosen profile, then command-line overrides.
 
-Layers, later ones win: `$XDG_CONFIG_HOME/lis-tui/config.toml`, `./lis-tui.toml`, the environment
-(`OPENAI_BASE_URL`, `LIS_MODEL`), the model profile named on the command line (`[models.NAME]`;
-an explicit choice, so it beats the environment), then overrides (`{"model.model": "x"}`).
+Layers, later ones win: `$XDG_CONFIG_HOME/lis-tui/config.toml`, `./lis-tui.toml` once trusted
+(`lis-tui trust`, lis_tui/trust.py), the environment (`OPENAI_BASE_URL`, `LIS_MODEL`), the model
+profile named on the command line (`[models.NAME]`; an explicit choice, so it beats the
+environment), then overrides (`{"model.model": "x"}`).
 The API key never comes from a file: it is read from the variable that `model.api_key_env` names
 (default `OPENAI_API_KEY`) or given as an override.
 """
@@ -16,7 +17,9 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
+from lis_tui import trust
 from lis_tui.config_file import ConfigError, find_line, parse_toml, set_toml_value, toml_key, toml_value  # noqa: F401
+from lis_tui.workspace_config import WorkspaceConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -83,6 +86,10 @@ class SandboxConfig:
     """What /tmp may hold (it lives in memory): "1G", "256M", "none" (the kernel's default)."""
     disk: str = "10G"
     """What the sandbox's files may take on disk, checked while it runs: "10G", "none"."""
+    inodes: int = 1_000_000
+    """Files and directories the sandbox may make, checked with `disk`; 0: no cap."""
+    export_cap: str = "auto"
+    """Data one copy of /testbed/output onto the host may write (holes free): "2G"; "auto": the disk limit."""
     nested_userns: bool = False
     """Let commands make user namespaces of their own (a nested bwrap, rootless podman)."""
 
@@ -123,6 +130,7 @@ class NetworkConfig:
 
 SECTIONS: dict[str, type] = {
     "model": ModelConfig, "sandbox": SandboxConfig, "agent": AgentConfig, "network": NetworkConfig,
+    "workspace": WorkspaceConfig,
 }
 
 
@@ -142,9 +150,13 @@ class Config:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
     profile: str | None = None
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    """Each config file looked for, in order, and what became of it ("read", "not present",
+    "ignored: not trusted; ...")."""
 
     def set(self, dotted: str, value: Any, source: str) -> None:
         """Set `section.key` and remember where the value came from."""
@@ -206,19 +218,21 @@ def user_config_path(env: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "lis-tui" / "config.toml"
 
 
-def default_paths(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> list[Path]:
-    """The config files read, in order: the user's, then the project's."""
-    return [user_config_path(env), (cwd or Path.cwd()) / "lis-tui.toml"]
-
-
 def load_config(profile: str | None = None, overrides: Mapping[str, Any] | None = None, *,
                 env: Mapping[str, str] | None = None, paths: list[Path] | None = None) -> Config:
-    """Build the effective config from files, environment, profile and overrides."""
+    """Build the effective config from files, environment, profile and overrides.
+
+    Without `paths`: the user's file, then `./lis-tui.toml` only if trusted (an untrusted one is
+    ignored whole, with one line on stderr). `paths` are files the caller chose, all read."""
     env = os.environ if env is None else env
     config = Config()
-    for path in default_paths(env) if paths is None else paths:
-        if Path(path).is_file():
-            _apply_file(config, Path(path))
+    for path in [user_config_path(env)] if paths is None else map(Path, paths):
+        if path.is_file():
+            _apply_file(config, path)
+        config.files[str(path)] = ("not present" if not path.is_file() else "read" if paths is not None
+                                   else "read (your own config: needs no trust)")
+    if paths is None:
+        _apply_project_file(config, Path.cwd(), env)
     for var, dotted in ENV_LAYER.items():
         if env.get(var):
             config.set(dotted, env[var], f"env {var}")
@@ -234,8 +248,28 @@ def load_config(profile: str | None = None, overrides: Mapping[str, Any] | None 
     return config
 
 
-def _apply_file(config: Config, path: Path) -> None:
-    text = path.read_text(encoding="utf-8")
+def _apply_project_file(config: Config, directory: Path, env: Mapping[str, str]) -> None:
+    """`directory`/lis-tui.toml, if trusted; the bytes parsed are the bytes whose hash was checked."""
+    found = trust.check(directory, env)
+    if found is None:
+        config.files[str(directory / trust.PROJECT_FILE)] = "not present"
+    elif found.trusted:
+        _apply_file(config, found.path, found.text)
+        config.files[str(found.path)] = f"read (trusted, sha256 {found.sha256[:12]})"
+    else:
+        config.files[str(found.path)] = f"ignored: {found.why()}; {found.fix()}"
+        trust.warn(found)
+
+
+def file_settings(path: Path, text: str) -> Config:
+    """What one config file's text sets, on top of the defaults; ConfigError if lis-tui cannot use it."""
+    config = Config()
+    _apply_file(config, path, text)
+    return config
+
+
+def _apply_file(config: Config, path: Path, text: str | None = None) -> None:
+    text = path.read_text(encoding="utf-8") if text is None else text
     data = parse_toml(text, path)
     for name, table in data.items():
         if name == "models":
@@ -405,7 +439,9 @@ def sandbox_limits(config: Config):
     return Limits(memory=default_memory() if str(memory).strip().lower() == "auto"
                   else parse_size(memory, "sandbox.memory"),
                   tmp_size=parse_size(config.sandbox.tmp_size, "sandbox.tmp_size"),
-                  disk=parse_size(config.sandbox.disk, "sandbox.disk"))
+                  disk=parse_size(config.sandbox.disk, "sandbox.disk"), inodes=config.sandbox.inodes or None,
+                  export_cap=None if str(config.sandbox.export_cap).strip().lower() == "auto"
+                  else parse_size(config.sandbox.export_cap, "sandbox.export_cap"))
 
 
 def credentials_from(table: Mapping, *, path: Path | None = None, line: int | None = None) -> tuple:

@@ -128,11 +128,11 @@ class Conversation:
         """A sandbox file's text for a preview: the first `limit` bytes; binary files described."""
         if self._sandbox is None or not self._sandbox.running:
             return "(the sandbox is not running)"
-        data = self._sandbox.read_file(path)
+        data, rest, _ = self._sandbox.read_file_ends(path, limit, 0)  # bounded, whatever its length
         if b"\0" in data[:8192]:
-            return f"(binary file, {len(data):,} bytes)"
-        more = f"\n… {len(data) - limit:,} more bytes" if len(data) > limit else ""
-        return data[:limit].decode("utf-8", "replace") + more
+            return f"(binary file, {len(data) + rest:,} bytes)"
+        more = f"\n… {rest:,} more bytes" if rest else ""
+        return data.decode("utf-8", "replace") + more
 
     def on_event(self, event: Any) -> None:
         """Keeps `messages` and `command` current, in the agent's thread, before the UI hears."""

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 FINISH_REASONS = ("submitted", "max_steps", "max_context", "wall_time", "no_action", "error",
                   "cancelled")
 """Why a run ended. `max_steps`, `max_context`, `wall_time` and `no_action` are limits."""
-LIMIT_REASONS = frozenset({"max_steps", "max_context", "wall_time", "no_action"})
+LIMIT_REASONS = frozenset({"max_steps", "max_context", "wall_time", "no_action", "sandbox_limit"})
 
 
 # -- records: what one tool call and one step did -------------------------------------------------

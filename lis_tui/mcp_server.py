@@ -7,6 +7,10 @@ only when the server was started so, `apply_changes` (to `--workspace`) and `exp
 `--export-dir`). The sandbox is made on the first call, from the same flags and config as `run`,
 and removed when the client goes (its session, or with `--session` its files, are kept).
 
+Changes that `apply` holds back (`.git/**`, `.envrc`, `*.pth`, links the sandbox made, new
+executable bits: isolation.heldback) are applied only when named in `paths` and approved by the
+person through the client (elicitation); a client that cannot ask gets them refused, by name.
+
 A network in `ask` mode asks the person through the client (MCP elicitation: "allow pypi.org:443?")
 when the client can; a client that cannot gets the allow list only, and the refusal the model reads
 says how the user can allow a host.
@@ -21,15 +25,18 @@ import time
 from typing import Any
 
 from isolation import Sandbox, SandboxError, SandboxSpec
+from isolation.hostwalk import RefusedPaths
 from isolation.net.policy import NetworkPolicy, NetworkRequest
 from tools import TOOL_SCHEMAS, Toolbox, ToolResult
+from tools.terminal_text import safe_terminal_text
 
 REVIEW_TOOLS = [
     ("list_changes", "What the sandbox changed under /testbed, one line per path: kind and path.", {}, []),
     ("read_output", "A file under /testbed/output (the answer is answer.txt), as text.",
      {"path": {"type": "string", "description": "Relative to /testbed/output, e.g. answer.txt."}}, ["path"]),
     ("apply_changes", "Write the sandbox's changes to the host workspace (all, or the paths named). Only "
-     "when the server was started with --allow-apply.",
+     "when the server was started with --allow-apply. Held-back paths (list_changes marks them: .git, "
+     "config, links, new executables) go only when named here and approved by the person.",
      {"paths": {"type": "array", "items": {"type": "string"}, "description": "Paths under /testbed; "
                 "omit for all."}}, []),
     ("export_output", "Copy /testbed/output into the server's --export-dir, under the name given.",
@@ -41,7 +48,12 @@ IDLE_TIMEOUT = 1800.0
 log = logging.getLogger(__name__)
 ASK_SCHEMA = {"type": "object", "required": ["answer"], "properties": {"answer": {
     "type": "string", "title": "Network access", "enum": ["allow_once", "allow_session", "deny"],
-    "description": "allow_once: this request; allow_session: this host until the sandbox goes; deny"}}}
+    "description": "allow_once: this request; allow_session: this host and port until the sandbox goes; deny"}}}
+APPROVE_SCHEMA = {"type": "object", "required": ["answer"], "properties": {"answer": {
+    "type": "string", "title": "Held-back changes", "enum": ["apply", "leave"],
+    "description": "apply: write them to the workspace; leave: keep them in the sandbox"}}}
+APPROVE_WAIT = 600.0
+"""Seconds the person has to answer an approval before it counts as "leave"."""
 
 
 class SandboxTools:
@@ -110,7 +122,8 @@ class SandboxTools:
 
     def _list_changes(self) -> ToolResult:
         found = self._sandbox.changes()
-        lines = [f"{c.kind}: {c.path} {c.detail}".rstrip() for c in found]
+        lines = [f"{c.kind}: {c.path} {c.detail}".rstrip() + (f" [held back: {c.held}]" if c.held else "")
+                 for c in found]
         return ToolResult("\n".join(lines) or "No changes under /testbed.")
 
     def _read_output(self, path: str) -> ToolResult:
@@ -122,8 +135,46 @@ class SandboxTools:
         if not self.allow_apply:
             return ToolResult("Applying is off: the person who started this server can allow it with "
                               "`lis-tui mcp --workspace DIR --allow-apply`.", error=True)
-        applied = self._sandbox.apply(paths)
-        return ToolResult(f"Applied {len(applied)} change(s) to {self.spec.workspace}.")
+        held = {c.path.rstrip("/"): c for c in self._sandbox.changes() if c.held}
+        named = None if paths is None else [p.strip("/") for p in paths]
+        asked = [p for p in named or () if p in held]
+        refusal = self._approve(asked, held) if asked else ""
+        if refusal:
+            named = [p for p in named if p not in held]
+        try:
+            done, refused = f"applied {len(self._sandbox.apply(named))} change(s) to {self.spec.workspace}", []
+        except RefusedPaths as exc:
+            done, refused = exc.done, [_mcp_refusal(line, exc.held_back) for line in exc.refused]
+        refused += [f"{p} (held back: {held[p].held}; {refusal})" for p in asked if refusal]
+        if not refused:
+            return ToolResult(f"{done[:1].upper()}{done[1:]}.")
+        return ToolResult(f"{done[:1].upper()}{done[1:]}; not applied:\n" + "\n".join(f"  {r}" for r in refused)
+                          + "\nA held-back path is applied only when named in `paths` and approved by the person.",
+                          error=True)
+
+    def _approve(self, asked: list[str], held: dict) -> str:
+        """'' if the person approves writing the held-back `asked` paths; else why not."""
+        if self.client is None:
+            return ("this MCP client cannot ask the person (no elicitation), so held-back paths are not "
+                    "applied through it; the person can apply them in `lis-tui`'s review (F6) or copy them")
+        session, loop, request_id = self.client
+        one_line = lambda text: safe_terminal_text(text).replace("\n", "\\n")  # noqa: E731 (names the sandbox made)
+        lines = "\n".join("- " + one_line(f"{held[p].kind}: {p} {held[p].detail}".rstrip() + f" ({held[p].held})")
+                          for p in asked)
+        question = (f"The sandbox asks to write these held-back changes to {self.spec.workspace}:\n{lines}\n"
+                    "They could configure or run something on this machine once written (hooks, settings, "
+                    "start-up files, executables). Apply them?")
+
+        async def elicit() -> bool:
+            result = await session.elicit_form(question, APPROVE_SCHEMA, related_request_id=request_id)
+            return result.action == "accept" and (result.content or {}).get("answer") == "apply"
+
+        try:
+            approved = asyncio.run_coroutine_threadsafe(elicit(), loop).result(APPROVE_WAIT)
+        except Exception:  # noqa: BLE001 (no answer, a client error: nothing is written)
+            log.info("asking to apply held-back paths failed", exc_info=True)
+            approved = False
+        return "" if approved else "the person did not approve it"
 
     def _export_output(self, name: str) -> ToolResult:
         if not self.export_dir:
@@ -133,6 +184,14 @@ class SandboxTools:
             return ToolResult(f"{name!r} is not a plain directory name.", error=True)
         dest = self._sandbox.export("/testbed/output", f"{self.export_dir}/{name}")
         return ToolResult(f"Exported /testbed/output to {dest}.")
+
+
+def _mcp_refusal(line: str, held_back: dict[str, str]) -> str:
+    """A refusal as the MCP client should read it: held-back paths are named in `paths`, not apply()."""
+    for path, why in held_back.items():
+        if line.startswith(f"{path} ("):
+            return f"{path} (held back: {why}; name it in `paths` to ask the person)"
+    return line
 
 
 def _sdk():

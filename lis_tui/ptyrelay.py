@@ -3,7 +3,9 @@
 The sandbox never gets the user's terminal: it could push input into it (TIOCSTI) or take over
 its settings and foreground group. Instead our terminal goes raw, keystrokes (Ctrl-C and Ctrl-Z
 included) are written to the pty, whose line discipline signals the sandbox's foreground job,
-window size changes are passed on, and the program's exit status comes back.
+window size changes are passed on, and the program's exit status comes back. What the program
+prints reaches our terminal without the escape strings that set its state (the clipboard, the
+title, ...: see ptyfilter).
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import select
 import signal
 import termios
 import tty
+
+from lis_tui.ptyfilter import EscapeStringFilter
 
 CHUNK = 1 << 16
 
@@ -48,6 +52,7 @@ def _pump(child, stdin_fd: int, output_fd: int, size_fd: int, wake_r: int, inter
     pending = b""
     reading = stdin_fd >= 0
     exit_fd = child.proc.exit_fd
+    strings = EscapeStringFilter()
     while True:
         poller = select.poll()
         poller.register(child.fd, select.POLLIN | (select.POLLOUT if pending else 0))
@@ -61,7 +66,8 @@ def _pump(child, stdin_fd: int, output_fd: int, size_fd: int, wake_r: int, inter
                 _copy_size(size_fd, child.fd)
             elif fd == exit_fd:  # the program is gone: what it printed last, then stop
                 while data := _read(child.fd):
-                    _write_all(output_fd, data)
+                    _write_all(output_fd, strings.feed(data))
+                _write_all(output_fd, strings.flush())
                 return
             elif fd == stdin_fd:
                 pending = _read(stdin_fd)
@@ -73,7 +79,7 @@ def _pump(child, stdin_fd: int, output_fd: int, size_fd: int, wake_r: int, inter
             if fd == child.fd and events & (select.POLLIN | select.POLLHUP | select.POLLERR):
                 data = _read(child.fd)
                 if data:
-                    _write_all(output_fd, data)
+                    _write_all(output_fd, strings.feed(data))
 
 
 def _copy_size(from_fd: int, to_fd: int) -> None:

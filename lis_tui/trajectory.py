@@ -19,7 +19,6 @@ from isolation.hostwalk import RefusedPaths, files_below
 from lis_tui.events import RunFinished, RunStarted, RunUsage, StepFinished, StepRecord
 
 FORMAT = "lis-tui-trajectory/1"
-EXPORT_CAP = 1 << 30  # bytes copied out of /testbed/output at most; the rest is listed as skipped
 
 
 def now_iso() -> str:
@@ -136,10 +135,11 @@ def write_atomic(path: Path, text: str) -> None:
 # -- files/: a copy of /testbed/output ------------------------------------------------------------
 
 def export_output(sandbox: Any, dest: Path, source: str = "/testbed/output",
-                  cap: int = EXPORT_CAP) -> dict[str, list[str]]:
-    """Copy `source` out of the sandbox into `dest`: directories and regular files only, at most
-    `cap` bytes. `Sandbox.export` does the copy (read from the host without following a link,
-    no fifo opened, nothing overwritten); links are skipped here, whatever they point at.
+                  cap: int | None = None) -> dict[str, list[str]]:
+    """Copy `source` out of the sandbox into `dest`: directories and regular files only, holes kept,
+    at most `cap` bytes of data (default: the sandbox's export cap, `Limits.export_bytes()`); what
+    would pass it is listed as skipped. `Sandbox.export` does the copy (read from the host without
+    following a link, no fifo opened, nothing overwritten); links are skipped here.
     Returns {"files": [...], "skipped": ["name (why)", ...]}."""
     skipped: list[str] = []
     try:

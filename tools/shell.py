@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from isolation.output import ready
 from tools import ToolResult
+from tools.limit_notes import limit_note
 from tools.shell_output import OUR_TRACES, WORK_DIR, Output, Text, clean, escape
 from tools.shell_pty import EOF, TIMEOUT, Pty
 
@@ -66,6 +67,10 @@ JOB_NOTICE = re.compile(r"^\[\d+\][-+ ]  (?!Running )[A-Z][\w ()]*? {2,}\S.*\n?"
 
 POLL = 0.1  # how often a running command looks for interrupt() and bash's exit
 STOPPING_POLL = 0.02  # how often a stopped command is checked for having given the terminal back
+GIT_READ_ONLY = re.compile(r"\.git\b[^\n]*: Read-only file system")
+GIT_NOTE = ("[/testbed/.git is read-only in this sandbox, so git cannot commit or change the repository here "
+            "(status, diff and log work). Leave committing to the user, who can allow it with "
+            "[workspace] git_writable = true in lis-tui's config.]")
 BETWEEN_MAX = 1 << 20  # background output kept between commands; past it, background jobs wait
 
 
@@ -382,14 +387,21 @@ class Shell:
             call.exit_code = self._exit_status()
             note = f"{note}\n[The shell exited (exit code {call.exit_code})."
         if status != "done":
-            note = f"{note} {self._replace_shell()}]".strip()
+            note = f"{note} {self._replace_shell()}".strip() + "]"
         if disk := self.sandbox.disk_note():
             note = f"{note}\n[{disk[0].upper()}{disk[1:]}]".strip()
         text, truncated = call.output.render()
-        if note:
-            text = (text + "\n" if text else "") + note
         stderr, cut = (None, False) if not self.separate_stderr else \
             self._stderr() if sent else ("", False)  # unsent: the file is the last command's
+        limits = getattr(getattr(self.sandbox, "spec", None), "limits", None)
+        if call.exit_code not in (0, None) and not disk and limits is not None:
+            if met := limit_note(call.exit_code, f"{text}\n{stderr or ''}", limits):
+                note = f"{note}\n[{met}]".strip()
+        if call.exit_code and GIT_READ_ONLY.search(f"{text}\n{stderr or ''}") \
+                and not getattr(getattr(self.sandbox, "spec", None), "git_writable", True):
+            note = f"{note}\n{GIT_NOTE}".strip()
+        if note:
+            text = (text + "\n" if text else "") + note
         return ToolResult(text, exit_code=call.exit_code, timed_out=call.reason == "timeout",
                           truncated=truncated or cut, error=self._child is None, stderr=stderr)
 
@@ -410,6 +422,8 @@ class Shell:
     def _replace_shell(self) -> str:
         """Start a fresh bash after this one exited or could not be stopped; say how it went."""
         self._end(graceful=False)
+        if getattr(self.sandbox, "stopped", None):  # a limit stopped it whole: the note after this says which
+            return ""
         try:
             self._start()
         except Exception as exc:  # the next run tries again

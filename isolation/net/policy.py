@@ -133,14 +133,16 @@ class NetworkPolicy:
         self.host_services = [HostRule.parse(r) for r in host_services]
         """Exact host:port services on this machine or its private network that may be reached
         (the mode still decides); the allow list's exact host:port entries count too."""
-        self.session_hosts: set[str] = set()
+        self.session_approved: set[tuple[str, int]] = set()
+        """(host, port) pairs the person allowed for this session: a port each, the one asked for
+        (the scheme's default when the URL named none); a wider rule is the allow list's."""
         self.ask_timeout = ask_timeout
         self._ask = decide
         self._on_allow_always = on_allow_always
         self.on_credential = on_credential
         """Told of each request the proxy added a credential to, on the proxy's thread: be quick."""
         self._listeners: list[Callable[[str], None]] = []
-        self._pending: dict[str, asyncio.Future] = {}
+        self._pending: dict[tuple[str, int], asyncio.Future] = {}
 
     @property
     def mode(self) -> str:
@@ -176,7 +178,7 @@ class NetworkPolicy:
             return Decision(False, "deny-list")
         if any(rule.matches(host, port) for rule in self.allow):
             return Decision(True, "allow-list")
-        if host in self.session_hosts:
+        if (host, port) in self.session_approved:
             return Decision(True, "session")
         if self._mode == "on":
             return Decision(True, "mode")
@@ -201,12 +203,13 @@ class NetworkPolicy:
         if decision is not None:
             return decision
         host = normalize_host(host)
-        # Concurrent requests for one host share one question (and its answer).
-        pending = self._pending.get(host)
+        # Concurrent requests for one host and port share one question (and its answer).
+        key = (host, port)
+        pending = self._pending.get(key)
         if pending is None:
             pending = asyncio.ensure_future(self._ask_user(NetworkRequest(host, port, method, sandbox)))
-            self._pending[host] = pending
-            pending.add_done_callback(lambda _f: self._pending.pop(host, None))
+            self._pending[key] = pending
+            pending.add_done_callback(lambda _f: self._pending.pop(key, None))
         return await asyncio.shield(pending)
 
     async def _ask_user(self, request: NetworkRequest) -> Decision:
@@ -219,10 +222,15 @@ class NetworkPolicy:
             return Decision(False, "error")
         if answer not in ANSWERS or answer == "deny":
             return Decision(False, "user", str(answer))
-        if answer in ("allow_session", "allow_always"):
-            self.session_hosts.add(request.host)
-        if answer == "allow_always" and self._on_allow_always is not None:
-            await _save_always(self._on_allow_always, request.host)
+        if answer == "allow_session":
+            self.session_approved.add((request.host, request.port))
+        if answer == "allow_always":
+            # The host on every port, as the saved rule says from the next start on: a host:port
+            # rule would be exact, and an exact rule also opens a host-internal address the name
+            # may resolve to later (a session approval never does)
+            self.allow.append(HostRule(request.host))
+            if self._on_allow_always is not None:
+                await _save_always(self._on_allow_always, str(HostRule(request.host)))
         return Decision(True, "user", answer)
 
 
@@ -239,11 +247,11 @@ async def _call_approver(ask: Approver, request: NetworkRequest) -> object:
     return result
 
 
-async def _save_always(save: Callable[[str], object], host: str) -> None:
+async def _save_always(save: Callable[[str], object], rule: str) -> None:
     try:
-        await asyncio.get_running_loop().run_in_executor(None, save, host)
+        await asyncio.get_running_loop().run_in_executor(None, save, rule)
     except Exception:  # the host stays allowed for this session even if the config can't be written
-        log.exception("could not save %s to the network allow list", host)
+        log.exception("could not save %s to the network allow list", rule)
 
 
 def _check_mode(mode: str) -> str:

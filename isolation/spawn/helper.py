@@ -13,6 +13,9 @@ sandbox it forks a zygote, which:
    bounding set, no_new_privs and the syscall filter (these right after the join, before the
    chroot, which still needs the capability it holds), then, chrooted, every capability it holds
    dropped.
+The sandbox's first zygote also, before any command ran, caps the sandbox's per-user counters
+(inotify) in its user namespace, joined alone first, and sizes every tmpfs, chrooted and still
+capable, loading the filter after that (see _bound_user_ns, _size_tmpfs).
 Only then does it serve requests, starting each command with posix_spawn (vfork and exec: no
 Python runs in the child), and the command inherits all of the above. So nothing from the
 sandbox's filesystem is executed or loaded while a capability is held, and a command costs one
@@ -248,10 +251,14 @@ def _take_handoff(state: _State, fd: int, poller) -> None:
 
 def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: socket.socket) -> None:
     try:
+        if request.get("cgroup"):  # first: once joined, the sandbox's cgroup namespace hides the way there
+            _write_all(request["cgroup"], str(os.getpid()))
         if request["take_uid_0"]:
             os.setgroups([])  # root's groups, here where we may still drop them (the sandbox denies setgroups)
-        _join(fds[0])
-        _confine_before_root(request)
+        # the sandbox's first zygote only: sysctl (_bound_user_ns), tmpfs (_size_tmpfs)
+        sysctl, tmpfs = request.get("sysctl") or [], request.get("tmpfs") or []
+        _join(fds[0], sysctl)
+        _confine_before_root(request, filtered=not tmpfs)
         loop = _serving(channel)  # now, not once the root came: the first command waits on what follows it
         if len(fds) == 1:  # joined while bwrap still builds the sandbox: its root comes once pid 1 runs
             payload, root = _recv(channel, 1)
@@ -268,6 +275,9 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
         os.chroot(".")
         for fd in fds:
             os.close(fd)
+        if tmpfs:
+            _size_tmpfs(tmpfs)
+            linux.install_seccomp(_FILTERS[request["nested_userns"]])
         _confine(request)
     except BaseException as exc:  # noqa: BLE001
         _send(channel, f"E could not join the sandbox: {_why(exc)}".encode())
@@ -285,18 +295,57 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
         os._exit(0)
 
 
-def _join(pidfd: int) -> None:
+def _join(pidfd: int, sysctls: list) -> None:
+    """Enter the sandbox's namespaces: its user namespace first, where `sysctls` are written
+    (before its mount namespace, where /proc/sys is read-only), then the others."""
     try:
-        linux.setns(pidfd, linux.ALL_NAMESPACES)
-        return
+        linux.setns(pidfd, linux.CLONE_NEWUSER)
     except OSError as exc:
         if exc.errno != errno.EINVAL:  # EINVAL: a kernel before 5.8, which takes no pidfd here
             raise
-    pid = _pid_of(pidfd)
-    joins = [(os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC), flag) for name, flag in linux.NAMESPACES]
-    for fd, flag in joins:
-        linux.setns(fd, flag)
-        os.close(fd)
+        pid = _pid_of(pidfd)
+        joins = [(os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC), flag)
+                 for name, flag in linux.NAMESPACES]
+        for fd, flag in joins:
+            linux.setns(fd, flag)
+            os.close(fd)
+            if flag == linux.CLONE_NEWUSER:
+                _bound_user_ns(sysctls)
+        return
+    _bound_user_ns(sysctls)
+    linux.setns(pidfd, linux.ALL_NAMESPACES & ~linux.CLONE_NEWUSER)
+
+
+def _bound_user_ns(sysctls: list) -> None:
+    """Set the sandbox's per-user counters (/proc/sys/user/max_inotify_*, ...): the kernel counts
+    them per user namespace, and a new one starts unlimited, so the sandbox could otherwise take
+    all of the user's on the host. The file shows the namespace of the process that opens it, and
+    writing it takes CAP_SYS_RESOURCE there, which we hold just after joining."""
+    for name, value in sysctls:
+        try:
+            fd = os.open(f"/proc/sys/user/{name}", os.O_WRONLY | os.O_CLOEXEC)
+        except OSError as exc:  # a container's read-only /proc/sys, a kernel before 4.9: doctor says so
+            if exc.errno in (errno.EROFS, errno.ENOENT):
+                return
+            raise
+        try:
+            os.write(fd, str(value).encode())
+        finally:
+            os.close(fd)
+
+
+_KEPT_FLAGS = linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC  # statvfs's bits are these
+
+
+def _size_tmpfs(sizes: list) -> None:
+    """Remount each [path, bytes, inodes] tmpfs of the sandbox with that size and inode count:
+    bwrap cannot size its root or its /dev, nor give any tmpfs an inode count. Done once, by the
+    first zygote, chrooted, holding CAP_SYS_ADMIN in the sandbox's namespaces, before any command
+    ran (every path is a mount point bwrap made); a remount sets the mount's flags anew, so its
+    own are passed again."""
+    for path, size, inodes in sizes:
+        flags = os.statvfs(path).f_flag & _KEPT_FLAGS
+        linux.mount(None, path, linux.MS_REMOUNT | flags, f"size={size},nr_inodes={inodes}")
 
 
 def _pid_of(pidfd: int) -> int:
@@ -315,7 +364,7 @@ def _seal_imports() -> None:
     sys.path_importer_cache.clear()
 
 
-def _confine_before_root(request: dict) -> None:
+def _confine_before_root(request: dict, filtered: bool = True) -> None:
     """What needs no root: done right after the join, so that an early zygote does it while bwrap
     still builds the sandbox. After it no exec can gain a capability (empty bounding set,
     no_new_privs) and the filter is on; the process itself still holds its capabilities, for the
@@ -328,7 +377,8 @@ def _confine_before_root(request: dict) -> None:
         resource.setrlimit(resource_id, (value, value))
     linux.drop_bounding_set(_LAST_CAP)
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
-    linux.install_seccomp(_FILTERS[request["nested_userns"]])
+    if filtered:  # else after _size_tmpfs, whose mount calls a filter need not allow
+        linux.install_seccomp(_FILTERS[request["nested_userns"]])
 
 
 def _confine(request: dict) -> None:
@@ -442,6 +492,14 @@ def _write(fd: int, text: str) -> None:
         os.write(fd, text.encode(errors="replace"))
     except OSError:
         pass
+
+
+def _write_all(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 def _close(fd: int) -> None:

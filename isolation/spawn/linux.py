@@ -37,6 +37,8 @@ ALL_NAMESPACES = sum(flag for _, flag in NAMESPACES)
 
 MS_RDONLY = 1
 MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
@@ -74,9 +76,11 @@ def unshare(flags: int) -> None:
     _check(_unshare(flags), "unshare")
 
 
-def mount(source: str | None, target: str, flags: int) -> None:
-    """mount(2) with no file system type or data: binds, remounts, propagation changes."""
-    _check(_mount(source and source.encode(), target.encode(), None, flags, None), f"mount {target}")
+def mount(source: str | None, target: str, flags: int, data: str | None = None) -> None:
+    """mount(2) with no file system type: binds, remounts (`data`: the file system's options),
+    propagation changes."""
+    options = ctypes.c_char_p(data.encode()) if data is not None else None
+    _check(_mount(source and source.encode(), target.encode(), None, flags, options), f"mount {target}")
 
 
 def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from isolation import Sandbox, SandboxSpec
-from lis_tui.agent import INPUT_DIR, OUTPUT_DIR, Agent
+from lis_tui.agent import ANSWER_LIMIT, INPUT_DIR, OUTPUT_DIR, Agent
 from lis_tui.bench.answers import final_answer
 from lis_tui.bench.capability import KINDS, CapabilityCounter
 from lis_tui.bench.rewards import MATH_REWARDS, math_verify_missing, parse_reward, score
@@ -264,7 +264,7 @@ def _answer(sandbox: Sandbox, task: Task, finished: RunFinished) -> str:
         return finished.answer
     path = task.layout.answer_path if task.layout else f"{OUTPUT_DIR}/{task.answer_file}"
     try:
-        return sandbox.read_file(path).decode("utf-8", "replace").strip()
+        return sandbox.read_file(path, ANSWER_LIMIT).decode("utf-8", "replace").strip()
     except OSError:
         return ""
 

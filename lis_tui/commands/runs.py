@@ -12,7 +12,8 @@ List past runs, newest first: the app's (kept under $XDG_STATE_HOME/lis-tui/runs
 `lis-tui run` started in this directory (./lis-output/). Show one with `lis-tui replay ID`; an id
 may be shortened to any prefix that names one run."""
 _RESULTS = {"submitted": "submitted", "max_steps": "limit: steps", "max_context": "limit: context",
-            "wall_time": "limit: time", "no_action": "limit: no tool", "error": "error",
+            "wall_time": "limit: time", "no_action": "limit: no tool", "sandbox_limit": "limit: sandbox",
+            "error": "error",
             "cancelled": "cancelled", None: "unfinished"}
 
 

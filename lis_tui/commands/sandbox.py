@@ -35,9 +35,15 @@ def add_sandbox_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--disk", metavar="SIZE",
                        help="what the sandbox's files may take on disk, e.g. 2G or none (default: [sandbox] "
                             "disk, else 10G)")
+    group.add_argument("--export-cap", metavar="SIZE",
+                       help="data one export copies out of /testbed/output (files/, review, MCP), holes not "
+                            "counted, e.g. 20G (default: [sandbox] export_cap, else the disk limit)")
     group.add_argument("--nested-userns", action="store_true", default=None,
                        help="let commands make user namespaces of their own (a nested bwrap, rootless podman); "
                             "off by default")
+    group.add_argument("--git-writable", action="store_true", default=None,
+                       help="let commands write the workspace's .git, for tasks that commit (default: [workspace] "
+                            "git_writable, else read-only: git status/diff/log work, git commit fails)")
     group.add_argument("--session", metavar="ID",
                        help="keep this sandbox's files under session ID, or resume that session if it exists "
                             "(see `lis-tui sessions list`)")
@@ -60,6 +66,7 @@ def spec_from_args(args: argparse.Namespace, config=None):
     from isolation import SandboxSpec  # noqa: PLC0415 (keep `lis-tui --help` fast)
 
     from lis_tui.config import configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: PLC0415
+    from lis_tui.workspace_config import workspace_options  # noqa: PLC0415
 
     if config is None:
         config = load_config()
@@ -67,10 +74,15 @@ def spec_from_args(args: argparse.Namespace, config=None):
         config.set("sandbox.memory", args.memory, "--memory")
     if getattr(args, "disk", None) is not None:
         config.set("sandbox.disk", args.disk, "--disk")
+    if getattr(args, "export_cap", None) is not None:
+        config.set("sandbox.export_cap", args.export_cap, "--export-cap")
     if getattr(args, "nested_userns", None):
         config.set("sandbox.nested_userns", True, "--nested-userns")
+    if getattr(args, "git_writable", None):
+        config.set("workspace.git_writable", True, "--git-writable")
     hosts = {"allow_hosts": tuple(config.network.allow) + tuple(getattr(args, "allow_host", None) or ()),
-             "deny_hosts": tuple(config.network.deny), "credentials": network_credentials(config)}
+             "deny_hosts": tuple(config.network.deny), "credentials": network_credentials(config),
+             **workspace_options(config)}
 
     env = {}
     for item in args.env:

@@ -92,9 +92,11 @@ def connect(address: str, say: Callable[[str], None] = lambda line: None,
             where = "on this machine or at RAY_ADDRESS" if address == "auto" else f"at {address}"
             raise ClusterError(f"no Ray cluster {where} ({exc}). Fix: start one (ray start "
                                "--head), or give its address (HOST:PORT or RAY_ADDRESS)") from None
+        from lis_tui.ray.local import start_local  # noqa: PLC0415
+
         say("no Ray cluster found (RAY_ADDRESS, or `ray start --head` on this machine): "
-            "starting a local one here")
-        ray.init(include_dashboard=False, **quiet)
+            "starting a local one here (loopback only, token auth)")
+        start_local(ray, **quiet)
         return True
     finally:  # ray.init sets a SIGTERM handler that exits at once: keep ours (a clean stop)
         if threading.current_thread() is threading.main_thread() and sigterm is not None:

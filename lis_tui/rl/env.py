@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from isolation import Sandbox, SandboxError, SandboxSpec
-from lis_tui.agent import OUTPUT_DIR, Agent
+from lis_tui.agent import ANSWER_LIMIT, OUTPUT_DIR, Agent
 from lis_tui.agent_errors import Terminating
 from lis_tui.bench.episode import stage_files, task_prompt_values
 from lis_tui.bench.rewards import parse_reward, score
@@ -27,8 +27,6 @@ from lis_tui.bench.tasks import Task, tasks_from_items
 from lis_tui.config import Config, load_config
 from lis_tui.model_reply import ModelReply
 from lis_tui.rl.textcalls import parse_assistant
-
-ANSWER_LIMIT = 1 << 20  # bytes of answer.txt read for scoring
 
 
 @dataclass

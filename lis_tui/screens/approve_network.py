@@ -14,6 +14,8 @@ from textual.widgets import Button, Label, Static
 from lis_tui.screens.question import QuestionScreen
 from lis_tui.widgets.plain import plain
 
+# Once and this session are for the host and port shown; always is for the host, every port
+# (saved to the config's allow list).
 CHOICES = (("allow_once", "Allow once (o)", "o"), ("allow_session", "This session (s)", "s"),
            ("allow_always", "Always (a)", "a"), ("deny", "Deny (d)", "d"))
 
@@ -40,6 +42,8 @@ class NetworkApprovalScreen(QuestionScreen):
             if self.command:
                 yield Static(Text.assemble(("while running  ", "bold"),
                                            plain(_one_line(self.command))))
+            yield Static(Text("once, this session: this host and port; always: this host, any port, "
+                              "saved to your config", style="dim"))
             with Horizontal(classes="buttons"):
                 for answer, label, _key in CHOICES:
                     yield Button(label, id=answer,

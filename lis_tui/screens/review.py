@@ -1,5 +1,7 @@
 """The review screen: what the sandbox changed under /testbed, a diff per file, and what to do
-with it: apply to the host workspace, export /testbed/output, or discard (close, write nothing)."""
+with it: apply to the host workspace, export /testbed/output, or discard (close, write nothing).
+Held-back changes (.git, config, links, new executables: isolation.heldback) are listed apart,
+each with why, and go only when the person picks one and presses f."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from rich.console import Group
 from rich.syntax import Syntax
 from rich.text import Text
 from textual import work
@@ -28,6 +31,8 @@ log = logging.getLogger(__name__)
 OUTPUT = "/testbed/output"
 MARKS = {"added": ("+", "green"), "modified": ("~", "yellow"), "deleted": ("-", "red"),
          "mode": ("x", "cyan"), "type": ("T", "magenta")}
+HELD_HEADER = "/held-back"
+"""The id of the line that heads the held-back changes: never a change's path, which is relative."""
 
 
 class ReviewScreen(Screen[None]):
@@ -43,6 +48,8 @@ class ReviewScreen(Screen[None]):
         self.conversation = conversation
         self.sandbox = conversation.sandbox
         self.diffs: dict[str, str] = {}
+        self.held: dict[str, str] = {}
+        """{path: why} of the held-back changes listed."""
 
     def compose(self) -> ComposeResult:
         yield Label(plain(self._title()), classes="title")
@@ -80,20 +87,32 @@ class ReviewScreen(Screen[None]):
 
     def _show_changes(self, changes: list[Any], diffs: dict[str, str]) -> None:
         self.diffs = diffs
+        self.held = {c.path: c.held for c in changes if getattr(c, "held", "")}
         listing = self.query_one(OptionList)
         listing.clear_options()
-        listing.add_options([Option(change_label(c), id=c.path) for c in changes])
+        listing.add_options([Option(change_label(c), id=c.path) for c in changes if c.path not in self.held])
+        if self.held:
+            if listing.option_count:
+                listing.add_option(None)
+            listing.add_option(Option(Text("Held back: applied only when you pick one (f)", style="bold"),
+                                      id=HELD_HEADER, disabled=True))
+            listing.add_options([Option(change_label(c), id=c.path) for c in changes if c.path in self.held])
         if changes:
-            listing.highlighted = 0
+            listing.highlighted = next(i for i in range(listing.option_count)
+                                       if not listing.get_option_at_index(i).disabled)
         else:
             self.query_one("#diff", Static).update("No changes under /testbed.")
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         path = str(event.option.id)
         text = self.diffs.get(path) or "(no text difference to show)"
-        self.query_one("#diff", Static).update(Syntax(
-            safe_terminal_text(text), "diff", theme="ansi_dark", background_color="default",
-            word_wrap=True))
+        shown: Any = Syntax(safe_terminal_text(text), "diff", theme="ansi_dark", background_color="default",
+                            word_wrap=True)
+        if path in self.held:
+            why = Text.assemble(("Held back: ", "bold yellow"), plain(self.held[path]),
+                                ". Press f to apply this one to the host.\n")
+            shown = Group(why, shown)
+        self.query_one("#diff", Static).update(shown)
         self.query_one("#diff-box").scroll_home(animate=False)
 
     # -- applying ---------------------------------------------------------------------------
@@ -102,7 +121,7 @@ class ReviewScreen(Screen[None]):
 
     def action_apply_file(self) -> None:
         listing = self.query_one(OptionList)
-        if listing.highlighted is None:
+        if listing.highlighted is None or listing.get_option_at_index(listing.highlighted).disabled:
             self._say("No file selected.", "warning")
             return
         self._apply([str(listing.get_option_at_index(listing.highlighted).id)])
@@ -141,7 +160,13 @@ class ReviewScreen(Screen[None]):
     def _refused(self, paths: list[str] | None, exc: RefusedPaths) -> None:
         """Say what was refused; a link named by the person that leaves the workspace is theirs to
         confirm (the sandbox made it: `sshkey -> ~/.ssh/id_rsa` is the classic)."""
-        self._say(str(exc), "warning")
+        others = [line for line in exc.refused if not any(line.startswith(f"{p} (") for p in exc.held_back)]
+        said = f"{exc.done}; refused {len(others)}:\n" + "\n".join(f"  {line}" for line in others) if others \
+            else exc.done + "."
+        if exc.held_back:
+            said += (f"\nHeld back {len(exc.held_back)} (listed apart, each with why): pick one and press f "
+                     "to apply it.")
+        self._say(said, "warning")
         self.action_reload()
         asked = [p for p in exc.outside_links if paths is not None and p in {q.strip("/") for q in paths}]
         if asked:
@@ -223,7 +248,7 @@ def split_diff(diff: str, changes: list[Any]) -> dict[str, str]:
 def _headers(change: Any) -> tuple[str, ...]:
     """The line (or the ---/+++ pair) that may open `change` in `workspace.diff`'s output."""
     p = change.path
-    if p.endswith("/") or change.kind in ("mode", "type") or "symlink" in change.detail:
+    if p.endswith("/") or change.kind in ("mode", "type") or change.detail:
         return (f"{change.kind}: {p} {change.detail}".rstrip() + "\n",)
     a = f"a/{p}" if change.kind != "added" else "/dev/null"
     b = f"b/{p}" if change.kind != "deleted" else "/dev/null"

@@ -21,13 +21,16 @@ def test_mounts_render_to_bwrap_options():
 
 
 def test_sandbox_argv_unshares_everything_and_dies_with_parent():
-    argv = bwrap.sandbox_argv("/bin/bwrap", [Special("proc", "/proc")], hostname="h", info_fd=5, seccomp_fd=6,
-                              command=["sh", "-c", "x"])
+    argv = bwrap.sandbox_argv("/bin/bwrap", [Special("proc", "/proc")], hostname="h", info_fd=5, block_fd=7,
+                              seccomp_fd=6, command=["sh", "-c", "x"])
     assert argv[0] == "/bin/bwrap"
     for flag in ("--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session", "--clearenv"):
         assert flag in argv
     assert "--share-net" not in argv
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    assert argv[argv.index("--cap-add") + 1] == "CAP_WAKE_ALARM"  # after the drop: pid 1's one capability
+    assert argv.index("--cap-drop") < argv.index("--cap-add") and argv.count("--cap-add") == 1
+    assert argv[argv.index("--block-fd") + 1] == "7"
     assert argv[argv.index("--info-fd") + 1] == "5" and argv[argv.index("--seccomp") + 1] == "6"
     assert argv[-4:] == ["--", "sh", "-c", "x"]
     assert argv.index("--proc") < argv.index("--")
@@ -45,7 +48,8 @@ def test_host_root_mounts_follow_the_hosts_layout(tmp_path):
     assert Bind(str(tmp_path / "usr"), "/usr") in mounts
     assert Symlink("usr/bin", "/bin") in mounts
     assert Bind("/dev/null", "/etc/shadow") in mounts  # masked, not shown
-    assert Special("tmpfs", "/etc/ssh") in mounts  # a secret folder: emptied
+    ssh = mounts.index(Special("tmpfs", "/etc/ssh"))  # a secret folder: emptied, and read-only
+    assert mounts[ssh + 1] == Special("remount-ro", "/etc/ssh")
     assert not any(getattr(m, "dest", "") in ("/lib", "/etc/gshadow") for m in mounts)  # a file; a link
     assert not any(getattr(m, "dest", "") == "/home" for m in mounts)
 
@@ -108,3 +112,15 @@ def test_doctor_in_a_container_where_sandboxes_work_has_nothing_to_fix(monkeypat
     assert checks["sandbox"].status == "ok"
     assert checks["container"].status == "ok" and "sandboxes work" in checks["container"].detail
     assert not checks["container"].fix  # no Docker advice where nothing is wrong
+
+
+def test_doctor_lists_every_limit_and_the_counters_a_sandbox_may_take():
+    from isolation import doctor
+
+    checks = {c.name: c for c in (doctor.check_limits(), doctor.check_counters())}
+    limits = checks["limits"].detail
+    for shown in ("pid 1 included", "1024 processes", "1024 queued signals", "128 KiB of message queues",
+                  "/ 64 MiB", "/tmp 1.0 GiB", "/run 64 MiB", "/dev/shm 64 MiB", "/dev 1 MiB", "disk 10.0 GiB"):
+        assert shown in limits, (shown, limits)
+    counters = checks["kernel counters"]
+    assert "32 inotify instances and 16384 watches" in counters.detail and "max_user_instances" in counters.fix

@@ -184,6 +184,9 @@ def test_run_logs_each_request_that_got_a_credential_never_the_value(tmp_path, s
     (tmp_path / "lis-tui.toml").write_text(
         f'[model]\nmodel = "m"\n[network]\nmode = "on"\nallow = ["{plain.hostport}"]\n'
         f'[network.credentials."{plain.hostport}"]\nheader = "X-Api-Key"\nvalue = "${{env:{ENV}}}"\nhttp = true\n')
+    from lis_tui import trust  # noqa: PLC0415
+
+    trust.trust(tmp_path, env={"XDG_STATE_HOME": str(tmp_path / "state")})  # the person wrote it
     command = f"curl -sS {plain.url}/hello {plain.url}/hello"
     env = {**os.environ, ENV: SECRET, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_STATE_HOME": str(tmp_path / "state")}
     with FakeOpenAI([reply(tool_calls=[call("execute_bash", {"command": command})]), submit()]) as server:

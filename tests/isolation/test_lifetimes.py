@@ -154,21 +154,6 @@ def test_default_limits_are_set_for_every_command(sandbox):
     assert got == [str(limits.memory // 1024), str(limits.open_files), str(limits.processes), str(limits.tmp_size)]
 
 
-def test_a_disk_filler_is_stopped_at_the_disk_limit_and_the_model_is_told():
-    from isolation import Limits, SandboxSpec
-
-    with Sandbox(SandboxSpec(limits=Limits(disk=40 << 20))) as sb, Shell(sb, timeout=60) as shell:
-        result = shell.run("for i in $(seq 400); do head -c 1M /dev/zero > /testbed/f$i; sleep 0.02; done; "
-                           "echo finished")
-        used = sb.writable_size()
-        assert "finished" not in result.output
-        assert "disk limit of 40 MiB was reached" in result.output and "Delete files" in result.output
-        assert used > 40 << 20  # the filler really filled...
-        assert used < 400 << 20  # ...and was stopped long before it was done
-        assert shell.run("rm /testbed/f*; echo cleaned").output.endswith("cleaned")
-        assert "disk limit" not in sb.exec("echo ok").stderr
-
-
 def test_a_sandbox_outlives_the_thread_that_started_it():
     # --die-with-parent is the parent-death signal, which follows the thread that forked bwrap:
     # a sandbox started on a short-lived worker thread must not die when that thread ends.
@@ -211,7 +196,8 @@ def test_sandboxes_started_at_once_hold_no_descriptor_of_ours_and_close_ends_the
             t.join(120)
         assert len(started) == 8
         time.sleep(0.3)  # a parent-death signal armed on the finished threads has fired by now
-        fds = [sb.exec("for f in /proc/1/fd/*; do readlink $f; done").stdout.split() for sb in started]
+        # read from here: pid 1's links are out of a command's reach (bwrap.KEEPER_CAP)
+        fds = [[os.readlink(f"/proc/{sb.pid}/fd/{n}") for n in os.listdir(f"/proc/{sb.pid}/fd")] for sb in started]
         assert all(sb.running for sb in started) and len({sb.pid for sb in started}) == 8
     finally:
         stop.set()

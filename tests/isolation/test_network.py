@@ -19,7 +19,7 @@ import pytest
 
 from isolation import Sandbox, SandboxError, SandboxSpec
 from isolation.net.proxy import PROXY_PORT
-from isolation.net import EgressProxy, HostRule, NetworkError, NetworkPolicy, ProxyHandle, is_internal
+from isolation.net import Decision, EgressProxy, HostRule, NetworkError, NetworkPolicy, ProxyHandle, is_internal
 
 from netfixtures import HOST, StaticServer, make_apt_repo, make_git_repo, make_pip_index, make_test_ca
 
@@ -234,7 +234,41 @@ def test_ask_allow_always_is_saved_through_the_callback(connect, web):
     net = connect("ask", decide=_asker("allow_always", asked), on_allow_always=saved.append,
                   host_services=[web.hostport])
     assert [net.fetch(f"{web.url}/hello.txt") for _ in range(2)] == ["hello\n"] * 2
-    assert len(asked) == 1 and saved == [HOST]
+    assert len(asked) == 1 and saved == [HOST]  # the host, as the dialog says: every port
+
+
+def test_a_session_approval_is_for_its_host_and_port_alone():
+    """"Allow for this session" of example.com:443 allowed ports 22, 25 and 6379 of it too."""
+    asked = []
+    policy = NetworkPolicy("ask", decide=_asker("allow_session", asked))
+    decision = asyncio.run(policy.decide("Example.com", 443))
+    assert decision == Decision(True, "user", "allow_session") and len(asked) == 1
+    assert policy.check("example.com", 443) == Decision(True, "session")
+    for port in (22, 25, 80, 6379):
+        assert policy.check("example.com", port) is None  # asked again, not allowed
+    assert not policy.may_reach_internal("example.com", 443)  # nor a host-internal address it resolves to
+
+
+def test_a_session_approval_through_the_proxy_opens_no_other_port(connect, web, tmp_path):
+    """The model had one port approved and tries another service of the same host: the person
+    is asked again (and says no here), and it gets nothing."""
+    (tmp_path / "secret.txt").write_text("other service\n")
+    other = StaticServer(tmp_path)
+    asked = []
+
+    def decide(request):
+        asked.append(request.port)
+        return "allow_session" if request.port == web.port else "deny"
+
+    try:
+        net = connect("ask", decide=decide, host_services=[web.hostport, other.hostport])
+        assert net.fetch(f"{web.url}/hello.txt") == "hello\n"
+        refused = net.fetch(f"{other.url}/secret.txt")
+        again = net.fetch(f"{web.url}/hello.txt")
+    finally:
+        other.close()
+    assert "was refused by the user" in refused and not other.requests  # the attack was made, and met a no
+    assert again == "hello\n" and asked == [web.port, other.port]  # the approved port asked once
 
 
 def test_ask_deny_and_no_answer_and_no_person_are_refusals_that_say_who(connect, web):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -100,3 +101,87 @@ def test_tiocsti_from_the_sandbox_shell_reaches_no_outer_shell(tmp_path):
         assert "ran" not in screen().split("outer-42")[-1]
     finally:
         subprocess.run(tmux + ["kill-server"], capture_output=True)
+
+
+class Terminal:
+    """A tmux server of its own (no config), one window running `command`, read as a screen."""
+
+    def __init__(self, name: str, command: str, **options: str) -> None:
+        self.tmux = ["tmux", "-L", name, "-f", "/dev/null"]
+        self.name = name
+        subprocess.run(self.tmux + ["new-session", "-d", "-s", name, "-x", "120", "-y", "30", command],
+                       check=True, env={**os.environ, "TMUX": ""})
+        for option, value in options.items():
+            self.run("set-option", "-g", option, value)
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(self.tmux + list(args), capture_output=True, text=True, check=True).stdout
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", self.name, *keys)
+
+    def shows(self, want: str, timeout: float = 20) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.run("capture-pane", "-t", self.name, "-p")
+            if want in text or time.monotonic() > deadline:
+                assert want in text, f"{want!r} never appeared:\n{text}"
+                return text
+            time.sleep(0.1)
+
+    def state(self) -> tuple[str, str]:
+        """The pane's title and path (both set by programs, OSC 2 and OSC 7), and tmux's buffers
+        (OSC 52 makes one when set-clipboard is on)."""
+        return (self.run("display-message", "-p", "-t", self.name, "#{pane_title}|#{pane_path}").strip(),
+                self.run("list-buffers", "-F", "#{buffer_sample}"))
+
+    def close(self) -> None:
+        subprocess.run(self.tmux + ["kill-server"], capture_output=True)
+
+
+# Clipboard, title and working directory, each split over two writes (two reads of the relay).
+SETS_STATE = (r"printf 'before\n\033]52;c;'; sleep 0.3; printf '%s\a' $(printf {word}-clip | base64); "
+              r"printf '\033]2;{word}-'; sleep 0.3; printf 'title\033\\'; "
+              r"printf '\033]7;file://h/{word}-dir\a\033]0;{word}-title0\a'; printf 'after\n'")
+
+
+def test_clipboard_title_and_directory_strings_from_the_sandbox_do_not_reach_the_terminal():
+    """`lis-tui exec` on a terminal relayed OSC 52 (tmux took it into a buffer: the host's
+    clipboard, where the terminal allows it), OSC 0/2 (the title) and OSC 7 raw."""
+    term = Terminal(f"lis-osc-{os.getpid()}", "bash --norc --noprofile", **{"set-clipboard": "on"})
+    try:
+        term.keys(SETS_STATE.format(word="outer") + "; echo outer-done-$((40+2))", "Enter")  # from the host's shell...
+        term.shows("outer-done-42")
+        title, buffers = term.state()
+        assert title == "outer-title0|file://h/outer-dir" and "outer-clip" in buffers  # ...takes effect
+        term.keys("clear", "Enter")
+        term.keys(f"{LIS} exec -- {shlex.quote(SETS_STATE.format(word='sandbox'))}; echo exec-done-$?", "Enter")
+        screen = term.shows("exec-done-0")
+        title, buffers = term.state()
+    finally:
+        term.close()
+    assert "before\n" in screen and "after\n" in screen  # the program ran, its text came through
+    assert title == "outer-title0|file://h/outer-dir" and "sandbox" not in buffers
+
+
+def test_less_and_vi_work_through_the_relay():
+    """Full-screen programs draw and take keys through the filtered relay."""
+    term = Terminal(f"lis-fs-{os.getpid()}", f"{LIS} shell; echo shell-exited-$?; sleep 30")
+    try:
+        term.shows("(lis-sandbox) /testbed#")
+        term.keys("seq 1 500 > /tmp/n; less /tmp/n", "Enter")
+        screen = term.shows("\n29\n")
+        assert screen.startswith("1\n2\n3\n") and "(lis-sandbox)" not in screen  # less owns the screen
+        term.keys("G")
+        assert "(END)" in term.shows("500")
+        term.keys("q")
+        term.shows("(lis-sandbox) /testbed#")
+        term.keys("vi /tmp/v.txt", "Enter")
+        term.shows("~\n~\n")
+        term.keys("i", "written in vi", "Escape", ":wq", "Enter")
+        term.keys("clear; cat /tmp/v.txt", "Enter")
+        term.shows("written in vi\n(lis-sandbox) /testbed#")
+        term.keys("exit", "Enter")
+        term.shows("shell-exited-0")
+    finally:
+        term.close()

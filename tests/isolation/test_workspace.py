@@ -78,12 +78,15 @@ def test_apply_writes_everything_back(project):
     with Sandbox(SandboxSpec(workspace=project)) as sb:
         sb.exec(EDITS)
         expected = tree_of_sandbox = sb.exec("find . -mindepth 1 | sort").stdout.split()
-        with pytest.raises(RefusedPaths, match=r"out-link \(a symlink made in the sandbox, -> /etc/passwd"):
+        with pytest.raises(RefusedPaths, match=r"out-link \(a symlink made in the sandbox, -> /etc/passwd") as refused:
             sb.apply()  # links the sandbox made go only by name
+        assert set(refused.value.held_back) == {"out-link", "run.sh"}  # and a new executable bit
         assert not os.path.lexists(project / "out-link")
+        assert (project / "run.sh").stat().st_mode & 0o777 == 0o644
         with pytest.raises(RefusedPaths, match="allow_outside_links=True"):
             sb.apply(["out-link"])  # and out of the workspace only when allowed
         sb.apply(["out-link"], allow_outside_links=True)
+        sb.apply(["run.sh"])
         assert sb.changes() == []
     assert sorted("./" + p for p in tree(project)) == expected == tree_of_sandbox
     assert (project / "keep.txt").read_text() == "one\ntwo\nthree\n"

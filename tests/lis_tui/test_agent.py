@@ -341,3 +341,29 @@ def test_the_agent_core_does_not_load_textual():
 def test_import_lis_tui_stays_light():
     code = "import sys, lis_tui; sys.exit('openai' in sys.modules or 'lis_tui.api' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_a_sandbox_stopped_by_its_disk_cap_ends_the_run_and_says_how_to_raise_it(tmp_path):
+    fill = bash("for i in $(seq 400); do head -c 1M /dev/zero > /testbed/f$i; sleep 0.02; done; echo finished")
+    with FakeOpenAI([reply(tool_calls=[fill, bash("echo next", id="next")])], default=submit()) as server:
+        config = config_for(server)
+        config.set("sandbox.disk", "20M", "the test")
+        result = run_task("fill the disk", config=config, output_dir=tmp_path / "out")
+        requests = server.chat_requests
+    assert (result.finish_reason, result.exit_code, len(requests)) == ("sandbox_limit", 3, 1)
+    assert "disk limit of 20 MiB was reached" in result.message and "--disk SIZE" in result.message
+    trajectory = json.loads(result.trajectory_path.read_text())
+    told = trajectory["steps"][0]["tool_calls"][0]["output"]
+    assert "disk limit of 20 MiB was reached" in told and "finished" not in told
+    unrun = [m for m in trajectory["messages"] if m.get("tool_call_id") == "next"]
+    assert unrun[0]["content"].startswith("Not run: the sandbox was stopped: its disk limit"), unrun
+
+
+def test_a_sparse_answer_file_is_read_a_megabyte_deep_and_kept_sparse_in_files(tmp_path):
+    # issue 24: 1 GiB of holes costs the sandbox nothing; the answer used to be read whole into memory
+    result, _, _ = run([reply(tool_calls=[bash("printf 42 > /testbed/output/answer.txt && "
+                                               "truncate -s 1G /testbed/output/answer.txt")]), submit()], tmp_path)
+    assert result.finish_reason == "submitted"
+    assert result.answer.startswith("42") and len(result.answer) <= 1 << 20
+    copied = (result.output_dir / "files" / "answer.txt").stat()
+    assert copied.st_size == 1 << 30 and copied.st_blocks * 512 < 1 << 20

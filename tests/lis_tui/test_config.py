@@ -219,3 +219,23 @@ def test_every_field_has_a_one_line_docstring():
 def test_missing_files_are_fine(tmp_path):
     config = load_config(env={}, paths=[Path(tmp_path / "nope.toml")])
     assert config.agent.max_steps == 100
+
+
+def test_the_export_cap_and_inode_limit_come_from_sandbox_and_the_flag(home):
+    import argparse
+
+    from lis_tui.commands.sandbox import add_sandbox_flags, spec_from_args
+    from lis_tui.config import sandbox_limits
+
+    user, _, _ = home
+    limits = sandbox_limits(load(home))
+    assert (limits.export_cap, limits.export_bytes(), limits.inodes) == (None, 10 << 30, 1_000_000)
+    user.write_text('[sandbox]\ndisk = "none"\ninodes = 0\n')
+    limits = sandbox_limits(load(home))
+    assert (limits.export_bytes(), limits.inodes) == (4 << 30, None)  # no disk limit: 4 GiB
+    user.write_text('[sandbox]\nexport_cap = "2G"\n')
+    assert sandbox_limits(load(home)).export_bytes() == 2 << 30
+    parser = argparse.ArgumentParser()
+    add_sandbox_flags(parser)
+    spec = spec_from_args(parser.parse_args(["--export-cap", "300M"]), config=load(home))
+    assert spec.limits.export_bytes() == 300 << 20

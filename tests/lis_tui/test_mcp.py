@@ -233,3 +233,63 @@ def test_a_reaped_session_id_makes_no_new_sandbox_and_a_begun_request_is_never_r
         assert made[1].call("execute_bash", {"command": "echo on"}).output.strip() == "on"
     finally:
         sessions.close()
+
+
+def test_export_output_keeps_holes_and_refuses_a_file_over_the_export_cap(tmp_path):
+    # issue 24: three 1 GiB sparse files cost the sandbox nothing; the copy used to write 3 GiB here
+    out = tmp_path / "exports"
+    out.mkdir()
+    make = ("cd /testbed/output && truncate -s 1G s1 s2 s3 && printf data > mixed && truncate -s 100M mixed "
+            "&& head -c 30M /dev/zero > dense && du -k s1 s2 s3")
+    calls = [("execute_bash", {"command": make}), ("export_output", {"name": "run1"})]
+    _, results = anyio.run(session_calls, server(tmp_path, "--export-dir", str(out), "--export-cap", "20M"), calls)
+    (_, made), (export_error, exported) = results
+    assert [line.split()[0] for line in made.strip().splitlines()[-3:]] == ["0", "0", "0"]  # sparse inside
+    assert export_error and "dense (30.0 MiB of data: over the export cap of 20.0 MiB" in exported
+    assert "--export-cap" in exported
+    assert not (out / "run1" / "dense").exists()
+    for name in ("s1", "s2", "s3"):
+        st = os.stat(out / "run1" / name)
+        assert st.st_size == 1 << 30 and st.st_blocks * 512 < 1 << 20
+    with open(out / "run1" / "mixed", "rb") as f:
+        assert f.read(8) == b"data\0\0\0\0" and os.fstat(f.fileno()).st_size == 100 << 20
+
+
+PLANT = ("mkdir -p .git/hooks && printf '#!/bin/sh\\ntouch planted-marker\\n' > .git/hooks/post-checkout"
+         " && printf '[network]\\nmode = \"on\"\\n' > lis-tui.toml && echo new > a.txt")
+
+
+def test_held_back_paths_are_applied_only_when_named_and_approved_by_the_person(tmp_path):
+    import mcp_types as types
+
+    ws = tmp_path / "ws"
+    (ws / ".git" / "hooks").mkdir(parents=True)
+    (ws / "a.txt").write_text("old\n")
+    asked, answers = [], ["leave", "apply"]
+
+    async def elicit(context, params):  # the person, answering in their MCP client
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"answer": answers.pop(0)})
+
+    async def scenario(ask: bool, calls):
+        params = server(tmp_path, "--workspace", str(ws), "--allow-apply", "--git-writable")
+        async with stdio_client(params) as (read, write), \
+                ClientSession(read, write, elicitation_callback=elicit if ask else None) as session:
+            await session.initialize()
+            results = [await session.call_tool(name, args) for name, args in calls]
+        return [(r.is_error, "".join(c.text for c in r.content)) for r in results]
+
+    hook, toml = ".git/hooks/post-checkout", "lis-tui.toml"
+    listed, everything, left, taken = anyio.run(scenario, True, [
+        ("execute_bash", {"command": PLANT}), ("list_changes", {}), ("apply_changes", {}),
+        ("apply_changes", {"paths": [toml]}), ("apply_changes", {"paths": [hook]})])[1:]
+    assert f"added: {hook} [held back: matches held-back pattern '.git/**'" in listed[1]
+    assert everything[0] and (ws / "a.txt").read_text() == "new\n"  # the rest went...
+    assert f"{hook} (held back:" in everything[1] and "name it in `paths`" in everything[1]  # ...named, not these
+    assert left[0] and "did not approve" in left[1] and not (ws / toml).exists()
+    assert not taken[0] and (ws / ".git/hooks/post-checkout").read_text().startswith("#!/bin/sh")
+    assert len(asked) == 2 and toml in asked[0] and hook in asked[1] and not answers
+    # A client that cannot ask the person gets them refused, by name.
+    (_, _), (refused_error, refused) = anyio.run(scenario, False, [
+        ("execute_bash", {"command": PLANT}), ("apply_changes", {"paths": [toml]})])
+    assert refused_error and "cannot ask the person" in refused and not (ws / toml).exists()

@@ -14,6 +14,7 @@ import pytest
 
 from fakes.hostile import HOSTILE, SHOWN, TITLE, raw_in
 from fakes.openai_server import FakeOpenAI, call, error, reply, submit
+from lis_tui import trust
 
 pytestmark = pytest.mark.sandbox
 
@@ -38,8 +39,15 @@ def env_for(tmp_path: Path) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LIS_MODEL")}
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env.update(XDG_CONFIG_HOME=str(tmp_path / "xdg"), PYTHONPATH=path)
+    env.update(XDG_CONFIG_HOME=str(tmp_path / "xdg"), XDG_STATE_HOME=str(tmp_path / "state"),
+               PYTHONPATH=path)
     return env
+
+
+def project_config(tmp_path: Path, text: str) -> None:
+    """Write ./lis-tui.toml and trust it, as its author would (`lis-tui trust`)."""
+    (tmp_path / "lis-tui.toml").write_text(text)
+    trust.trust(tmp_path, env=env_for(tmp_path))
 
 
 def argv(base_url: str, *args: str) -> list[str]:
@@ -50,7 +58,7 @@ def argv(base_url: str, *args: str) -> list[str]:
 
 def lis_run(tmp_path: Path, base_url: str, *args: str) -> subprocess.CompletedProcess:
     """`lis-tui run` in a project directory whose lis-tui.toml makes retries quick."""
-    (tmp_path / "lis-tui.toml").write_text(QUICK_RETRIES)
+    project_config(tmp_path, QUICK_RETRIES)
     return subprocess.run(argv(base_url, "--output-dir", "out", *args), cwd=tmp_path,
                           env=env_for(tmp_path), capture_output=True, text=True, timeout=120)
 
@@ -175,7 +183,7 @@ def test_a_config_error_exits_2_naming_the_file(tmp_path):
 
 
 def test_config_command_shows_sources(tmp_path):
-    (tmp_path / "lis-tui.toml").write_text("[agent]\nmax_steps = 7\n")
+    project_config(tmp_path, "[agent]\nmax_steps = 7\n")
     done = subprocess.run([sys.executable, "-m", "lis_tui.cli", "config"], cwd=tmp_path,
                           env={**env_for(tmp_path), "OPENAI_API_KEY": "sk-secret-0123456789abcd"},
                           capture_output=True, text=True, timeout=60)
@@ -196,7 +204,7 @@ def hostile_script():
 
 
 def test_hostile_text_is_made_safe_on_stderr_and_stdout_stays_byte_exact_in_a_pipe(tmp_path):
-    (tmp_path / "lis-tui.toml").write_text(QUICK_RETRIES)
+    project_config(tmp_path, QUICK_RETRIES)
     with FakeOpenAI(hostile_script()) as server:
         done = subprocess.run(argv(server.base_url, "--output-dir", "out", "task"), cwd=tmp_path,
                               env=env_for(tmp_path), capture_output=True, timeout=120)
@@ -210,7 +218,7 @@ def test_hostile_text_is_made_safe_on_stderr_and_stdout_stays_byte_exact_in_a_pi
 
 
 def test_hostile_answer_on_a_terminal_is_shown_safely(tmp_path):
-    (tmp_path / "lis-tui.toml").write_text(QUICK_RETRIES)
+    project_config(tmp_path, QUICK_RETRIES)
     master, slave = pty.openpty()  # stdout is a real terminal, as when a person runs it
     with FakeOpenAI(hostile_script()) as server:
         proc = subprocess.Popen(argv(server.base_url, "--output-dir", "out", "task"),
@@ -265,7 +273,7 @@ def test_sigint_mid_run_keeps_a_valid_trajectory_and_leaves_no_process(tmp_path)
     marker = f"sleep {4000 + os.getpid() % 1000}.5"
     scratch = tmp_path / "scratch"  # every bwrap and nsenter of this run names it in its argv
     script = [reply(tool_calls=[bash("echo started")]), reply(tool_calls=[bash(marker)])]
-    (tmp_path / "lis-tui.toml").write_text(QUICK_RETRIES)
+    project_config(tmp_path, QUICK_RETRIES)
     with FakeOpenAI(script, default=submit()) as server:
         proc = subprocess.Popen(argv(server.base_url, "--output-dir", "out", "sleep a while"),
                                 cwd=tmp_path, env={**env_for(tmp_path), "LIS_SCRATCH": str(scratch)},
@@ -291,7 +299,7 @@ def test_sigint_mid_run_keeps_a_valid_trajectory_and_leaves_no_process(tmp_path)
 def test_on_a_terminal_the_running_step_is_shown_while_it_runs(tmp_path):
     import threading
 
-    (tmp_path / "lis-tui.toml").write_text(QUICK_RETRIES)
+    project_config(tmp_path, QUICK_RETRIES)
     seen, changed = [b""], threading.Condition()
     command = f"true '{HOSTILE}'; echo done"
 
@@ -334,7 +342,7 @@ def test_into_a_pipe_there_is_no_live_line(tmp_path):
 def test_the_papers_observation_format_from_config(tmp_path):
     script = [reply(tool_calls=[bash("echo hi; echo oops >&2; false")]),
               reply(tool_calls=[write("/testbed/output/answer.txt", "done")]), submit()]
-    (tmp_path / "lis-tui.toml").write_text(QUICK_RETRIES + '\n[agent]\nobservation = "paper"\n')
+    project_config(tmp_path, QUICK_RETRIES + '\n[agent]\nobservation = "paper"\n')
     with FakeOpenAI(script) as server:
         done = subprocess.run(argv(server.base_url, "--output-dir", "out", "Try the shell."),
                               cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True,
@@ -352,7 +360,7 @@ def test_the_papers_observation_format_from_config(tmp_path):
 def test_the_observation_flag_sets_the_format_over_the_config(tmp_path, config, flag, paper):
     script = [reply(tool_calls=[bash("echo hi; echo oops >&2; false")]),
               reply(tool_calls=[write("/testbed/output/answer.txt", "done")]), submit()]
-    (tmp_path / "lis-tui.toml").write_text(QUICK_RETRIES + config)
+    project_config(tmp_path, QUICK_RETRIES + config)
     with FakeOpenAI(script) as server:
         done = subprocess.run(argv(server.base_url, "--output-dir", "out", "--observation", flag,
                                    "Try the shell."),

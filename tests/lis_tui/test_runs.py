@@ -12,6 +12,7 @@ import pytest
 from fakes.hostile import HOSTILE, SHOWN, raw_in
 from fakes.openai_server import FakeOpenAI, error, reply
 from lis_tui.events import RunFinished, RunStarted, RunUsage, StepFinished, StepRecord
+from lis_tui import trust
 from lis_tui.runs import find_run, list_runs, read_summary
 from lis_tui.trajectory import TrajectoryWriter
 
@@ -31,6 +32,7 @@ def made_runs(tmp_path: Path) -> list[dict]:
     """Two real runs in ./lis-output (llm mode: no sandbox needed): one answered, one failed."""
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "lis-tui.toml").write_text(QUICK)
+    trust.trust(tmp_path / "project", env={"XDG_STATE_HOME": str(tmp_path / "state")})
     with FakeOpenAI([reply("The answer is 42.\nIt is six times seven.")]) as server:
         assert lis(tmp_path, "run", "--mode", "llm", "--base-url", server.base_url,
                    "What is 6 * 7?\nShow your work.").returncode == 0

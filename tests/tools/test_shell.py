@@ -361,3 +361,19 @@ def test_full_screen_program_ends_within_a_second_of_its_timeout(sandbox, progra
         r = sh.run(program, timeout=2)
         assert r.timed_out and time.monotonic() - start < 3
         assert sh.run("echo ok; ls /tmp/vi.txt 2>/dev/null").output == "ok"  # our sentinel typed nothing
+
+
+def test_a_commit_in_a_read_only_git_says_why_and_how_the_user_allows_it(tmp_path):
+    import subprocess
+
+    from isolation import SandboxSpec
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    with Sandbox(SandboxSpec(workspace=ws)) as sb, Shell(sb) as sh:
+        refused = run(sh, "git -c user.name=m -c user.email=m@x commit -q --allow-empty -m x")
+        fine = run(sh, "git status --short; false")
+    assert refused.exit_code != 0 and "Read-only file system" in refused.output
+    assert refused.output.endswith("[workspace] git_writable = true in lis-tui's config.]")
+    assert "git_writable" not in fine.output  # only where git met the read-only .git

@@ -566,3 +566,24 @@ def test_each_request_that_got_a_credential_is_a_line_in_the_transcript(tmp_path
     lines = [t.strip() for t in shown if "credential" in t]
     assert lines == [f"Network: credential added for {host} (X-Api-Key, GET)"] * 2, shown
     assert not any("tui-secret-value" in t for t in shown)
+
+
+def test_an_ignored_project_config_is_a_notice_in_the_app(tmp_path, monkeypatch):
+    from lis_tui import trust
+
+    (tmp_path / "lis-tui.toml").write_text('[network]\nmode = "on"\n')
+    monkeypatch.chdir(tmp_path)
+    trust._warned.clear()
+
+    async def scenario():
+        config = load_config(env={"XDG_STATE_HOME": str(tmp_path / "state"),
+                                  "XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+        app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out")
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(0.1)
+            return config.network.mode, [n.message for n in app._notifications]
+
+    mode, toasts = run(scenario())
+    assert mode == "off"
+    assert toasts == [f"{tmp_path}/lis-tui.toml: not trusted; it may come from a sandbox; review it, then: "
+                      f"lis-tui trust {tmp_path}"]

@@ -1,0 +1,45 @@
+"""[workspace]: git_writable from any config or --git-writable; held_back from the user's config only."""
+import argparse
+
+import pytest
+
+from isolation.heldback import HELD_BACK
+from lis_tui.commands.sandbox import add_sandbox_flags, spec_from_args
+from lis_tui.config import ConfigError, load_config
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    user = tmp_path / "xdg" / "lis-tui" / "config.toml"
+    user.parent.mkdir(parents=True)
+    project = tmp_path / "project" / "lis-tui.toml"
+    project.parent.mkdir()
+    return user, project
+
+
+def spec(files, *flags):
+    parser = argparse.ArgumentParser()
+    add_sandbox_flags(parser)
+    return spec_from_args(parser.parse_args(list(flags)), load_config(paths=list(files)))
+
+
+def test_defaults_hold_back_the_documented_list_and_keep_git_read_only(files):
+    made = spec(files)
+    assert made.held_back == HELD_BACK and not made.git_writable
+    assert spec(files, "--git-writable").git_writable
+
+
+def test_the_user_config_sets_the_list_and_git_writable(files):
+    user, _ = files
+    user.write_text('[workspace]\nheld_back = [".git/**", "*.sh"]\ngit_writable = true\n')
+    made = spec(files)
+    assert made.held_back == (".git/**", "*.sh") and made.git_writable
+
+
+def test_a_project_file_cannot_set_the_list(files):
+    user, project = files
+    project.write_text("[workspace]\nheld_back = []\n")  # what a planted lis-tui.toml would want
+    with pytest.raises(ConfigError, match=r"held_back is read from your user config only \(.*config.toml\), "
+                                          r"not from .*project/lis-tui.toml"):
+        spec(files)
