@@ -130,17 +130,15 @@ class Zygote:
 
     def __init__(self, ns_pidfd: int | None, root_fd: int | None, rlimits: list[tuple[int, int]] = (),
                  nested_userns: bool = False, cgroup: str | None = None, sysctl: list[tuple[str, int]] = (),
-                 tmpfs: list[tuple[str, int, int]] = (), take_uid_0: bool = False) -> None:
+                 tmpfs: list[tuple[str, int, int]] = ()) -> None:
         """`ns_pidfd`: a pidfd of a process in the sandbox (its pid 1); `root_fd`: the sandbox's /.
         Both stay the caller's, open for as long as this is used. (None, None): a sandbox still
         starting, given later by set_root. `cgroup`: the sandbox's cgroup.procs, which each zygote
         enters before it joins (cgroup.py). Done once, by the first zygote that gets ready:
         `sysctl`, (name, value) of /proc/sys/user/ files to set in the sandbox's user namespace;
-        `tmpfs`, (mount point, bytes, inodes) of each tmpfs to size. `take_uid_0`: we are root and
-        the sandbox's uid 0 is another id (idmap.py): the zygote drops root's groups and takes the
-        sandbox's uid and gid 0."""
+        `tmpfs`, (mount point, bytes, inodes) of each tmpfs to size."""
         self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns, "cgroup": cgroup,
-                      "sysctl": list(sysctl), "tmpfs": list(tmpfs), "take_uid_0": take_uid_0}
+                      "sysctl": list(sysctl), "tmpfs": list(tmpfs)}
         self._fds = [ns_pidfd, root_fd]
         self._channel: socket.socket | None = None
         self._joining = False  # _channel's zygote was asked for by join_early; its answer is unread
