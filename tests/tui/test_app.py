@@ -188,7 +188,9 @@ def test_model_server_down_is_a_notice_not_a_traceback(tmp_path):
         with FakeOpenAI([]) as server:  # every request: 500
             app = app_for(server, tmp_path, task="anything")
             async with app.run_test(size=SIZE) as pilot:
-                await wait_for(pilot, lambda: app.screen.query(NoticeBlock) and not app.screen.busy)
+                # the toast is a message of its own (App.notify posts it), so it may come a beat later
+                await wait_for(pilot, lambda: app.screen.query(NoticeBlock) and not app.screen.busy
+                               and list(app._notifications))
                 notices = texts(app, NoticeBlock)
                 assert app.screen.query_one(PromptInput).disabled is False
                 return notices, [n.message for n in app._notifications]

@@ -138,7 +138,8 @@ def test_a_hostile_server_error_is_a_safe_notice_and_toast(tmp_path):
         with FakeOpenAI([], default=error(500, f"boom {HOSTILE}")) as server:
             app = app_for(server, tmp_path, task="anything")
             async with app.run_test(size=BIG) as pilot:
-                await wait_for(pilot, lambda: app.screen.query(NoticeBlock) and not app.screen.busy)
+                await wait_for(pilot, lambda: app.screen.query(NoticeBlock) and not app.screen.busy
+                               and list(app._notifications))  # the toast is a message of its own
                 await pilot.pause(0.2)
                 return (on_screen(app), texts(app, NoticeBlock),
                         [n.message for n in app._notifications], app.is_running)
