@@ -196,8 +196,10 @@ class Agent:
         return reply
 
     def execute(self, reply: Reply, record: StepRecord) -> None:
-        """Run the reply's tool calls in order, each answered by a tool message."""
-        calls = reply.tool_calls
+        """Run the reply's tool calls in order, each answered by a tool message; with
+        `tool_calls = "first"` only the first, and the others go unanswered, as in the paper's
+        harness (its RL models saw exactly that)."""
+        calls = reply.tool_calls[:1] if self.config.tool_calls == "first" else reply.tool_calls
         for index, call in enumerate(calls):
             try:
                 if self._halt.is_set():
