@@ -113,8 +113,7 @@ class AgentConfig:
     observation: str = field(default="lis-tui", metadata={"choices": ("lis-tui", "paper")})
     """Tool results as "lis-tui" words them or as the "paper" harness does (paper suites' default)."""
     tool_calls: str = field(default="all", metadata={"choices": ("all", "first")})
-    """Run "all" tool calls of a reply, or only the "first", as the paper's harness does (paper
-    suites' default; the others get no answer, as there)."""
+    """Run "all" tool calls of a reply, or only the "first" (the paper harness's way)."""
 
 
 @dataclass
