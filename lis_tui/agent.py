@@ -27,7 +27,7 @@ from lis_tui.events import (
     ToolFinished, ToolRecord, ToolStarted,
 )
 from lis_tui.model import ModelCancelled, ModelError, ToolCall
-from lis_tui.observation import paper_observation, steps_remaining
+from lis_tui.observation import PAPER_NUDGE, paper_observation, steps_remaining
 from lis_tui.model import ModelReply as Reply
 from lis_tui.prompts import Prompts, load_prompts, render
 from lis_tui.protocols import Model, Tools
@@ -132,7 +132,7 @@ class Agent:
         except NonTerminating as exc:
             record.nudged = True
             self._no_action += 1
-            if self._no_action >= self.config.max_no_action:
+            if self.config.max_no_action and self._no_action >= self.config.max_no_action:
                 raise LimitReached("no_action", f"{self._no_action} replies in a row called no "
                                    "tool (agent.max_no_action)") from None
             self.messages.append({"role": "user", "content": str(exc)})
@@ -192,7 +192,7 @@ class Agent:
         self.emit(ModelReply(record.step, reply.text, reply.reasoning, reply.tool_calls,
                              reply.usage, record.model_duration))
         if self.config.mode != "llm" and not reply.tool_calls:
-            raise FormatError(reply.format_error or NUDGE)
+            raise FormatError(reply.format_error or (PAPER_NUDGE if self._paper else NUDGE))
         return reply
 
     def execute(self, reply: Reply, record: StepRecord) -> None:

@@ -101,7 +101,7 @@ class AgentConfig:
     max_steps: int = 100
     """Most model calls in one run."""
     max_no_action: int = 3
-    """Replies in a row without a tool call before the run stops."""
+    """Replies in a row without a tool call before the run stops; 0 means no limit."""
     max_context_tokens: int = 0
     """Stop before the prompt grows past this many tokens; 0 means no limit."""
     wall_time: float = 0.0

@@ -71,6 +71,8 @@ def add_parsers(sub) -> None:
                        "(paper suites: 65536)")
     group.add_argument("--max-context-tokens", type=int, metavar="N", help="end an episode when its "
                        "prompt passes N tokens (paper suites: 65536, long_context 131072)")
+    group.add_argument("--max-no-action", type=int, metavar="N", help="stop after N replies in a "
+                       "row without a tool call; 0: no limit (default 3; paper suites: 0)")
     group.add_argument("--tool-calls", choices=("all", "first"), help="run every tool call of a "
                        "reply, or only the first as the paper's harness does (paper suites: first)")
     group.add_argument("--llm-prompt", choices=("paper", "lis-tui"), help="--mode llm of a paper "
@@ -144,7 +146,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
                  "agent.wall_time": args.wall_time, "agent.prompts": args.prompts,
                  "agent.observation": args.observation, "model.max_tokens": args.max_tokens,
                  "agent.max_context_tokens": args.max_context_tokens,
-                 "agent.tool_calls": args.tool_calls,
+                 "agent.tool_calls": args.tool_calls, "agent.max_no_action": args.max_no_action,
                  "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     config = load_config(args.profile, overrides)
     from lis_tui.prompts import load_prompts  # noqa: PLC0415

@@ -74,6 +74,8 @@ def test_a_paper_suite_runs_with_the_packages_settings(tmp_path):
                 "| max tokens per call | 65,536 | 65,536 | --max-tokens |",
                 "| max tokens per trajectory | 65,536 | 65,536 | --max-context-tokens |",
                 "| max steps | 100 | 100 | --max-steps |",
+                "| replies without a tool call before stopping | no limit | no limit | "
+                "--max-no-action |",
                 "| tool calls run per reply | first only | first only | --tool-calls |",
                 "| observation format | the package's | the package's | --observation |",
                 "| LLM-mode prompt and answer | the package's | the package's | --llm-prompt |"):
@@ -100,6 +102,27 @@ def test_each_setting_yields_to_its_flag_and_the_summary_says_custom(tmp_path):
     assert "Settings: custom for math (temperature (--temperature), max tokens per call" in md
     assert "| temperature | 0.7 | 1.0 | --temperature |" in md
     assert "| max steps | 7 | 100 | --max-steps |" in md
+
+
+def test_replies_without_a_tool_call_get_the_packages_message_and_never_stop_the_run(tmp_path):
+    """The package answers a reply that called no tool with its own message and goes on (only
+    max steps stops it); lis-tui's default would stop after 3 in a row."""
+    def talker(request):
+        if len(request.messages) < 2 + 2 * 4:  # four replies in a row without a tool call
+            return reply("Let me think about it.")
+        return two_calls(request)
+
+    out = tmp_path / "out"
+    with FakeOpenAI(default=talker) as server:
+        proc = bench_cli("paper:math", server, out, str(math_rows(tmp_path)))
+        _, err = proc.communicate(timeout=120)
+        requests = server.chat_requests
+    assert proc.returncode == 0, err
+    assert results(out)["sandbox"]["reward"] == 1.0 and len(requests) == 6
+    nudge = ("\nYou forgot to use a function call in your response. \nYOU MUST USE A FUNCTION "
+             "CALL IN EACH RESPONSE.\n\nIMPORTANT: YOU SHOULD NEVER ASK FOR HUMAN HELP.\n")
+    assert requests[1].messages[-1] == {"role": "user", "content": nudge + "\nSteps Remaining: 99"}
+    assert requests[4].messages[-1]["content"] == nudge + "\nSteps Remaining: 96"
 
 
 def test_a_documents_row_gets_the_packages_llm_prompt(tmp_path):

@@ -5,7 +5,8 @@ Read from llm-in-sandbox 0.2.0: `cli.run_benchmark`'s defaults (temperature from
 `LLM_TEMPERATURE`, else 1.0; `max_steps` 100; `max_tokens_per_call` 65,536, and
 `max_response_len` 65,536 for its LLM mode; `max_token_limit` 65,536 for the whole trajectory,
 131,072 for long_context as that suite's README runs it), its agent (only a reply's first tool
-call runs; the observation frame of `lis_tui.observation`) and its LLM mode
+call runs; replies without one are answered and counted as steps, never a reason to stop; the
+observation frame of `lis_tui.observation`) and its LLM mode
 (`lis_tui.bench.paper.llm_mode`). Its README suggests LLM_TEMPERATURE=0.7 for Qwen3 models:
 pass --temperature 0.7 for those, and the summary says the run was custom.
 """
@@ -41,6 +42,8 @@ KNOBS = (
     Knob("max tokens per call", "model.max_tokens", "--max-tokens", 65_536),
     Knob("max tokens per trajectory", "agent.max_context_tokens", "--max-context-tokens", 65_536),
     Knob("max steps", "agent.max_steps", "--max-steps", 100),
+    Knob("replies without a tool call before stopping", "agent.max_no_action", "--max-no-action",
+         0),
     Knob("tool calls run per reply", "agent.tool_calls", "--tool-calls", "first"),
     Knob("observation format", "agent.observation", "--observation", "paper"),
     Knob("LLM-mode prompt and answer", "", "--llm-prompt", "paper"),
@@ -106,6 +109,8 @@ def markdown(settings: list[RunSettings]) -> str:
 
 
 def _shown(value: Any) -> str:
+    if value == 0 and not isinstance(value, bool) and isinstance(value, int):
+        return "no limit"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return EXPLAINED.get(value, str(value)) if isinstance(value, str) else str(value)
