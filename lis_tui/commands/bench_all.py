@@ -17,7 +17,6 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 from tools.terminal_text import safe_terminal_text
 
@@ -37,7 +36,8 @@ def cmd_paper_all(args: argparse.Namespace) -> int:
     records, settings, interrupted, checked = [], [], False, False
     for suite, data in found:
         one = copy.copy(args)
-        one.tasks, one.data, one.output, one.mode = f"paper:{suite}", str(data), str(out / suite), "both"
+        one.tasks, one.data, one.mode = f"paper:{suite}", str(data), "both"
+        one.output = str(out / suite)
         try:
             runner, judge, chosen = bench._build(one)
         except Exception as exc:  # noqa: BLE001 (a bad suite is named; the others still run)
@@ -96,14 +96,17 @@ def _write(args: argparse.Namespace, out: Path, records: list, settings: list,
     from lis_tui.config import load_config  # noqa: PLC0415
 
     out.mkdir(parents=True, exist_ok=True)
-    model = load_config(args.profile, {"model.model": args.model, "model.base_url": args.base_url}).model
-    preface = main_table(summarize(records) if records else {}, not_run) + "\n" + settings_md(settings)
+    model = load_config(args.profile, {"model.model": args.model,
+                                       "model.base_url": args.base_url}).model
+    table = main_table(summarize(records) if records else {}, not_run)
+    preface = table + "\n" + settings_md(settings)
     summary = write_reports(records, out, title="lis-tui bench paper:all",
                             run=run_info(model.model, model.base_url), preface=preface)
     (out / "not_run.json").write_text(json.dumps(not_run, indent=1), encoding="utf-8")
     if not args.quiet:
         print(markdown(summary))
-        print(f"results in {out} (summary.md, report.html; each suite in its folder)", file=sys.stderr)
+        print(f"results in {out} (summary.md, report.html; each suite in its folder)",
+              file=sys.stderr)
     if interrupted:
         print(f"lis-tui bench: interrupted; continue with --resume --output {out}", file=sys.stderr)
         return 130
