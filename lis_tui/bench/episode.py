@@ -161,8 +161,7 @@ def _drive(episode: Episode, ctx: EpisodeContext, listeners: Listeners) -> tuple
     if episode.mode == "llm":
         agent = make_agent(None, {})
         try:
-            finished = agent.run(_package_task(task) if as_package
-                                 else _llm_task(task, ctx.config.agent.prompts))
+            finished = agent.run(_llm_task(task, ctx.config.agent.prompts, as_package))
         finally:
             ctx.track("agents", agent, False)
         if as_package:  # the whole reply, as the package scores it
@@ -204,21 +203,20 @@ def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any,
             ctx.track("sandboxes", sandbox, False)
 
 
-def _package_task(task: Task) -> str:
-    from lis_tui.bench.paper.llm_mode import package_prompt  # noqa: PLC0415 (paper suites only)
-
-    return package_prompt(task)
-
-
-def _llm_task(task: Task, prompts: str) -> str:
-    """What `llm` mode sends: the package's own baseline prompt with `--prompts llm-in-sandbox:S`,
-    the paper suite's, or ours."""
+def _llm_task(task: Task, prompts: str, as_package: bool = False) -> str:
+    """What `llm` mode sends: the installed package's own baseline prompt with `--prompts
+    llm-in-sandbox:S`, the package's as lis-tui writes it (a paper suite's default), the paper
+    suite's in lis-tui's words (`--llm-prompt lis-tui`), or ours."""
     from lis_tui.prompts.package import is_package_ref, vanilla_prompt  # noqa: PLC0415
 
     if is_package_ref(prompts):
         row = {**task.extra, "id": task.id, "domain": task.domain, "ground_truth": task.ground_truth,
                "problem_statement": task.problem_statement, "input_files": dict(task.input_files)}
         return vanilla_prompt(prompts)(row)
+    if as_package:
+        from lis_tui.bench.paper.llm_mode import package_prompt  # noqa: PLC0415 (paper suites only)
+
+        return package_prompt(task)
     return paper_llm_prompt(task) if task.layout else llm_prompt(task)
 
 
