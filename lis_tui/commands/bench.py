@@ -42,8 +42,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--suite", metavar="SUITE", help="score TASKS as this paper suite (math, "
                    "physics, chem, biomed, long_context, instruct_follow, instruct_pretrain)")
     p.add_argument("--suite-scorer", metavar="NAME", help="score a paper suite another way than "
-                   "the package (lenient: lis-tui's reading, any suite; physics: math-verify, for "
-                   "a number without a judge model; the summary notes it is not the paper's metric)")
+                   "the package (lenient: lis-tui's reading, any suite; physics: math-verify, "
+                   "for a number without a judge model; the summary notes it is not the paper's "
+                   "metric)")
     p.add_argument("--mode", choices=("sandbox", "llm", "both"), default="sandbox",
                    help="sandbox: the agent with tools (default); llm: one reply, files inlined; "
                         "both: each task both ways, with the difference reported")

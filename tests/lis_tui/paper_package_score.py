@@ -20,7 +20,8 @@ from pathlib import Path
 def _package() -> Path:
     spec = importlib.util.find_spec("llm_in_sandbox")  # finds it without importing it
     root = Path(spec.submodule_search_locations[0])
-    for name, folder in (("llm_in_sandbox", root), ("llm_in_sandbox.benchmark", root / "benchmark")):
+    for name, folder in (("llm_in_sandbox", root),
+                         ("llm_in_sandbox.benchmark", root / "benchmark")):
         module = types.ModuleType(name)
         module.__path__ = [str(folder)]
         sys.modules[name] = module

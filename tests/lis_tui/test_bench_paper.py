@@ -50,14 +50,16 @@ ROWS = {
                                      "kwargs": [{}]}),
          "say": "Sure here:\nno_space_at_all", "want": 1.0}],
     "instruct_pretrain": [
-        {"id": "i1", "problem_statement": "Year it opened? Read the report.", "qa_type": "Free-form",
+        {"id": "i1", "problem_statement": "Year it opened? Read the report.",
+         "qa_type": "Free-form",
          "domain": "instruct_pretrain", "ground_truth": "The plant opened in 1987.",
          "input_files": DOCS, "doc": "report.txt", "want": 1.0},
         {"id": "i2", "problem_statement": "Which are true? (A) x (B) y (C) z",
          "qa_type": "Multiple Choice", "domain": "instruct_pretrain", "ground_truth": "A, B",
          "say": "a, b", "want": 1.0},
         # one answer: the package reads the last lone capital, here the pronoun
-        {"id": "i3", "problem_statement": "Which is true? (A) x (B) y", "qa_type": "Multiple Choice",
+        {"id": "i3", "problem_statement": "Which is true? (A) x (B) y",
+         "qa_type": "Multiple Choice",
          "domain": "instruct_pretrain", "ground_truth": "B", "say": "B, I think", "want": 0.0}],
 }
 

@@ -163,14 +163,15 @@ def load_suite(name: str, data: str, scorer_name: str = "") -> list[Task]:
     rows, base, label = load_rows(data)
     tasks = tasks_from_items(rows, base, label, default_reward=None)
     prepare = other.prepare if other else chosen.prepare
-    notes = [n for n in ((other.note if other else ""), prepare(tasks) if prepare else "") if n]
+    shared = [other.note if other else "", prepare(tasks) if prepare else ""]
     return [replace(t, reward=other.reward if other else chosen.reward, layout=chosen.layout,
-                    extra={**t.extra, "paper_suite": name, **_note(
-                        notes + ([] if other else [scorers.row_note(name, t)]))})
+                    extra={**t.extra, "paper_suite": name,
+                           **_note([*shared, "" if other else scorers.row_note(name, t)])})
             for t in tasks]
 
 
 def _note(notes: list[str]) -> dict[str, str]:
+    """The summary's note for a row: its suite's and its own (a row the package cannot score)."""
     notes = [n for n in notes if n]
     return {"scorer_note": "; ".join(notes)} if notes else {}
 
