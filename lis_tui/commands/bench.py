@@ -43,8 +43,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--suite", metavar="SUITE", help="score TASKS as this paper suite (math, "
                    "physics, chem, biomed, long_context, instruct_follow, instruct_pretrain)")
     p.add_argument("--suite-scorer", metavar="NAME", help="score a paper suite another way than "
-                   "the paper (physics: math-verify, for a number without a judge model; the "
-                   "summary notes it is not the paper's metric)")
+                   "the package (lenient: lis-tui's reading, any suite; physics: math-verify, "
+                   "for a number without a judge model; the summary notes it is not the paper's "
+                   "metric)")
     p.add_argument("--mode", choices=("sandbox", "llm", "both"), default="sandbox",
                    help="sandbox: the agent with tools (default); llm: one reply, files inlined; "
                         "both: each task both ways, with the difference reported")
@@ -225,9 +226,11 @@ def _judge(args: argparse.Namespace, config: Any, tasks: list) -> Any:
 def _without_judge(tasks: list) -> str:
     """How a judged paper suite can still be scored without a judge model, if it can."""
     from lis_tui.bench.paper.suites import SUITES  # noqa: PLC0415
+    from lis_tui.bench.rewards import parse_reward  # noqa: PLC0415
 
     names = {t.extra.get("paper_suite") for t in tasks} & set(SUITES)
-    others = [(n, o) for n in sorted(names) for o in SUITES[n].others]
+    others = [(n, o) for n in sorted(names) for o in SUITES[n].others
+              if parse_reward(o.reward)[0] != "judge"]
     return "".join(f"; or, without one, --suite-scorer {o.name} ({n}: not the paper's metric)"
                    for n, o in others)
 
