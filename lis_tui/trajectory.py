@@ -101,6 +101,10 @@ class _Encoded:
     def text(self) -> str:
         return "[\n  " + ",\n  ".join(self.parts) + "\n ]" if self.parts else "[]"
 
+    def compact(self) -> str:
+        """The list as `json.dumps(items, ensure_ascii=False)` writes it, from the encodings."""
+        return "[" + ", ".join(self.parts) + "]"
+
 
 def step_dict(step: StepRecord) -> dict[str, Any]:
     """One step as JSON; built by hand, as dataclasses.asdict is slow enough to show per step."""

@@ -95,6 +95,10 @@ class EpisodeContext:
         for sandbox in sandboxes if hard else ():
             sandbox.close()
 
+    def trajectory(self, path: Path, header: dict[str, Any]) -> EndTrajectory:
+        """The episode's trajectory writer (rollouts keep it, to take its messages from memory)."""
+        return EndTrajectory(path, header)
+
     def close(self) -> None:
         with self.lock:
             clients, self._clients = self._clients, []
@@ -125,7 +129,7 @@ def run_episode(episode: Episode, ctx: EpisodeContext) -> dict[str, Any] | None:
     shutil.rmtree(folder, ignore_errors=True)  # a run cut short earlier left it
     folder.mkdir(parents=True)
     counter = CapabilityCounter()
-    writer = EndTrajectory(folder / "trajectory.json", _header(episode, ctx))
+    writer = ctx.trajectory(folder / "trajectory.json", _header(episode, ctx))
     listeners = Listeners(writer, counter)
     try:
         finished, answer = _drive(episode, ctx, listeners)

@@ -203,9 +203,11 @@ class FakeOpenAI:
 
     def __init__(self, script: list[Entry] | None = None, *, default: Entry | None = None,
                  models: list[str] | None = None, model: str = "fake-model",
-                 api_key: str | None = None, send_usage: bool = True):
+                 api_key: str | None = None, send_usage: bool = True, token_ids: bool = True):
         self.send_usage = send_usage
         """False: like llama.cpp's server, no usage in any answer, even when asked for."""
+        self.token_ids = token_ids
+        """False: like llama.cpp's server, logprobs with text tokens only, never token ids."""
         self.script: list[Entry] = list(script or [])
         self.default = default
         self.models = models or [model]
@@ -417,7 +419,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.fake.send_usage:
             del answer["usage"]
         if request.body.get("logprobs"):
-            _add_tokens(answer, request.body, r)
+            body = request.body if self.fake.token_ids else {
+                k: v for k, v in request.body.items() if not k.startswith("return_token")}
+            _add_tokens(answer, body, r)
         return answer
 
     def _envelope(self, request: Request, kind: str) -> dict:
