@@ -68,11 +68,18 @@ def _available_mib() -> int | None:
     return None
 
 
-def _lowest_free_fd() -> int:
-    """The lowest free descriptor number: with descriptors handed out lowest first, about how many are open."""
+_baseline: int | None = None  # descriptors open at this process's first start, sandboxes aside
+
+
+def _fds_in_use() -> int:
+    """About how many descriptors this process has open, without counting them one by one: what
+    was open at its first start plus its sandboxes', or the lowest free number, whichever is more."""
+    global _baseline
+    if _baseline is None:
+        _baseline = len(os.listdir("/proc/self/fd")) - FDS_PER_SANDBOX * live()
     fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
     os.close(fd)
-    return fd
+    return max(fd, _baseline + FDS_PER_SANDBOX * live())
 
 
 def check_headroom() -> None:
@@ -87,7 +94,7 @@ def check_headroom() -> None:
 
 def _headroom_problem() -> str | None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    used = _lowest_free_fd()
+    used = _fds_in_use()
     if used + START_FDS > soft:
         return (f"cannot start another sandbox: {used} of this process's {soft} descriptors (RLIMIT_NOFILE) are "
                 f"in use, {live()} live sandboxes at {FDS_PER_SANDBOX} each; raise the limit "

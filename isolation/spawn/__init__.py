@@ -9,6 +9,7 @@ sandbox closes it.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -104,9 +105,14 @@ def _answer(ours: socket.socket) -> tuple[socket.socket, bytes, list[int]]:
     try:
         ours.settimeout(REPLY_TIMEOUT)
         try:
-            message, got, _, _ = socket.recv_fds(ours, 4096, 1)
+            message, got, flags, _ = socket.recv_fds(ours, 4096, 1)
             for fd in got:  # recv_fds cannot ask for MSG_CMSG_CLOEXEC
                 os.set_inheritable(fd, False)
+            if flags & socket.MSG_CTRUNC:  # the kernel could not give us its descriptor: we have too many
+                for fd in got:
+                    os.close(fd)
+                raise SpawnError(errno.EMFILE, "lis-tui has too many open files (RLIMIT_NOFILE) to take the "
+                                 "command's descriptor; raise it (`ulimit -n`) or close sandboxes")
         except socket.timeout:
             raise SpawnError(0, "the spawn helper did not answer in time") from None
         ours.settimeout(None)
