@@ -3,8 +3,9 @@
 Each live sandbox costs, in the process that holds it, 3 descriptors (its pid 1's pidfd, the pipe
 that keeps pid 1 alive while we live, the socket to its zygote); on the machine, 2 processes
 (bwrap and pid 1; a command's zygote for a second after it) and one namespace of each kind of
-this user's; and about 1.1 MiB of memory idle. `check_headroom` reads only a few /proc files (no
-walk of anything that grows with the number live), so a start costs the same at 10,000 live.
+this user's; and about 1.1 MiB of memory idle (0.4 in their processes, the rest the kernel's).
+`check_headroom` walks nothing that grows with the number live, and reads /proc at most once a
+second, so a start costs the same at 10,000 live.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import errno
 import os
 import resource
 import threading
+import time
 from dataclasses import dataclass
 
 FDS_PER_SANDBOX = 3
@@ -92,6 +94,25 @@ def check_headroom() -> None:
         raise SandboxError(problem)
 
 
+_machine: tuple[float, int, int | None, dict[str, int | None]] | None = None
+"""(when, tasks on the machine, MiB available, the sysctl limits): read at most every REFRESH
+seconds, since a /proc read costs 0.1-0.5 ms on a loaded machine, and 11 of them per start would
+be 2 ms. Starts since then are counted against the margin as if each took its full share."""
+_starts_since = 0
+REFRESH = 1.0
+
+
+def _machine_now() -> tuple[int, int | None, dict[str, int | None], int]:
+    global _machine, _starts_since
+    now = time.monotonic()
+    if _machine is None or now - _machine[0] > REFRESH:
+        paths = ["kernel/pid_max", "kernel/threads-max", *(f"user/max_{kind}_namespaces" for kind in NAMESPACES)]
+        _machine = (now, _threads_now(), _available_mib(), {path: _int(f"/proc/sys/{path}") for path in paths})
+        _starts_since = 0
+    _starts_since += 1
+    return _machine[1], _machine[2], _machine[3], _starts_since
+
+
 def _headroom_problem() -> str | None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     used = _fds_in_use()
@@ -99,23 +120,22 @@ def _headroom_problem() -> str | None:
         return (f"cannot start another sandbox: {used} of this process's {soft} descriptors (RLIMIT_NOFILE) are "
                 f"in use, {live()} live sandboxes at {FDS_PER_SANDBOX} each; raise the limit "
                 f"(`ulimit -n {_suggest(soft, hard)}`{_hard_note(hard)}) or close sandboxes")
-    threads = _threads_now()
+    threads, available, limits, starts = _machine_now()
     for name, fix in (("kernel/pid_max", "kernel.pid_max=4194304"), ("kernel/threads-max", None)):
-        limit = _int(f"/proc/sys/{name}")
-        if limit and threads + START_PIDS > limit:
+        limit = limits[name]
+        if limit and threads + PIDS_PER_SANDBOX * starts + START_PIDS > limit:
             sysctl = name.replace("/", ".")
             fix = fix or f"{sysctl}={limit * 2}"
             return (f"cannot start another sandbox: {threads} processes and threads run on this machine of "
                     f"{sysctl} = {limit}, {live()} live sandboxes at {PIDS_PER_SANDBOX} each; raise it "
                     f"(`sudo sysctl -w {fix}`) or close sandboxes")
     for kind in NAMESPACES:
-        limit = _int(f"/proc/sys/user/max_{kind}_namespaces")
+        limit = limits[f"user/max_{kind}_namespaces"]
         if limit is not None and live() + 1 > limit:
             return (f"cannot start another sandbox: {live()} live sandboxes hold {live()} of user.max_{kind}_"
                     f"namespaces = {limit}; raise it (`sudo sysctl -w user.max_{kind}_namespaces="
                     f"{max(limit * 2, 65536)}`) or close sandboxes")
-    available = _available_mib()
-    if available is not None and available < MIN_AVAILABLE_MIB:
+    if available is not None and available - MIB_PER_SANDBOX * starts < MIN_AVAILABLE_MIB:
         return (f"cannot start another sandbox: {available} MiB of memory available (MemAvailable), under "
                 f"{MIN_AVAILABLE_MIB} MiB; {live()} live sandboxes use about {MIB_PER_SANDBOX} MiB each idle; close "
                 "sandboxes or free memory")
