@@ -125,8 +125,8 @@ class Sandbox:
         capacity.check_headroom()  # a clear refusal, naming the limit, before any is hit
         from .layout import plan  # noqa: PLC0415 (layout imports the rootfs store, which is heavier)
 
-        self._record = records.Record()
         try:
+            self._record = records.Record()
             self._open_session()
             trust = self._prepare_credentials()
             self._root = plan(self.spec, self.layers, info, trust=trust)
