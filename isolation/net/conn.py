@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, NoReturn
 from . import intercept
 from .http import MAX_HEAD, Destination, HttpError, destination, forward_head, parse_request_head, \
     response, rewrite_response_head
-from .policy import Decision, refusal
+from .policy import Decision
+from .refusal import refusal
 from .relay import Pump
 from .tls import TlsStream
 

@@ -4,6 +4,8 @@ dialog that closes when its request ends. Pilot against the scripted model and a
 from __future__ import annotations
 
 import json
+import os
+import shutil
 
 import pytest
 
@@ -11,6 +13,7 @@ from fakes.openai_server import FakeOpenAI, reply, submit
 from lis_tui.widgets.blocks import AnswerBlock, NoticeBlock
 from lis_tui.widgets.status import StatusBar
 from test_app import SIZE, app_for, bash, modal_ready, run, texts, wait_for, web  # noqa: F401 (web: a fixture)
+from test_tmux import Tmux, lis_tui_command, wait_gone
 
 pytestmark = pytest.mark.sandbox
 
@@ -75,4 +78,29 @@ def test_a_dialog_closes_when_its_request_ends_and_saves_nothing(tmp_path, monke
     assert "rc=143" in output and "hello" not in output
     saved = json.loads((tmp_path / "out" / "trajectory.json").read_text())
     assert [(r["host"], r["by"]) for r in saved["network_refusals"]] == [("127.0.0.2", "gone")]
+    assert not (tmp_path / "xdg" / "lis-tui" / "config.toml").exists()
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+@pytest.mark.parametrize("width,height", [(80, 24), (120, 35)])
+def test_in_a_real_terminal_the_dialog_closes_when_curl_gives_up(tmp_path, web, width, height):
+    """What a person sees: the dialog is up with NET ASK ?, curl gives up (-m 10), and the
+    dialog goes by itself, the transcript says why, and the badge is NET ASK again."""
+    fetch = f"curl -sS -m 10 {web.url}/hello.txt; echo rc=$?"
+    script = [reply(tool_calls=[bash(fetch)]), submit()]
+    term = Tmux(f"lis-net-{os.getpid()}-{width}")
+    with FakeOpenAI(script) as server:
+        try:
+            term.start(lis_tui_command(tmp_path, "tui", "--base-url", server.base_url, "--model", "m",
+                                       "--rootfs", "host", "--network", "ask", "-t", "fetch it"),
+                       width, height)
+            asked = term.wait_for("The sandbox wants the network", "NET ASK ?", timeout=60)
+            done = term.wait_for("Answer", "ended before", timeout=60)
+            term.keys("a")  # "Always" to no dialog: nothing to save
+            term.keys("C-q")
+            wait_gone(term)
+        finally:
+            term.kill()
+    assert web.hostport in asked
+    assert "The sandbox wants the network" not in done and "NET ASK ?" not in done and "NET ASK" in done
     assert not (tmp_path / "xdg" / "lis-tui" / "config.toml").exists()
