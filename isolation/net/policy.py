@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 
 ANSWERS = ("allow_once", "allow_session", "allow_always", "deny")
 ASK_TIMEOUT = 120.0
+MAX_REFUSALS_SAID = 200
+"""Refusals a sandbox announces (transcript, run log, trajectory); the rest are only answered."""
 _NAME = re.compile(r"^(\*|\*\.[a-z0-9_-]+(\.[a-z0-9_-]+)*|[a-z0-9_-]+(\.[a-z0-9_-]+)*)$")
 
 
@@ -160,6 +162,7 @@ class NetworkPolicy:
         self._listeners: list[Callable[[str], None]] = []
         self._pending: dict[tuple, _Question] = {}
         self._noted: set[tuple] = set()
+        self._refusals_said = 0
 
     @property
     def mode(self) -> str:
@@ -209,10 +212,15 @@ class NetworkPolicy:
         """Log and announce a refusal, once per host, port, reason and address: a client's
         retries are answered each time, but said once."""
         key = (refusal.host, refusal.port, refusal.by, address)
-        if key in self._noted:
+        if key in self._noted or self._refusals_said > MAX_REFUSALS_SAID:
             return
         if refusal.by != "gone":  # each withdrawn question is said
             self._noted.add(key)
+        self._refusals_said += 1
+        if self._refusals_said > MAX_REFUSALS_SAID:  # a model trying port after port: said, then quiet
+            refusal = Refusal(refusal.host, refusal.port, refusal.by, f"more than {MAX_REFUSALS_SAID} "
+                              "refusals; the next are answered but not listed (the proxy's log has each)",
+                              refusal.sandbox)
         log.info("network: %s (%s)", refusal, refusal.sandbox)
         self._tell(refusal)
 

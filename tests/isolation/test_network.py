@@ -334,6 +334,19 @@ def test_host_rules_parse_and_match():
             HostRule.parse(bad)
 
 
+def test_refusals_are_said_once_each_and_a_flood_of_them_is_not_listed():
+    """A model trying port after port must not grow the transcript and the trajectory without end."""
+    from isolation.net import Refusal
+    from isolation.net.policy import MAX_REFUSALS_SAID
+
+    notes = []
+    policy = NetworkPolicy("on", on_note=notes.append)
+    for port in [1, 1, 2, *range(3, 3 + 2 * MAX_REFUSALS_SAID)]:
+        policy.refused(Refusal("10.0.0.1", port, "host-internal", f"port {port}"), "10.0.0.1")
+    assert [str(n) for n in notes[:2]] == ["port 1", "port 2"] and len(notes) == MAX_REFUSALS_SAID + 1
+    assert f"more than {MAX_REFUSALS_SAID} refusals" in str(notes[-1])
+
+
 def test_policy_order_and_modes():
     policy = NetworkPolicy("on", allow=["*.ok.test"], deny=["bad.ok.test"])
     assert policy.check("bad.ok.test", 443).by == "deny-list"
