@@ -289,6 +289,8 @@ class NetworkPolicy:
                 raise asyncio.CancelledError
             question.asking = asyncio.ensure_future(_call_approver(self._ask, request))
             answer = await asyncio.wait_for(question.asking, self.ask_timeout)
+            if question.withdrawn:  # withdrawn as the answer came: it counts for nothing
+                raise asyncio.CancelledError
         except asyncio.TimeoutError:
             return Decision(False, "timeout")
         except asyncio.CancelledError:

@@ -104,3 +104,27 @@ def test_in_a_real_terminal_the_dialog_closes_when_curl_gives_up(tmp_path, web, 
     assert web.hostport in asked
     assert "The sandbox wants the network" not in done and "NET ASK ?" not in done and "NET ASK" in done
     assert not (tmp_path / "xdg" / "lis-tui" / "config.toml").exists()
+
+
+def test_a_question_a_background_job_left_open_closes_when_the_task_ends(tmp_path, monkeypatch, web):
+    """The model started curl in the background and submitted: the task is over, so is its question."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    background = (f"(curl -sS -m 120 {web.url}/hello.txt > /tmp/got 2>&1 &); "
+                  "until [ -e /tmp/asked ]; do sleep 0.1; done")
+    script = [reply(tool_calls=[bash(background)]), submit()]
+
+    async def scenario():
+        with FakeOpenAI(script) as server:
+            app = app_for(server, tmp_path, network="ask", task="fetch hello.txt")
+            app.conversation.host_services.append(web.hostport)
+            async with app.run_test(size=SIZE) as pilot:
+                await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
+                app.conversation._sandbox.write_file("/tmp/asked", b"")  # the step ends; the task submits
+                await wait_for(pilot, lambda: type(app.screen).__name__ == "MainScreen")
+                await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
+                await wait_for(pilot, lambda: "refused" in app.conversation._sandbox.exec("cat /tmp/got").stdout)
+                return texts(app, NoticeBlock), app.conversation._sandbox.exec("cat /tmp/got").stdout
+
+    notices, got = run(scenario())
+    assert any("ended before an answer" in t for t in notices), notices
+    assert "the task it was asked for ended before the user answered" in got
