@@ -292,7 +292,10 @@ def test_ask_callbacks_may_be_coroutines_or_return_futures_and_share_one_questio
 
     async def decide(request):
         asked.append(request)
-        await asyncio.sleep(0.3)  # long enough for all ten to be waiting on this one question
+        for _ in range(200):  # until all ten wait on this one question (a loaded machine is slow)
+            if sum(q.waiting for q in net.handle.policy._pending.values()) == 10:
+                break
+            await asyncio.sleep(0.05)
         return "allow_once"
 
     net = connect("ask", decide=decide, host_services=[web.hostport])
