@@ -11,9 +11,11 @@ Changes that `apply` holds back (`.git/**`, `.envrc`, `*.pth`, links the sandbox
 executable bits: isolation.heldback) are applied only when named in `paths` and approved by the
 person through the client (elicitation); a client that cannot ask gets them refused, by name.
 
-A network in `ask` mode asks the person through the client (MCP elicitation: "allow pypi.org:443?")
-when the client can; a client that cannot gets the allow list only, and the refusal the model reads
-says how the user can allow a host.
+A network in `ask` mode asks the person through the client (MCP elicitation: "allow pypi.org:443?",
+then "pypi.org:443 resolves to 10.1.2.3, a private or internal address: allow this address for this
+host?" where it does; a question whose request ended is withdrawn) when the client can; a client
+that cannot gets the allow list only, and the refusal the model reads says how the user can allow
+a host.
 """
 from __future__ import annotations
 
@@ -48,7 +50,8 @@ IDLE_TIMEOUT = 1800.0
 log = logging.getLogger(__name__)
 ASK_SCHEMA = {"type": "object", "required": ["answer"], "properties": {"answer": {
     "type": "string", "title": "Network access", "enum": ["allow_once", "allow_session", "deny"],
-    "description": "allow_once: this request; allow_session: this host and port until the sandbox goes; deny"}}}
+    "description": "allow_once: this request; allow_session: this host and port (at this address, when "
+    "the question names one) until the sandbox goes; deny"}}}
 APPROVE_SCHEMA = {"type": "object", "required": ["answer"], "properties": {"answer": {
     "type": "string", "title": "Held-back changes", "enum": ["apply", "leave"],
     "description": "apply: write them to the workspace; leave: keep them in the sandbox"}}}
@@ -111,9 +114,8 @@ class SandboxTools:
         session, loop, request_id = self.client
 
         async def elicit() -> str:
-            result = await session.elicit_form(
-                f"The sandbox wants to reach {request.host}:{request.port} ({request.method}). Allow it?",
-                ASK_SCHEMA, related_request_id=request_id)
+            # A second question when an allowed host resolves to a private or internal address
+            result = await session.elicit_form(request.question, ASK_SCHEMA, related_request_id=request_id)
             return (result.content or {}).get("answer", "deny") if result.action == "accept" else "deny"
 
         return asyncio.run_coroutine_threadsafe(elicit(), loop)

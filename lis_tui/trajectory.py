@@ -16,7 +16,7 @@ from typing import Any
 
 from isolation import SandboxError
 from isolation.hostwalk import RefusedPaths, files_below
-from lis_tui.events import RunFinished, RunStarted, RunUsage, StepFinished, StepRecord
+from lis_tui.events import NetworkRefused, RunFinished, RunStarted, RunUsage, StepFinished, StepRecord
 
 FORMAT = "lis-tui-trajectory/1"
 
@@ -53,6 +53,11 @@ class TrajectoryWriter:
             self.doc.update(finish_reason=event.reason, message=event.message,
                             answer=event.answer, answer_note=event.answer_note,
                             duration=round(event.duration, 3))
+        elif isinstance(event, NetworkRefused):  # from the proxy's thread, while a save may run
+            with self._lock:
+                self.doc.setdefault("network_refusals", []).append(
+                    {"time": now_iso(), "host": event.host, "port": event.port, "by": event.by,
+                     "text": event.text})
         else:
             return
         self.save()

@@ -158,7 +158,7 @@ class StepLog:
         elif isinstance(event, events.StepFinished):
             self.live.clear()
             self._line(step_line(event.record))
-        elif isinstance(event, events.CredentialAdded):  # from the proxy's thread
+        elif isinstance(event, (events.CredentialAdded, events.NetworkRefused)):  # the proxy's thread
             self._line(f"      network: {event.text}")
         elif isinstance(event, events.ModelRetry):
             self._line(f"      model server: {event.reason}; retry {event.attempt} in "
