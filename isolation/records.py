@@ -14,6 +14,7 @@ interpreter exit the reaper is waited for.
 from __future__ import annotations
 
 import atexit
+import errno
 import fcntl
 import logging
 import os
@@ -80,7 +81,10 @@ class Record:
     def release(self) -> None:
         """Remove the scratch and the record; the sandbox is already dead. The scratch leaves its
         name now and the disk soon after (see wait_released)."""
-        os.pwrite(self._fd, b" " * 16, 0)  # no group to kill any more, should its number be reused
+        try:
+            os.pwrite(self._fd, b" " * 16, 0)  # no group to kill any more, should its number be reused
+        except OSError:  # a full disk: the record is removed below all the same
+            pass
         gone = self.root / f".{self.id}.gone"
         try:
             os.rename(self.dir, gone)
@@ -90,6 +94,15 @@ class Record:
             _remove_scratch(self.dir)
             gone = None
         _reaper().put((gone, self.lock_path, self._fd))
+
+def scratch_error(exc: OSError) -> SandboxError | None:
+    """The error a person sees when the scratch cannot be written (full disk, quota, read-only,
+    not ours), with the fix; None for any other failure."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return None
+    return SandboxError(f"cannot write the sandbox scratch in {scratch_root()}: {exc.strerror}. Fix: free "
+                        "space there, or set LIS_SCRATCH to a folder on a disk with room")
+
 
 def _reap(jobs: queue.Queue) -> None:
     while True:

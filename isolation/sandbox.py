@@ -110,15 +110,18 @@ class Sandbox:
         _sweep_once()
         from .layout import plan  # noqa: PLC0415 (layout imports the rootfs store, which is heavier)
 
-        self._record = records.Record()
         try:
+            self._record = records.Record()
             self._open_session()
             trust = self._prepare_credentials()
             self._root = plan(self.spec, self.layers, info, trust=trust)
             self._cgroup = cgroup.for_sandbox(self._record.id, self.spec.limits)
             self._launch(info)
-        except BaseException:
+        except BaseException as exc:
             self.close()
+            full = records.scratch_error(exc) if isinstance(exc, OSError) else None
+            if full is not None:
+                raise full from None
             raise
         self.env = self._root.environment(self.spec)
         if self._network_policy().mode != "off":
