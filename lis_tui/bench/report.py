@@ -21,12 +21,14 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&#!])")
 
 
 def write_reports(records: list[dict[str, Any]], output: Path, title: str = "",
-                  run: dict[str, str] | None = None) -> dict[str, Any]:
+                  run: dict[str, str] | None = None, not_run: list[str] | None = None) -> dict[str, Any]:
     """Write summary.md, summary.json and report.html into `output`; returns the summary.
-    `run`: what the report's head names (model, server, date), see `run_info`."""
+    `run`: what the report's head names (model, server, date), see `run_info`; `not_run`: the
+    keys of the episodes an interruption left out."""
     summary = summarize(records)
     summary["title"] = title
     summary["run"] = run or {}
+    summary["not_run"] = list(not_run or ())
     (output / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     (output / "summary.md").write_text(markdown(summary), encoding="utf-8")
     (output / "report.html").write_text(html(summary, records), encoding="utf-8")
@@ -55,7 +57,7 @@ def public_url(url: str) -> str:
 def markdown(summary: dict[str, Any]) -> str:
     """The summary as Markdown tables (also what the terminal shows)."""
     if not summary["episodes"]:
-        return "# lis-tui bench\n\nNo episodes finished yet.\n"
+        return "# lis-tui bench\n\nNo episodes finished yet.\n" + _not_run(summary)
     title = md_text(summary.get("title") or "lis-tui bench")
     return f"# {title}\n\n{_head(summary)}" + tables(summary)
 
@@ -65,8 +67,20 @@ def tables(summary: dict[str, Any]) -> str:
     parts = [f"{summary['episodes']} episodes.\n",
              _group_table(summary), _accuracy_table(summary),
              _mode_table(summary), _capability_table(summary), _error_table(summary),
-             "".join(f"Note: {md_text(n)}\n" for n in summary.get("notes") or ())]
+             "".join(f"Note: {md_text(n)}\n" for n in summary.get("notes") or ()),
+             _not_run(summary)]
     return "\n".join(p for p in parts if p)
+
+
+def _not_run(summary: dict[str, Any], shown: int = 20) -> str:
+    """The episodes an interruption left out, so a partial run is not read as a whole one."""
+    keys = summary.get("not_run") or []
+    if not keys:
+        return ""
+    names = ", ".join(md_text(k.replace("|", " ")) for k in keys[:shown])
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return (f"## Not run\n\nInterrupted: {len(keys)} episode{'s' * (len(keys) != 1)} did not run "
+            f"({names}{more}); `--resume` with the same `--output` runs them.\n")
 
 
 def _head(summary: dict[str, Any]) -> str:
