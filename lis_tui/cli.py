@@ -9,7 +9,8 @@ import sys
 from . import __version__
 
 # Subcommand modules, each with `add_parsers(subparsers)`; a missing one is skipped.
-COMMANDS = ("sandbox", "rootfs", "run", "runs", "config", "trust", "sessions", "bench", "tasks", "rollout", "env", "mcp", "tui")
+COMMANDS = ("sandbox", "rootfs", "run", "runs", "config", "trust", "sessions", "bench", "tasks", "rollout", "env", "mcp",
+            "fake_server", "tui")
 
 
 class _Parser(argparse.ArgumentParser):
