@@ -304,7 +304,8 @@ def _record(episode: Episode, ctx: EpisodeContext, folder: Path, finished: RunFi
     (folder / "answer.txt").write_text(answer + "\n" if answer else "", encoding="utf-8")
     u = finished.usage
     return _line(episode, folder, started, counter, answer=answer, reward=reward,
-                 finish_reason=finished.reason, message=finished.message, steps=finished.steps,
+                 finish_reason=finished.reason, steps=finished.steps,
+                 message=finished.message or ("" if answer else finished.answer_note),
                  tokens=(u.prompt_tokens, u.completion_tokens, u.environment_tokens,
                          u.last_prompt_tokens + u.last_completion_tokens),
                  reward_error=reward_error, notes=_scorer_notes(episode.task))

@@ -195,12 +195,18 @@ def _capability_table(s: dict[str, Any]) -> str:
     return "## Capability use\n\n" + _table(["mode"] + [k.replace("_", " ") for k in KINDS], rows)
 
 
-def _error_table(s: dict[str, Any]) -> str:
-    rows = [[md_text(m), md_text(kind), str(n)] for m, p in s["per_mode"].items()
-            for kind, n in sorted(p["errors"].items())]
+def _error_table(s: dict[str, Any], width: int = 200) -> str:
+    rows = [[md_text(m), md_text(kind), str(n), md_text(_clip(p.get("error_reasons", {}).get(kind, ""), width))]
+            for m, p in s["per_mode"].items() for kind, n in sorted(p["errors"].items())]
     if not rows:
-        return "## Errors\n\nNone: every episode submitted.\n"
-    return "## Errors and stops (not submitted)\n\n" + _table(["mode", "kind", "episodes"], rows)
+        return "## Errors\n\nNone: every episode submitted an answer.\n"
+    return ("## Errors, stops and missing answers\n\n" + _table(["mode", "kind", "episodes", "why (the most common)"], rows)
+            + "\nEach episode's reason is its `message` in results.jsonl.\n")
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def html(summary: dict[str, Any], records: list[dict[str, Any]] | None = None) -> str:

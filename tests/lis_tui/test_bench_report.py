@@ -109,8 +109,9 @@ def test_the_page_leads_with_title_model_server_and_date_then_charts_then_episod
     assert order == sorted(order)
     episodes = page.split("<h2>Episodes</h2>")[1]
     assert episodes.count("<tr>") == 1 + len(RECORDS)
-    assert '<td>a</td><td>llm</td><td>0</td><td class="text">x</td><td>1.00</td>' \
-           '<td>submitted</td><td><a href="episodes/a.llm.0/trajectory.json">trajectory</a>' in episodes
+    assert '<td>a</td><td class="l">llm</td><td>0</td><td class="text">x</td><td>1.00</td>' \
+           '<td class="text">submitted</td><td class="l"><a href="episodes/a.llm.0/trajectory.json">' \
+           'trajectory</a>' in episodes
     assert "Model: qwen" in (tmp_path / "summary.md").read_text()
 
 
@@ -141,3 +142,16 @@ def test_older_records_without_suite_or_trajectory_tokens_still_summarize():
     s = summarize(RECORDS)  # hand-made records: no "suite", no tokens.trajectory
     assert s["group_by"] == "domain"
     assert s["groups"]["math"]["modes"]["llm"]["trajectory_tokens"] == 450
+
+
+def test_a_bench_says_why_an_episode_failed_and_which_wrote_no_answer(tmp_path, monkeypatch, capsys):
+    """A real bench against the scripted server: one episode meets a 400 (context length), one
+    submits without writing answer.txt. The console, summary.md and report.html say so."""
+    from fakes.openai_server import FakeOpenAI, call, error, reply
+
+    from lis_tui.cli import main
+
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text('{"id": "long", "problem_statement": "p", "ground_truth": "1"}\n'
+                     '{"id": "mute", "problem_statement": "p", "ground_truth": "1"}\n')
+
