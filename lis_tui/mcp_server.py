@@ -200,7 +200,9 @@ def _sdk():
         import mcp_types  # noqa: PLC0415
         from mcp.server.lowlevel import Server  # noqa: PLC0415
     except ImportError:
-        raise SystemExit("lis-tui mcp needs the MCP SDK: pip install 'lis-tui[mcp]'") from None
+        from isolation.extras import install_hint  # noqa: PLC0415
+
+        raise SystemExit(f"lis-tui mcp needs the MCP SDK; install it with: {install_hint('mcp')}") from None
     return anyio, mcp_types, Server
 
 

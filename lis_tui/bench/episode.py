@@ -316,7 +316,9 @@ def _scorer_notes(task: Task) -> list[str]:
     without math-verify undercounts; a paper suite's other scorer is not the paper's metric."""
     notes = [task.extra["scorer_note"]] if task.extra.get("scorer_note") else []
     if parse_reward(task.reward)[0] in MATH_REWARDS and math_verify_missing():
-        notes.append("scored without math-verify (pip install 'lis-tui[paper]'): equal "
+        from isolation.extras import install_hint  # noqa: PLC0415
+
+        notes.append(f"scored without math-verify ({install_hint('paper')}): equal "
                      "expressions written differently, like \\sqrt{12} and 2\\sqrt{3}, count "
                      "as wrong")
     return notes

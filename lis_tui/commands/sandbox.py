@@ -132,7 +132,7 @@ def add_parsers(sub) -> None:
                                    "rootfs store, then start a test sandbox. Exit 0 only when sandboxes work.")
     p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                    help="check every node of a Ray cluster instead (auto: RAY_ADDRESS or this "
-                        "machine's cluster) and print one table; needs pip install 'lis-tui[ray]'")
+                        "machine's cluster) and print one table; needs Ray (./install.sh --ray)")
     p.set_defaults(func=cmd_doctor)
 
 

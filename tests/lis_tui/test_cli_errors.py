@@ -179,3 +179,27 @@ def test_a_mistyped_flag_is_refused_with_did_you_mean(cli, tmp_path, argv, hint)
 def test_every_command_refuses_an_unknown_flag_in_one_line(cli, tmp_path, command):
     done = cli(*command, "--no-such-flag")
     assert done.returncode == 2 and "--no-such-flag" in one_line(done)
+
+
+def test_an_install_hint_names_a_pip_that_works_and_the_extras_packages(tmp_path):
+    """`pip install 'lis-tui[paper]'` finds nothing (no index has lis-tui) and a system pip refuses
+    (PEP 668): the hint names this Python's pip and where lis-tui came from, and running it is a
+    dry run that resolves."""
+    from isolation.extras import install_hint
+
+    hint = install_hint("paper")
+    assert hint.startswith(f"{sys.executable} -m pip install ") and "[paper]" in hint
+    assert "'lis-tui[paper]'" not in hint
+    words = hint.split()
+    if "-e" in words:  # installed from a checkout: the path is that checkout, with its pyproject
+        where = words[words.index("-e") + 1].strip("'").rsplit("[", 1)[0]
+        assert (Path(where) / "pyproject.toml").is_file()
+
+
+def test_run_sends_max_tokens_and_temperature(cli):
+    with FakeOpenAI([reply("ANSWER: 4")]) as server:
+        done = cli("run", "--mode", "llm", "--base-url", server.base_url, "--model", "m",
+                   "--max-tokens", "64", "--temperature", "0.2", "--output-dir", "r", "2+2?")
+        (request,) = server.chat_requests
+    assert done.returncode == 0, done.stderr
+    assert (request.body["max_tokens"], request.body["temperature"]) == (64, 0.2)

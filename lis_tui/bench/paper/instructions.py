@@ -15,6 +15,7 @@ import json
 import re
 from typing import Any, Callable
 
+from isolation.extras import install_hint
 from lis_tui.bench.rewards import RewardError
 from lis_tui.bench.tasks import TaskError
 
@@ -68,14 +69,13 @@ def _is_json(text: str) -> bool:
     return True
 
 
-IFBENCH_EXTRA = "pip install 'lis-tui[ifbench]'"
 NLTK_RESOURCES = ("tokenizers/punkt", "tokenizers/punkt_tab",
                   "taggers/averaged_perceptron_tagger_eng", "corpora/stopwords")
 """The NLTK data if-verifiable's checks read (and would download when it is imported)."""
 NLTK_DATA = ("python -m nltk.downloader punkt punkt_tab averaged_perceptron_tagger_eng "
              "stopwords")
 FALLBACK_NOTE = ("instruct_follow scored with lis-tui's own IFEval-style checks, not IFBench's "
-                 f"as in the paper ({IFBENCH_EXTRA} for those)")
+                 "as in the paper (for those: {hint})")
 
 
 Checks = dict[str, Callable[[str, dict], bool]]
@@ -88,7 +88,7 @@ def followed(instruction_id: str, answer: str, kwargs: dict[str, Any],
     check = (checks() if known is None else known).get(instruction_id)
     if check is None:
         raise RewardError(f"instruction {instruction_id!r} has no check here"
-                          + ("" if has_ifbench() else f"; for IFBench's, run: {IFBENCH_EXTRA}"))
+                          + ("" if has_ifbench() else f"; for IFBench's, run: {install_hint('ifbench')}"))
     kwargs = {k: v for k, v in kwargs.items() if v is not None}  # Parquet pads with nulls
     return check(answer, kwargs)
 
@@ -133,11 +133,11 @@ def prepare(tasks: list[Any]) -> str:
         raise TaskError(str(exc)) from None
     missing = sorted({i for t in tasks for i in instructions_of(t)[0]} - set(known))
     if missing:
-        hint = (f"run: {IFBENCH_EXTRA} (IFBench's own checks)" if not has_ifbench() else
+        hint = (f"run: {install_hint('ifbench')} (IFBench's own checks)" if not has_ifbench() else
                 "neither IFBench nor IFEval names them")
         raise TaskError(f"instruct_follow rows name instructions with no check here: "
                         f"{', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}; {hint}")
-    return "" if has_ifbench() else FALLBACK_NOTE
+    return "" if has_ifbench() else FALLBACK_NOTE.format(hint=install_hint("ifbench"))
 
 
 def has_ifbench() -> bool:

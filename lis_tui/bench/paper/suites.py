@@ -5,11 +5,11 @@ import importlib.util
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from isolation.extras import install_hint
 from lis_tui.bench.paper import instructions, scorers
 from lis_tui.bench.paper.data import load_rows
 from lis_tui.bench.tasks import Task, TaskError, tasks_from_items
 
-PAPER_EXTRA = "pip install 'lis-tui[paper]'"
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def check_extras(name: str, scorer_name: str = "") -> None:
     missing = [m for m in needs if importlib.util.find_spec(m) is None]
     if missing:
         raise TaskError(f"paper suite {name!r} scores with {', '.join(missing)}, which is not "
-                        f"installed; run: {PAPER_EXTRA}")
+                        f"installed; run: {install_hint('paper')}")
 
 
 def scoring(name: str, scorer_name: str) -> Scoring:
