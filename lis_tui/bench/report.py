@@ -96,22 +96,22 @@ def _group_table(s: dict[str, Any]) -> str:
     modes = [m for m in ("sandbox", "llm") if m in s["modes"]]
     if not modes:
         return ""
-    by = s["group_by"]
-    header = [by, *(f"{m} acc" for m in modes), "sandbox − llm", *(f"{m} score" for m in modes),
-              *(f"{m} tokens" for m in modes), "tokens ratio", "trajectory ratio",
-              *(k.replace("_", " ") for k in KINDS)]
+    by, both = s["group_by"], len(modes) == 2  # one mode: no gap or ratio columns, all "-"
+    kinds = KINDS if "sandbox" in modes else ()  # nor capability columns without a sandbox
+    header = [by, *(f"{m} acc" for m in modes), *["sandbox − llm"] * both, *(f"{m} score" for m in modes),
+              *(f"{m} tokens" for m in modes), *["tokens ratio", "trajectory ratio"] * both,
+              *(k.replace("_", " ") for k in kinds)]
     rows = []
     for name, g in s["groups"].items():
         got = g["modes"]
         box = got.get("sandbox")
         rows.append([md_text(name),
                      *(_n_pct(got[m]) if m in got else "-" for m in modes),
-                     _pts(g.get("accuracy_delta")),
+                     *[_pts(g.get("accuracy_delta"))] * both,
                      *(f"{got[m]['mean_reward']:.3f}" if m in got else "-" for m in modes),
                      *(f"{got[m]['total_tokens']:,.0f}" if m in got else "-" for m in modes),
-                     _times(g.get("token_ratio")),
-                     _times(g.get("trajectory_ratio")),
-                     *(_pct(box["capability"][k]) if box else "-" for k in KINDS)])
+                     *[_times(g.get("token_ratio")), _times(g.get("trajectory_ratio"))] * both,
+                     *(_pct(box["capability"][k]) if box else "-" for k in kinds)])
     return (f"## Per {by}: sandbox against LLM\n\n" + _table(header, rows) +
             "\nacc: share of episodes scored correct. score: mean reward, the paper's headline "
             "number (partial credit counts: F1, ROUGE-L). tokens: prompt + completion over all "

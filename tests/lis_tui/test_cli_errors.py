@@ -203,3 +203,29 @@ def test_run_sends_max_tokens_and_temperature(cli):
         (request,) = server.chat_requests
     assert done.returncode == 0, done.stderr
     assert (request.body["max_tokens"], request.body["temperature"]) == (64, 0.2)
+
+
+# -- item 12: smaller things a person sees ---------------------------------------------------------
+
+def test_runs_names_the_server_default_model_not_a_dash(cli):
+    with FakeOpenAI([reply("ANSWER: 4")]) as server:  # no --model: the server's default answers
+        assert cli("run", "--mode", "llm", "--base-url", server.base_url, "2+2?").returncode == 0
+    done = cli("runs")
+    (row,) = done.stdout.splitlines()[1:]
+    assert "(server default)" in row and " - " not in row
+
+
+def test_bench_progress_into_a_file_is_a_line_per_tenth_not_per_episode():
+    import io
+
+    from lis_tui.bench.progress import Progress
+
+    out = io.StringIO()  # not a terminal: a log file, CI
+    progress = Progress(out, total=200, every=1e9)  # the time trigger out of the way
+    for _ in range(200):
+        progress.begin()
+        progress.end()
+        progress.add({"correct": True})
+    progress.show(final=True)
+    lines = out.getvalue().splitlines()
+    assert len(lines) <= 12 and "[200/200]" in lines[-1]  # start, ten tenths, the end
