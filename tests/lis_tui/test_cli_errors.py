@@ -229,3 +229,22 @@ def test_bench_progress_into_a_file_is_a_line_per_tenth_not_per_episode():
     progress.show(final=True)
     lines = out.getvalue().splitlines()
     assert len(lines) <= 12 and "[200/200]" in lines[-1]  # start, ten tenths, the end
+
+
+def test_shell_says_what_it_is_in_and_how_to_leave(tmp_path):
+    """`lis-tui shell` on a terminal of ours: the banner comes before the first prompt."""
+    import pexpect
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+           "XDG_STATE_HOME": str(tmp_path / "state"), "TERM": "xterm"}
+    child = pexpect.spawn(sys.executable, ["-m", "lis_tui.cli", "shell", "--network", "off"],
+                          env=env, cwd=str(tmp_path), encoding="utf-8", timeout=60)
+    try:
+        child.expect("lis-tui shell: a fresh sandbox")
+        child.expect(r"\(lis-sandbox\)")
+        banner = child.before
+        assert "rootfs host, network off" in banner and "`exit` or Ctrl-D leaves" in banner
+        child.sendline("exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
