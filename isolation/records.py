@@ -95,13 +95,13 @@ class Record:
             gone = None
         _reaper().put((gone, self.lock_path, self._fd))
 
-def scratch_error(exc: OSError) -> SandboxError | None:
-    """The error a person sees when the scratch cannot be written (full disk, quota, read-only,
-    not ours), with the fix; None for any other failure."""
-    if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+def scratch_error(exc: OSError, making: bool = False) -> SandboxError | None:
+    """The error a person sees when the scratch cannot be written (full disk, quota, read-only;
+    any error while `making` the record: not a folder, not ours), with the fix; None otherwise."""
+    if not making and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
         return None
     return SandboxError(f"cannot write the sandbox scratch in {scratch_root()}: {exc.strerror}. Fix: free "
-                        "space there, or set LIS_SCRATCH to a folder on a disk with room")
+                        "space there, or set LIS_SCRATCH to a folder of yours on a disk with room")
 
 
 def _reap(jobs: queue.Queue) -> None:

@@ -118,8 +118,9 @@ class Sandbox:
             self._cgroup = cgroup.for_sandbox(self._record.id, self.spec.limits)
             self._launch(info)
         except BaseException as exc:
+            making = self._record is None  # any failure to make the record is the scratch's
             self.close()
-            full = records.scratch_error(exc) if isinstance(exc, OSError) else None
+            full = records.scratch_error(exc, making=making) if isinstance(exc, OSError) else None
             if full is not None:
                 raise full from None
             raise

@@ -112,6 +112,13 @@ def test_a_full_scratch_disk_is_one_line_and_leaves_nothing(tmp_path):
     assert done.stdout.split() == ["rc=1", "fill"]  # no record, no scratch left behind
 
 
+@pytest.mark.parametrize("where", ["afile", "/proc/nope/scratch"])
+def test_a_scratch_that_cannot_be_made_is_one_line(cli, afile, where):
+    done = cli("exec", "--", "true", env={"LIS_SCRATCH": where})
+    line = one_line(done)
+    assert done.returncode == 1 and "cannot write the sandbox scratch" in line and "LIS_SCRATCH" in line
+
+
 # -- item 8: a URL without its scheme is refused at once ---------------------------------------
 
 @pytest.mark.parametrize("argv", [
