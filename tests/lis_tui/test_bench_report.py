@@ -154,7 +154,30 @@ def test_a_bench_says_why_an_episode_failed_and_which_wrote_no_answer(tmp_path, 
     tasks = tmp_path / "t.jsonl"
     tasks.write_text('{"id": "long", "problem_statement": "p", "ground_truth": "1"}\n'
                      '{"id": "mute", "problem_statement": "p", "ground_truth": "1"}\n')
+    too_long = "This model's maximum context length is 4096 tokens; you asked for 9000"
+    script = [error(400, too_long), reply("done", [call("submit", {})])]  # -j 1: in task order
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    with FakeOpenAI(script) as server:
+        code = main(["bench", str(tasks), "-j", "1", "--rootfs", "host", "--base-url",
+                     server.base_url, "--model", "m", "--output", "out"])
+        assert len(server.chat_requests) == 2  # the 400 is not retried
+    assert code == 0
+    console = capsys.readouterr().out
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    page = (tmp_path / "out" / "report.html").read_text()
+    for shown in (console, summary, page):
+        assert "maximum context length is 4096 tokens" in shown
+        assert "no answer" in shown and "answer.txt was written" in shown
+    assert "None: every episode" not in summary
+    assert '<td class="l">sandbox</td>' in page  # text columns read from the left
 
+
+def test_text_columns_are_left_aligned_and_numbers_right(tmp_path):
+    write_reports(RECORDS, tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    assert '<td class="l">sandbox</td>' in page and '<td class="l">max_steps</td>' in page
+    assert "<td>100.0% (n=2)</td>" in page  # a number stays right-aligned
 
 
 def test_a_single_mode_summary_has_no_empty_gap_columns():
