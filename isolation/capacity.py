@@ -23,7 +23,8 @@ START_FDS = 32  # descriptors a start opens for a moment (pipes, memfds, sockets
 START_PIDS = 8  # processes a start may add for a moment (bwrap, pid 1, the helper's zygote and spare)
 MIN_AVAILABLE_MIB = 64  # below this much MemAvailable a start is refused
 NAMESPACES = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup")
-LIMIT_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOSPC, errno.ENOMEM)
+PROCESS_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM)  # never a full scratch
+LIMIT_ERRNOS = (*PROCESS_ERRNOS, errno.ENOSPC)
 
 _live = 0  # sandboxes this process holds now
 _live_lock = threading.Lock()

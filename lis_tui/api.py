@@ -212,7 +212,11 @@ def prepare_output_dir(path: str | Path | None) -> Path:
     out = Path(path).expanduser().absolute()
     if (out / "trajectory.json").exists() or (out / "files").exists():
         raise ValueError(f"{out} already holds a run; choose another --output-dir or remove it")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file there, a read-only or full disk
+        raise ValueError(f"cannot make the run's directory {out}: {exc.strerror}; choose another "
+                         "--output-dir") from None
     return out
 
 

@@ -59,6 +59,20 @@ APPROVE_WAIT = 600.0
 """Seconds the person has to answer an approval before it counts as "leave"."""
 
 
+def _argument_mistake(name: str, arguments: dict[str, Any]) -> str:
+    """A sentence for the client when a review tool's arguments do not fit its schema, or ''
+    (a Python signature in a TypeError says nothing to a model or a person)."""
+    _, _, properties, required = next(t for t in REVIEW_TOOLS if t[0] == name)
+    missing = [r for r in required if r not in arguments]
+    unknown = sorted(set(arguments) - set(properties))
+    if missing:
+        return f"{name} needs " + "; ".join(f"`{r}`: {properties[r]['description']}" for r in missing)
+    if unknown:
+        takes = ", ".join(f"`{p}`" for p in properties) or "no arguments"
+        return f"{name} takes {takes}, not " + ", ".join(f"`{u}`" for u in unknown)
+    return ""
+
+
 class SandboxTools:
     """One client's sandbox and its tools; every call is blocking and thread-safe."""
 
@@ -88,6 +102,9 @@ class SandboxTools:
                 if handler is None or name not in {t[0] for t in REVIEW_TOOLS}:
                     return ToolResult(f"No tool named {name!r}; the tools are: "
                                       + ", ".join(s["name"] for s in self.schemas()), error=True)
+                mistake = _argument_mistake(name, arguments or {})
+                if mistake:
+                    return ToolResult(mistake, error=True)
                 return handler(**(arguments or {}))
             except (SandboxError, OSError, TypeError, ValueError) as exc:
                 return ToolResult(f"{name} failed: {exc}", error=True)
@@ -202,7 +219,9 @@ def _sdk():
         import mcp_types  # noqa: PLC0415
         from mcp.server.lowlevel import Server  # noqa: PLC0415
     except ImportError:
-        raise SystemExit("lis-tui mcp needs the MCP SDK: pip install 'lis-tui[mcp]'") from None
+        from isolation.extras import install_hint  # noqa: PLC0415
+
+        raise SystemExit(f"lis-tui mcp needs the MCP SDK; install it with: {install_hint('mcp')}") from None
     return anyio, mcp_types, Server
 
 
@@ -226,7 +245,9 @@ def _server(tools_for) -> Any:
         return types.CallToolResult(content=[types.TextContent(type="text", text=result.output)],
                                     is_error=result.error)
 
-    return Server("lis-tui", on_list_tools=list_tools, on_call_tool=call_tool)
+    from lis_tui import __version__  # noqa: PLC0415
+
+    return Server("lis-tui", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
 def serve_stdio(tools: SandboxTools) -> None:
