@@ -68,6 +68,11 @@ class Transcript(VerticalScroll):
         self._tools[(e.step, e.index)] = self.last_tool = block
         self.mount(block)
 
+    def _on_ToolOutput(self, e: ev.ToolOutput) -> None:
+        block = self._tools.get((e.step, e.index))
+        if block is not None:
+            block.add_output(e.text, e.seconds, e.skipped)
+
     def _on_ToolFinished(self, e: ev.ToolFinished) -> None:
         block = self._tools.pop((e.step, e.index), None)
         if block is not None:
