@@ -231,3 +231,28 @@ def test_started_where_it_cannot_write_the_run_goes_to_the_state_dir_and_a_failu
     runs = list((tmp_path / "state" / "lis-tui" / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "answer.txt").read_text() == "7\n"
     assert list((readonly / "lis-output").iterdir()) == []
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)])
+def test_a_running_command_s_output_shows_as_it_comes(tmp_path, size):
+    # Issue 27 item 4: a 10 s loop showed only "running 14s" until it ended.
+    loop = "for i in $(seq 1 10); do echo tick-$i; sleep 1; done"
+    script = [reply(tool_calls=[call("execute_bash", {"command": loop})]), submit()]
+    term = Tmux(f"lis-live-{os.getpid()}-{size[0]}")
+    with FakeOpenAI(script) as server:
+        try:
+            term.start(lis_tui_command(tmp_path, "tui", "--base-url", server.base_url,
+                                       "--model", "a-model-with-a-long-name-from-its-server"),
+                       width=size[0], height=size[1])
+            term.wait_for("Type a task")
+            term.keys("Count to ten slowly.", "Enter")
+            early = term.wait_for("tick-2", "running")
+            assert "tick-10" not in early and "exit 0" not in early  # still running
+            status = early.splitlines()[:2]
+            assert "NET OFF" in status[0] and status[1].startswith("▶ step 1")  # no wrap
+            shown = term.wait_for("tick-10", "exit 0", timeout=40)
+            assert "all of it shows when it ends" not in shown  # the live view gave way
+            term.keys("C-q")
+            wait_gone(term)
+        finally:
+            term.kill()
