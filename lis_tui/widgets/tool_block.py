@@ -21,10 +21,9 @@ LINE_SHOWN = 1000  # characters of one line of a running command's output kept f
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
-class OutputView(Static, can_focus=True):
-    """Tool output, clipped to its last lines; Enter or a click shows all of it."""
-
-    BINDINGS = [("enter", "toggle", "Expand")]
+class OutputView(Static):
+    """Tool output, clipped to its last lines; a click (or `e` in the transcript) shows all of
+    it. Not a Tab stop: Tab goes between the prompt and the transcript, however long the run."""
 
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -34,11 +33,18 @@ class OutputView(Static, can_focus=True):
         self._draw()
 
     def action_toggle(self) -> None:
-        self.expanded = not self.expanded
+        self.show_all(not self.expanded)
+
+    def show_all(self, expanded: bool) -> None:
+        self.expanded = expanded
         self._draw()
 
     def on_click(self) -> None:
         self.action_toggle()
+
+    @property
+    def clipped(self) -> bool:
+        return not self.expanded and len(self.output.splitlines()) > CLIP_LINES
 
     def _draw(self) -> None:
         lines = self.output.splitlines()
@@ -46,7 +52,7 @@ class OutputView(Static, can_focus=True):
             self.update(plain(self.output))
             return
         hidden = len(lines) - CLIP_LINES
-        self.update(Text.assemble((f"… {hidden} more lines (Enter to expand)\n", "italic"),
+        self.update(Text.assemble((f"… {hidden} more lines (a click or e expands)\n", "italic"),
                                   plain("\n".join(lines[-CLIP_LINES:]))))
 
 

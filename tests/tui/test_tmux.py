@@ -256,3 +256,39 @@ def test_a_running_command_s_output_shows_as_it_comes(tmp_path, size):
             wait_gone(term)
         finally:
             term.kill()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)])
+def test_setup_then_tab_keeps_the_draft_and_goes_prompt_transcript_prompt(tmp_path, size):
+    # Issue 27 item 10: with no server found, typing on the setup screen went nowhere; every
+    # output block was a Tab stop; tabbing back into the prompt selected the draft, so the
+    # next key replaced it.
+    from lis_tui.discover import KNOWN_PORTS, find_servers
+    if find_servers(KNOWN_PORTS):
+        pytest.skip("a model server runs on this machine: the setup screen offers it instead")
+    long = "seq 1 40; echo listed"
+    script = [reply(tool_calls=[call("execute_bash", {"command": long}),
+                                call("execute_bash", {"command": long})]), submit()]
+    term = Tmux(f"lis-focus-{os.getpid()}-{size[0]}")
+    with FakeOpenAI(script) as server:
+        try:
+            term.start(lis_tui_command(tmp_path), width=size[0], height=size[1])
+            term.wait_for("Where is the model?", "No model server found")
+            term.keys(server.base_url)  # typed straight away: the URL field has the keys
+            term.wait_for(server.base_url)
+            term.keys("C-s")
+            term.wait_for("Type a task", "Saved to")  # the setup screen closed
+            term.keys("List them.", "Enter")
+            term.wait_for("Answer", "exit 0")
+            term.keys("draft")
+            term.wait_for("draft")
+            # Tab: to the transcript, past no output block; Tab: back to the prompt, where the
+            # draft is kept as it was (not selected, so the next key adds to it)
+            term.keys("Tab", "Tab", "+more")
+            shown = term.wait_for("draft+more")
+            assert "draft+more" in shown.splitlines()[-3], shown  # in the prompt, above the footer
+            term.keys("C-q")
+            wait_gone(term)
+        finally:
+            term.kill()
+    assert server.base_url in (tmp_path / "xdg" / "lis-tui" / "config.toml").read_text()
