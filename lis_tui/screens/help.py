@@ -22,7 +22,7 @@ KEYS = (
            "workspace · e Export /testbed/output · Esc Discard (close, nothing written)"),
     ("F1", "this help"),
     ("Tab", "move between the transcript and the prompt"),
-    ("e in the transcript", "expand every command's output, or clip it again (a click does one)"),
+    ("e", "in the transcript: expand every command's output, or clip it again (a click: one)"),
     ("Ctrl+Q", "quit (asks first while a task runs)"),
     ("Command approval", "r Run · e Edit the command, then Run · s / Esc Skip (type a "
                               "reason first)"),
