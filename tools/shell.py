@@ -12,11 +12,11 @@ inside the sandbox. A timeout or `interrupt()` signals the pty's foreground proc
 we type reaches a program still running (a full-screen one would take it as keys); bash is
 replaced only when nothing else works. With an `on_output` callback, whoever watches (the app)
 gets the cleaned output a few times a second while a command runs: the same lines the model
-gets, as they come; without one, nothing of that is done. Between commands a thread keeps reading what background
-jobs print, as a terminal would, and the next command's output starts with it. bash's
-job-control notices (`[1]+  Done  sleep 1`) are dropped: it prints them in the middle of the
-command that happened to be running, and only turning job control off (which Ctrl-C needs)
-would keep bash from printing them.
+gets, as they come; without one, nothing of that is done. Between commands a thread keeps
+reading what background jobs print, as a terminal would, and the next command's output starts
+with it. bash's job-control notices (`[1]+  Done  sleep 1`) are dropped: it prints them in the
+middle of the command that happened to be running, and only turning job control off (which
+Ctrl-C needs) would keep bash from printing them.
 """
 
 from __future__ import annotations
