@@ -236,7 +236,8 @@ def test_started_where_it_cannot_write_the_run_goes_to_the_state_dir_and_a_failu
 @pytest.mark.parametrize("size", [(80, 24), (120, 35)])
 def test_a_running_command_s_output_shows_as_it_comes(tmp_path, size):
     # Issue 27 item 4: a 10 s loop showed only "running 14s" until it ended.
-    loop = "for i in $(seq 1 10); do echo tick-$i; sleep 1; done"
+    # each line comes with a clipboard (OSC 52) and a title string: live, as later, they stay text
+    loop = f"for i in $(seq 1 10); do echo tick-$i; printf %s {shlex.quote(OSC52 + TITLE)}; sleep 1; done"
     script = [reply(tool_calls=[call("execute_bash", {"command": loop})]), submit()]
     term = Tmux(f"lis-live-{os.getpid()}-{size[0]}")
     with FakeOpenAI(script) as server:
@@ -245,9 +246,11 @@ def test_a_running_command_s_output_shows_as_it_comes(tmp_path, size):
                                        "--model", "a-model-with-a-long-name-from-its-server"),
                        width=size[0], height=size[1])
             term.wait_for("Type a task")
+            before = term.title()
             term.keys("Count to ten slowly.", "Enter")
             early = term.wait_for("tick-2", "running")
             assert "tick-10" not in early and "exit 0" not in early  # still running
+            assert (term.title(), term.buffer()) == (before, None)
             status = early.splitlines()[:2]
             assert "NET OFF" in status[0] and status[1].startswith("▶ step 1")  # no wrap
             shown = term.wait_for("tick-10", "exit 0", timeout=40)
