@@ -55,7 +55,7 @@ class MainScreen(Screen):
         Binding("f4", "setup", "Model"),
         Binding("f5", "files", "Files"),
         Binding("f6", "review", "Review"),
-        Binding("ctrl+n", "new_session", "New sandbox"),  # only after a rootfs was built
+        Binding("ctrl+n", "new_session", "New"),  # only after a rootfs was built (F1 says more)
     ]
 
     def __init__(self, conversation: Any, status: Status, task: str | None = None,
