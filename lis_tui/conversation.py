@@ -18,7 +18,8 @@ from tools.shell import ShellError
 from lis_tui import api
 from lis_tui.agent import ANSWER_PATH, Agent
 from lis_tui.config import Config, save_network_allow
-from lis_tui.events import Listeners, RunFinished, RunStarted, RunUsage, ToolStarted, network_listener
+from lis_tui.events import (Listeners, RunFinished, RunStarted, RunUsage, ToolFinished, ToolOutput,
+                             ToolStarted, network_listener)
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
 from lis_tui.runs import app_runs_dir
@@ -57,6 +58,8 @@ class Conversation:
         self.messages: list[dict] = []
         self.command = ""
         """The shell command running now, or the last one (network questions name it)."""
+        self._running: tuple[int, int] | None = None
+        """(step, index) of the tool call running now: its shell output goes to its block."""
         self.out: Path | None = None
         self.state = "idle"
         """idle (no sandbox yet), starting, ready, working, closed."""
@@ -143,6 +146,15 @@ class Conversation:
             self.messages = event.messages
         elif isinstance(event, ToolStarted) and event.call.name == "execute_bash":
             self.command = str((event.arguments or {}).get("command", ""))
+            self._running = (event.step, event.index)
+        elif isinstance(event, ToolFinished):
+            self._running = None
+
+    def _shell_output(self, text: str, seconds: float, skipped: int) -> None:
+        """The shell's live output (in the agent's thread): to the UI as ToolOutput events."""
+        running, listeners = self._running, getattr(self, "_listeners", None)
+        if running is not None and listeners is not None:  # not our own `export` between tasks
+            listeners.on_event(ToolOutput(*running, text, seconds, skipped))
 
     def cancel(self) -> None:
         """Interrupt the step in progress (the model call or the command); the session stays."""
@@ -221,7 +233,7 @@ class Conversation:
         self._sandbox = Sandbox(self.spec, network=self._policy()).start()
         self._toolbox = Toolbox(self._sandbox, shell=Shell(
             self._sandbox, timeout=self.config.sandbox.timeout,
-            separate_stderr=self.config.agent.observation == "paper"))
+            separate_stderr=self.config.agent.observation == "paper", on_output=self._shell_output))
         self.state = "ready"
 
     def _policy(self) -> Any:

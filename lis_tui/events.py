@@ -199,6 +199,20 @@ class ToolStarted:
 
 
 @dataclass(frozen=True)
+class ToolOutput:
+    """What a running command printed since the last one of these, cleaned as its result is;
+    only sent where someone watches (the app's shell has an `on_output`)."""
+
+    step: int
+    index: int
+    text: str
+    seconds: float
+    """How long the command has run so far."""
+    skipped: int = 0
+    """Lines it printed before `text` that are left out (a flood is reported by its end)."""
+
+
+@dataclass(frozen=True)
 class ToolFinished:
     step: int
     index: int
@@ -256,8 +270,8 @@ class NetworkRefused:
 
 
 Event = Union[RunStarted, StepStarted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
-              ApprovalNeeded, ToolStarted, ToolFinished, StepFinished, RunFinished, CredentialAdded,
-              NetworkRefused]
+              ApprovalNeeded, ToolStarted, ToolOutput, ToolFinished, StepFinished, RunFinished,
+              CredentialAdded, NetworkRefused]
 
 
 def network_listener(listener: Any):

@@ -10,11 +10,13 @@ bounded head and tail stay in memory; when it is cut, the whole of it streams in
 inside the sandbox. A timeout or `interrupt()` signals the pty's foreground process group
 (SIGINT, then SIGKILL) and, once bash has the terminal back, sends a fresh sentinel, so nothing
 we type reaches a program still running (a full-screen one would take it as keys); bash is
-replaced only when nothing else works. Between commands a thread keeps reading what background
-jobs print, as a terminal would, and the next command's output starts with it. bash's
-job-control notices (`[1]+  Done  sleep 1`) are dropped: it prints them in the middle of the
-command that happened to be running, and only turning job control off (which Ctrl-C needs)
-would keep bash from printing them.
+replaced only when nothing else works. With an `on_output` callback, whoever watches (the app)
+gets the cleaned output a few times a second while a command runs: the same lines the model
+gets, as they come; without one, nothing of that is done. Between commands a thread keeps
+reading what background jobs print, as a terminal would, and the next command's output starts
+with it. bash's job-control notices (`[1]+  Done  sleep 1`) are dropped: it prints them in the
+middle of the command that happened to be running, and only turning job control off (which
+Ctrl-C needs) would keep bash from printing them.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ GIT_NOTE = ("[/testbed/.git is read-only in this sandbox, so git cannot commit o
             "(status, diff and log work). Leave committing to the user, who can allow it with "
             "[workspace] git_writable = true in lis-tui's config.]")
 BETWEEN_MAX = 1 << 20  # background output kept between commands; past it, background jobs wait
+LIVE_EVERY = 0.25  # seconds between two reports to on_output: at most four a second
+LIVE_MAX = 1 << 16  # characters of output kept for the next report; a flood keeps its end
 
 
 class _Drainer:
@@ -142,10 +146,22 @@ class _Call:
         self.text = Text()
         self.next_at = self.deadline
         self.tidy: Callable[[str], str] = str
+        self.live: list[str] | None = None  # cleaned text not yet reported, when someone watches
+        self.live_size = self.live_skipped = 0  # its characters; lines dropped from its start
+        self.report_at = self.started + LIVE_EVERY
 
     def add(self, data: bytes) -> None:
         """Output bytes, in order; complete lines are cleaned and kept (bounded)."""
-        self.output.add(self.tidy(self.text.feed(data)))
+        text = self.tidy(self.text.feed(data))
+        self.output.add(text)
+        if self.live is not None and text:
+            self.live.append(text)
+            self.live_size += len(text)
+            if self.live_size > LIVE_MAX:
+                held = "".join(self.live)
+                cut = held.find("\n", len(held) - LIVE_MAX // 2) + 1 or len(held) - LIVE_MAX // 2
+                self.live_skipped += held.count("\n", 0, cut)
+                self.live[:], self.live_size = [held[cut:]], len(held) - cut
 
 
 class Shell:
@@ -159,8 +175,13 @@ class Shell:
     def __init__(self, sandbox, timeout: float = 120.0, max_output: int = 16000, *,
                  cwd: str = "/testbed", env: dict[str, str] | None = None, kill_grace: float = 0.5,
                  log_cap: int = 100 << 20, start_timeout: float = 30.0,
-                 separate_stderr: bool = False) -> None:
+                 separate_stderr: bool = False,
+                 on_output: Callable[[str, float, int], None] | None = None) -> None:
         self.sandbox = sandbox
+        self.on_output = on_output
+        """Called in the caller's thread while a command runs, at most every LIVE_EVERY s and only
+        when lines came, with (new output, seconds so far, lines of it left out): complete lines
+        cleaned as the result's are; of a flood, only its last LIVE_MAX / 2 characters or so."""
         self.separate_stderr = separate_stderr
         self.timeout = timeout
         self.max_output = max_output
@@ -196,6 +217,8 @@ class Shell:
             self._calls += 1
             limit = timeout if timeout and timeout > 0 else self.timeout
             call = self._call(limit, f"{WORK_DIR}/out-{self._calls}.log")
+            if self.on_output is not None:
+                call.live = []
             self._quiet_tty()
             try:
                 self._send(self._script(command, stdin, call.nonce))
@@ -315,6 +338,8 @@ class Shell:
                         self._leftover = pty.take_pending()
                         return "done"
                     continue
+                if call.live is not None and not call.in_sentinel:
+                    self._report(call)
                 if not self._child.isalive():
                     call.add(pty.read_now())
                     return "exited"
@@ -327,6 +352,18 @@ class Shell:
             return "exited"
         finally:
             pty.spill = None
+
+    def _report(self, call: _Call) -> None:
+        """Hand on_output what came since the last report, at most every LIVE_EVERY s."""
+        now = time.monotonic()
+        if now < call.report_at:
+            return
+        call.report_at = now + LIVE_EVERY
+        self._pty.flush(call.mark)  # a sentinel's head split over two reads stays whole
+        if call.live_size:
+            text, skipped = "".join(call.live), call.live_skipped
+            call.live[:], call.live_size, call.live_skipped = [], 0, 0
+            self.on_output(text, now - call.started, skipped)
 
     def _sentinel(self, call: _Call, before: bytes) -> bool:
         """Take what came before a sentinel's head or tail; True once the awaited one is whole."""

@@ -7,6 +7,9 @@ whose `expect_exact` finds our sentinels. `Pty` subclasses it for what `fdspawn`
 - Bounded memory. Until a pattern matches, `expect` keeps everything it read (`before`), so a
   100 MB flood would sit in memory whole. Past `SPILL` bytes, all but the last `KEEP` go to
   `spill` (the command's bounded output); a sentinel is far shorter than `KEEP`, so none is lost.
+- Output as it comes. `flush(pattern)` hands what is held to `spill` now, between waits, all but
+  an end that could be the start of `pattern`: the shell calls it a few times a second while a
+  command runs and someone watches.
 - Output between commands. What came after the last sentinel (background jobs) is taken with
   `take_pending()`, so the drain thread's later reads (plain `read_nonblocking`) follow it in
   order. There is no other reader of the pty.
@@ -37,11 +40,28 @@ class Pty(fdspawn):
 
     def read_nonblocking(self, size: int = 1, timeout: float | None = -1) -> bytes:
         if self.spill is not None and self._before.tell() > SPILL:
-            held = self._before.getvalue()
-            self._before = self.buffer_type()
-            self._before.write(held[-KEEP:])
-            self.spill(held[:-KEEP])
+            self._keep(KEEP)
         return super().read_nonblocking(size, timeout)
+
+    def flush(self, pattern: bytes) -> None:
+        """Between waits for `pattern`: hand all that is held to `spill` but an end that may be the
+        start of `pattern`, the rest of which has not come yet."""
+        held = self._before.getvalue()
+        if self.spill is None or not held:
+            return
+        keep = next((k for k in range(min(len(pattern) - 1, len(held)), 0, -1)
+                     if held.endswith(pattern[:k])), 0)
+        self._keep(keep)
+        # pexpect searches its own copy of the held end next (`_buffer`): the same bytes
+        self._buffer = self.buffer_type()
+        self._buffer.write(self._before.getvalue())
+
+    def _keep(self, keep: int) -> None:
+        """`spill` all that is held but the last `keep` bytes."""
+        held = self._before.getvalue()
+        self._before = self.buffer_type()
+        self._before.write(held[len(held) - keep:])
+        self.spill(held[:len(held) - keep])
 
     def take_pending(self) -> bytes:
         """What was read and not yet matched; pexpect's buffers are emptied."""

@@ -20,9 +20,10 @@ KEYS = (
     ("F5", "files panel: /testbed (output first) with a preview of the selected file"),
     ("F6", "review the sandbox's changes: a diff per file; a Apply all / f the file to the host "
            "workspace · e Export /testbed/output · Esc Discard (close, nothing written)"),
+    ("Ctrl+N", "after a rootfs was built while a session ran: a new session on it"),
     ("F1", "this help"),
     ("Tab", "move between the transcript and the prompt"),
-    ("Enter on output", "expand or clip a command's output"),
+    ("e", "in the transcript: expand every command's output, or clip it again (a click: one)"),
     ("Ctrl+Q", "quit (asks first while a task runs)"),
     ("Command approval", "r Run · e Edit the command, then Run · s / Esc Skip (type a "
                               "reason first)"),

@@ -55,6 +55,7 @@ class MainScreen(Screen):
         Binding("f4", "setup", "Model"),
         Binding("f5", "files", "Files"),
         Binding("f6", "review", "Review"),
+        Binding("ctrl+n", "new_session", "New"),  # only after a rootfs was built (F1 says more)
     ]
 
     def __init__(self, conversation: Any, status: Status, task: str | None = None,
@@ -65,6 +66,8 @@ class MainScreen(Screen):
         self.first_task, self.replayed = task, replay
         self.busy = False
         self._tokens = (0, 0)
+        self.new_rootfs = ""
+        """A rootfs built while this session's sandbox ran: ctrl+n starts a session on it."""
 
     def compose(self) -> ComposeResult:
         yield StatusBar(self.first_status, id="status")
@@ -214,6 +217,8 @@ class MainScreen(Screen):
         live = ("interrupt", "network", "approvals", "setup", "files", "review")
         if action == "interrupt" and not self.busy:
             return False
+        if action == "new_session" and (not self.new_rootfs or self.busy):
+            return False
         return not (self.replayed is not None and action in live)
 
     def action_interrupt(self) -> None:
@@ -256,12 +261,46 @@ class MainScreen(Screen):
                                          ports=self.app.server_ports), chosen)
 
     def use_rootfs(self, name: str) -> None:
-        """A rootfs was built: the session uses it if its sandbox has not started yet."""
+        """A rootfs was built: the session uses it if its sandbox has not started yet; else it
+        says that it stays where it is, and ctrl+n starts a new session on the new rootfs."""
         spec = getattr(self.conversation, "spec", None)
-        if spec is None or self.conversation.sandbox is not None or self.busy:
+        if spec is None:
             return
-        self.conversation.spec = replace(spec, rootfs=name)
-        self._status(rootfs=name)
+        if self.conversation.sandbox is None and not self.busy:
+            self.conversation.spec = replace(spec, rootfs=name)
+            self._status(rootfs=name)
+            return
+        self.new_rootfs = name
+        self.refresh_bindings()
+        self.query_one(Transcript).mount(NoticeBlock(
+            f"The rootfs {name} is built. This session stays on {spec.rootfs}: its sandbox is "
+            f"running. Ctrl+N starts a new session on {name} (this one is closed, its run kept)."))
+        self.query_one(Transcript).scroll_end(animate=False)
+
+    def action_new_session(self) -> None:
+        """A new session (a fresh sandbox at the next task) on the rootfs built meanwhile."""
+        from lis_tui.conversation import Conversation  # noqa: PLC0415
+
+        old, name = self.conversation, self.new_rootfs
+        if self.busy or not name or old is None or old.spec is None:
+            return
+        new = Conversation(old.config, replace(old.spec, rootfs=name, network=old.network),
+                           command_approval=old.command_approval, stream=old.stream,
+                           approver=old.approver)
+        new.host_services = list(old.host_services)
+        self.conversation = self.app.conversation = new
+        self.new_rootfs = ""
+        self.refresh_bindings()
+        self.run_worker(old.close, thread=True, group="close")  # exports its output, then stops
+        kept = f"; its run is in {old.out}" if old.out else ""
+        self.query_one(Transcript).mount(NoticeBlock(
+            f"A new session on {name}: its sandbox starts with the next task. The one before "
+            f"is closed{kept}."))
+        self._tokens = (0, 0)
+        self._status(rootfs=name, sandbox="idle", step=0, tokens_in=0, tokens_out=0,
+                     session="-", run_dir="")
+        self.query_one(PromptInput).set_mode("task")
+        self.query_one(PromptInput).focus()
 
     def action_files(self) -> None:
         if self.conversation is not None:

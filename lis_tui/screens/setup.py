@@ -34,6 +34,7 @@ class SetupScreen(ModalScreen[ModelConfig]):
     """Answers with the saved ModelConfig, or None when the person leaves it for later."""
 
     CSS_PATH = "setup.tcss"
+    AUTO_FOCUS = "#base_url"  # typing goes somewhere while it looks (the list takes over if found)
     BINDINGS = [Binding("ctrl+t", "test", "Test connection"), Binding("ctrl+s", "save", "Save"),
                 Binding("ctrl+b", "build", "Build rootfs"),
                 Binding("ctrl+o", "shell", "Sandbox shell"), Binding("escape", "later", "Later")]
@@ -79,6 +80,10 @@ class SetupScreen(ModalScreen[ModelConfig]):
         event.stop()
         getattr(self, f"action_{event.button.id}")()
 
+    def _typed(self) -> bool:
+        return any(self.query_one(f"#{name}", Input).value != str(getattr(self.model, name) or "")
+                   for name, _, _ in FIELDS)
+
     def entered(self) -> ModelConfig:
         values = {name: self.query_one(f"#{name}", Input).value.strip() for name, _, _ in FIELDS}
         return replace(self.model, **values)
@@ -109,7 +114,8 @@ class SetupScreen(ModalScreen[ModelConfig]):
         listing.add_options(options)
         listing.display = True
         listing.highlighted = 0
-        listing.focus()
+        if not self._typed():  # the list takes the keys, unless someone began to type
+            listing.focus()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()

@@ -5,6 +5,7 @@ Everything here may be the model's words (a replayed task too): shown through `p
 
 from __future__ import annotations
 
+from markdown_it import MarkdownIt
 from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Collapsible, Markdown, Static
@@ -72,7 +73,14 @@ class ModelText(Vertical):
         if text.strip() and not self.query(".model-markdown"):
             # Markdown makes no markup of it; a click on the model's link opens nothing.
             self.mount(Markdown(safe_terminal_text(text), classes="model-markdown",
-                                open_links=False))
+                                open_links=False, parser_factory=as_written))
+
+
+def as_written() -> MarkdownIt:
+    """Markdown that keeps the model's characters: HTML (`<b>`), entities (`&lt;`) and backslash
+    escapes (LaTeX's `\\(`) are shown as written, not acted on; emphasis, lists, code and
+    tables still are."""
+    return MarkdownIt("gfm-like").disable(["html_inline", "html_block", "entity", "escape"])
 
 
 class AnswerBlock(Static):

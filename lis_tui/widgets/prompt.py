@@ -11,7 +11,12 @@ PLACEHOLDERS = {"task": "Type a task for the model and press Enter",
 
 
 class PromptInput(Input):
-    """An Input whose placeholder says what Enter will do."""
+    """An Input whose placeholder says what Enter will do. Coming back to it (Tab, a click)
+    keeps the draft as it was, cursor at its end: nothing is selected for the next key to replace."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("select_on_focus", False)
+        super().__init__(*args, **kwargs)
 
     def set_mode(self, mode: str) -> None:
         self.placeholder = PLACEHOLDERS[mode]

@@ -94,10 +94,16 @@ def status_text(s: Status, elapsed: float, doing_for: float = 0.0, width: int = 
     tokens = f"tok {'~' if s.tokens_estimated else ''}{s.tokens_in:,}↑ {s.tokens_out:,}↓"
     # Approvals show only when on (F3 is in the footer): the line fits 80 columns.
     approvals = [" ", (" APPROVE ON ", "bold reverse")] if s.approvals else []
-    line = Text.assemble(
-        (model, "bold"), f" · {rootfs} · ", (s.sandbox, "bold red" if s.sandbox == "failed" else ""),
+    rest = Text.assemble(
+        f" · {rootfs} · ", (s.sandbox, "bold red" if s.sandbox == "failed" else ""),
         " ", (f" {badge} ", style), *approvals,
         f" · {step} · {tokens} · {minutes:02d}:{seconds:02d}")
+    # One line at any width: a long model name gives way first, then the end of the line.
+    room = max(width, 10) - rest.cell_len
+    if len(model) > room:
+        model = model[:max(room - 1, 8)] + "…"
+    line = Text.assemble((model, "bold"), rest)
+    line.truncate(max(width, 10), overflow="ellipsis")
     second = _second_line(s, doing_for)
     if second.plain:
         second.truncate(max(width, 10), overflow="ellipsis")

@@ -1,6 +1,6 @@
-"""One tool call in the transcript: what was asked, a spinner while it runs, then the output,
-the exit code and the duration. The call and its output are the model's and the sandbox's:
-shown through `plain` / `safe_terminal_text`, never as markup."""
+"""One tool call in the transcript: what was asked, a spinner and the last lines printed so far
+while it runs, then the output, the exit code and the duration. The call and its output are the
+model's and the sandbox's: shown through `plain` / `safe_terminal_text`, never as markup."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from lis_tui.widgets.plain import plain
 from tools.terminal_text import safe_terminal_text
 
 CLIP_LINES = 12
+LINE_SHOWN = 1000  # characters of one line of a running command's output kept for the view
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
-class OutputView(Static, can_focus=True):
-    """Tool output, clipped to its last lines; Enter or a click shows all of it."""
-
-    BINDINGS = [("enter", "toggle", "Expand")]
+class OutputView(Static):
+    """Tool output, clipped to its last lines; a click (or `e` in the transcript) shows all of
+    it. Not a Tab stop: Tab goes between the prompt and the transcript, however long the run."""
 
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -33,11 +33,18 @@ class OutputView(Static, can_focus=True):
         self._draw()
 
     def action_toggle(self) -> None:
-        self.expanded = not self.expanded
+        self.show_all(not self.expanded)
+
+    def show_all(self, expanded: bool) -> None:
+        self.expanded = expanded
         self._draw()
 
     def on_click(self) -> None:
         self.action_toggle()
+
+    @property
+    def clipped(self) -> bool:
+        return not self.expanded and len(self.output.splitlines()) > CLIP_LINES
 
     def _draw(self) -> None:
         lines = self.output.splitlines()
@@ -45,7 +52,7 @@ class OutputView(Static, can_focus=True):
             self.update(plain(self.output))
             return
         hidden = len(lines) - CLIP_LINES
-        self.update(Text.assemble((f"… {hidden} more lines (Enter to expand)\n", "italic"),
+        self.update(Text.assemble((f"… {hidden} more lines (a click or e expands)\n", "italic"),
                                   plain("\n".join(lines[-CLIP_LINES:]))))
 
 
@@ -60,20 +67,41 @@ class ToolBlock(Vertical):
         self._frame = 0
         self._paused: str | None = None
         self._ready = False
+        self._tail: list[str] = []
+        """The last CLIP_LINES lines a running command printed (only these are kept)."""
+        self._lines = 0
+        """How many lines it printed so far."""
 
     def compose(self):
         yield Static(call_header(self.tool_name, self.arguments, self.raw), classes="tool-header")
+        yield Static("", classes="tool-live")
         yield Static("", classes="tool-status")
 
     def on_mount(self) -> None:
         self._ready = True
         self._timer = self.set_interval(0.1, self._draw)
+        self._draw_live()
         self._draw()
 
     def waiting(self, text: str) -> None:
         """Shown instead of the spinner while the command waits for a person's approval."""
         self._paused = text
         self._draw()
+
+    def add_output(self, text: str, seconds: float, skipped: int = 0) -> None:
+        """More output of the running command (complete lines, cleaned as the final output is),
+        `skipped` lines before it left out."""
+        lines = text.splitlines()
+        self._lines += len(lines) + skipped
+        self._tail = [line[:LINE_SHOWN] for line in (self._tail + lines[-CLIP_LINES:])[-CLIP_LINES:]]
+        self._started = time.monotonic() - seconds  # the shell's clock: approval waits excluded
+        self._draw_live()
+
+    def _draw_live(self) -> None:
+        if self._ready and self.record is None:
+            live = self.query_one(".tool-live", Static)
+            live.display = bool(self._tail)
+            live.update(live_text(self._tail, self._lines))
 
     def resume(self) -> None:
         self._started, self._paused = time.monotonic(), None
@@ -102,6 +130,7 @@ class ToolBlock(Vertical):
         if status.has_class("done"):
             return
         status.add_class("done")
+        self.query(".tool-live").remove()
         status.update(result_line(record))
         self.set_class(bool(record.error or record.exit_code not in (None, 0)), "failed")
         if record.approval == "edited":
@@ -109,6 +138,13 @@ class ToolBlock(Vertical):
                        before=status)
         if record.output and (record.name != "submit" or record.error):
             self.mount(OutputView(record.output), before=status)
+
+
+def live_text(tail: list[str], lines: int) -> Text:
+    """A running command's last lines, with how many came before them."""
+    hidden = lines - len(tail)
+    note = [(f"… {hidden:,} earlier lines (all of it shows when it ends)\n", "italic")] if hidden else []
+    return Text.assemble(*note, plain("\n".join(tail)))
 
 
 def call_header(name: str, args: dict, raw: str) -> Any:

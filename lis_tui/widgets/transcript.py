@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 
 from lis_tui import events as ev
 from lis_tui.widgets.blocks import AnswerBlock, ModelText, NoticeBlock, StepLabel, TaskBlock
-from lis_tui.widgets.tool_block import ToolBlock
+from lis_tui.widgets.tool_block import OutputView, ToolBlock
 
 STOPPED = {"cancelled": "Stopped: you interrupted the run. Type a follow-up to go on.",
            "max_steps": "Stopped: the step limit was reached.",
@@ -21,6 +22,7 @@ class Transcript(VerticalScroll):
     """Turns each event into a block; keeps to the bottom unless the person scrolled up."""
 
     can_focus = True
+    BINDINGS = [Binding("e", "expand", "Expand output", show=False)]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -37,6 +39,13 @@ class Transcript(VerticalScroll):
             handler(event)
             if follow:
                 self.call_after_refresh(self.scroll_end, animate=False)
+
+    def action_expand(self) -> None:
+        """Show every command's whole output, or clip them all again when none is clipped."""
+        views = list(self.query(OutputView))
+        expand = any(view.clipped for view in views)
+        for view in views:
+            view.show_all(expand)
 
     def tool_block(self, step: int, index: int) -> ToolBlock | None:
         return self._tools.get((step, index))
@@ -70,6 +79,11 @@ class Transcript(VerticalScroll):
         block = ToolBlock(e.call.name, e.arguments, e.call.arguments)
         self._tools[(e.step, e.index)] = self.last_tool = block
         self.mount(block)
+
+    def _on_ToolOutput(self, e: ev.ToolOutput) -> None:
+        block = self._tools.get((e.step, e.index))
+        if block is not None:
+            block.add_output(e.text, e.seconds, e.skipped)
 
     def _on_ToolFinished(self, e: ev.ToolFinished) -> None:
         block = self._tools.pop((e.step, e.index), None)

@@ -54,6 +54,22 @@ def welcome_text(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> Gr
     return Group(intro, grid)
 
 
+def _host_hint(rootfs_job: Any) -> str:
+    """What F4 offers, only when it offers it; else the rootfs already there, if any."""
+    if rootfs_job is not None and rootfs_job.wanted():
+        return "   F4 builds the recommended Ubuntu rootfs"
+    try:
+        from isolation.rootfs import RootfsStore  # noqa: PLC0415
+
+        stored = [r.name for r in RootfsStore().list() if r.kind != "host"]
+    except Exception:  # no store, or an unreadable one: nothing to name
+        stored = []
+    if not stored:
+        return ""
+    return (f"   stored: {', '.join(stored[:4])}; lis-tui --rootfs NAME uses one, "
+            "lis-tui rootfs default NAME makes it the default")
+
+
 def setup_rows(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> list[tuple[str, Text]]:
     """Model, rootfs, network and runs, each with the key that changes it."""
     config, spec = conversation.config, conversation.spec
@@ -67,8 +83,8 @@ def setup_rows(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> list
     state = getattr(rootfs_job, "state", "offered")
     if rootfs == "host":
         hint = {"building": "   building the recommended rootfs (F4 shows how far)",
-                "failed": "   the rootfs build failed (F4 says why)"}.get(
-                    state, "   F4 builds the recommended Ubuntu rootfs")
+                "failed": "   the rootfs build failed (F4 says why)"}.get(state) \
+            or _host_hint(rootfs_job)
         about = Text.assemble(("host", "bold"), " (this machine's system, read-only; pip install "
                               "works, apt does not)", (hint, "dim"))
     else:

@@ -181,7 +181,7 @@ def test_the_rootfs_offer_can_be_skipped_then_built_from_f4_with_progress(tmp_pa
                 return offer, skipped, building, welcome, spec_rootfs, built
 
     offer, skipped, building, welcome, spec_rootfs, built = run(scenario())
-    assert "about 1 kB, a moment" in offer and "lis-tui rootfs build ubuntu --preset paper" in offer
+    assert "about 1 kB, a moment" in offer and "lis-tui rootfs build ubuntu-paper --preset paper" in offer
     assert skipped == "offered"
     assert "building" in building and "Get:1 http://archive.example/ubuntu" in building
     assert spec_rootfs == "tiny" and "tiny" in welcome

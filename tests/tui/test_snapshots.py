@@ -170,6 +170,7 @@ def test_setup_at_100x30(snap_compare, monkeypatch):
             shown = pilot.app.screen.query("#found-text")
             if shown and "No model server" in str(shown.first().render()):
                 break
+        pilot.app.screen.query_one("#base_url").cursor_blink = False  # focused: drawn one way
         await pilot.pause(0.05)
 
     monkeypatch.setenv("XDG_STATE_HOME", "/srv/state")

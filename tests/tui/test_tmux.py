@@ -231,3 +231,67 @@ def test_started_where_it_cannot_write_the_run_goes_to_the_state_dir_and_a_failu
     runs = list((tmp_path / "state" / "lis-tui" / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "answer.txt").read_text() == "7\n"
     assert list((readonly / "lis-output").iterdir()) == []
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)])
+def test_a_running_command_s_output_shows_as_it_comes(tmp_path, size):
+    # Issue 27 item 4: a 10 s loop showed only "running 14s" until it ended.
+    # each line comes with a clipboard (OSC 52) and a title string: live, as later, they stay text
+    loop = f"for i in $(seq 1 10); do echo tick-$i; printf %s {shlex.quote(OSC52 + TITLE)}; sleep 1; done"
+    script = [reply(tool_calls=[call("execute_bash", {"command": loop})]), submit()]
+    term = Tmux(f"lis-live-{os.getpid()}-{size[0]}")
+    with FakeOpenAI(script) as server:
+        try:
+            term.start(lis_tui_command(tmp_path, "tui", "--base-url", server.base_url,
+                                       "--model", "a-model-with-a-long-name-from-its-server"),
+                       width=size[0], height=size[1])
+            term.wait_for("Type a task")
+            before = term.title()
+            term.keys("Count to ten slowly.", "Enter")
+            early = term.wait_for("tick-2", "running")
+            assert "tick-10" not in early and "exit 0" not in early  # still running
+            assert (term.title(), term.buffer()) == (before, None)
+            status = early.splitlines()[:2]
+            assert "NET OFF" in status[0] and status[1].startswith("▶ step 1")  # no wrap
+            shown = term.wait_for("tick-10", "exit 0", timeout=40)
+            assert "all of it shows when it ends" not in shown  # the live view gave way
+            term.keys("C-q")
+            wait_gone(term)
+        finally:
+            term.kill()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)])
+def test_setup_then_tab_keeps_the_draft_and_goes_prompt_transcript_prompt(tmp_path, size):
+    # Issue 27 item 10: with no server found, typing on the setup screen went nowhere; every
+    # output block was a Tab stop; tabbing back into the prompt selected the draft, so the
+    # next key replaced it.
+    from lis_tui.discover import KNOWN_PORTS, find_servers
+    if find_servers(KNOWN_PORTS):
+        pytest.skip("a model server runs on this machine: the setup screen offers it instead")
+    long = "seq 1 40; echo listed"
+    script = [reply(tool_calls=[call("execute_bash", {"command": long}),
+                                call("execute_bash", {"command": long})]), submit()]
+    term = Tmux(f"lis-focus-{os.getpid()}-{size[0]}")
+    with FakeOpenAI(script) as server:
+        try:
+            term.start(lis_tui_command(tmp_path), width=size[0], height=size[1])
+            term.wait_for("Where is the model?", "No model server found")
+            term.keys(server.base_url)  # typed straight away: the URL field has the keys
+            term.wait_for(server.base_url)
+            term.keys("C-s")
+            term.wait_for("Type a task", "Saved to")  # the setup screen closed
+            term.keys("List them.", "Enter")
+            term.wait_for("Answer", "exit 0")
+            term.keys("draft")
+            term.wait_for("draft")
+            # Tab: to the transcript, past no output block; Tab: back to the prompt, where the
+            # draft is kept as it was (not selected, so the next key adds to it)
+            term.keys("Tab", "Tab", "+more")
+            shown = term.wait_for("draft+more")
+            assert "draft+more" in shown.splitlines()[-3], shown  # in the prompt, above the footer
+            term.keys("C-q")
+            wait_gone(term)
+        finally:
+            term.kill()
+    assert server.base_url in (tmp_path / "xdg" / "lis-tui" / "config.toml").read_text()
