@@ -73,11 +73,18 @@ class Record:
         fd = os.open(making, flags, 0o600)
         try:
             os.write(fd, b" " * (_PGID - 1) + b"\n" + owner.encode())
+            os.rename(making, self.lock_path)
+        except BaseException:  # a full disk: nothing of ours is left behind
+            making.unlink(missing_ok=True)
+            raise
         finally:
             os.close(fd)
-        os.rename(making, self.lock_path)
         self.dir = self.root / self.id
-        self.dir.mkdir(mode=0o700)
+        try:
+            self.dir.mkdir(mode=0o700)
+        except BaseException:
+            self.lock_path.unlink(missing_ok=True)
+            raise
 
     @property
     def marker(self) -> str:
