@@ -10,19 +10,23 @@ import json
 import shlex
 import sys
 import urllib.parse
+from pathlib import Path
 from importlib import metadata
 
 
 def install_hint(extra: str) -> str:
     """A shell command that installs `extra` (paper, mcp, tls, ...) into this lis-tui's Python."""
     pip = f"{shlex.quote(sys.executable)} -m pip install"
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file():  # run from a checkout (editable or on PYTHONPATH)
+        return f"{pip} -e {shlex.quote(f'{checkout}[{extra}]')}"
     try:
         dist = metadata.distribution("lis-tui")
-    except metadata.PackageNotFoundError:  # run from a checkout on PYTHONPATH
+    except metadata.PackageNotFoundError:
         return f"{pip} -e '.[{extra}]' (in the lis-tui checkout; or ./install.sh --dev)"
     source = json.loads(dist.read_text("direct_url.json") or "{}")
     url = source.get("url", "")
-    if url.startswith("file://") and "dir_info" in source:
+    if url.startswith("file://") and "dir_info" in source:  # a wheel built from a checkout still there
         where = urllib.parse.unquote(url[len("file://"):])
         editable = "-e " if source["dir_info"].get("editable") else ""
         return f"{pip} {editable}{shlex.quote(f'{where}[{extra}]')}"
