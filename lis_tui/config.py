@@ -112,6 +112,9 @@ class AgentConfig:
     """A TOML file replacing built-in prompts, or "llm-in-sandbox:SUITE" (that package's)."""
     observation: str = field(default="lis-tui", metadata={"choices": ("lis-tui", "paper")})
     """Tool results as "lis-tui" words them or as the "paper" harness does (paper suites' default)."""
+    tool_format: str = field(default="auto", metadata={
+        "choices": ("auto", "native", "hermes", "json", "bash")})
+    """How tool calls travel: "native" (OpenAI tools), "hermes"/"json"/"bash" (written as text), or "auto" (docs/tool-formats.md)."""
 
 
 @dataclass

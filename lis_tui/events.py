@@ -137,6 +137,17 @@ class RunStarted:
     messages: list[dict]
     """The conversation so far (the live list: read it, do not change it)."""
     tools: list[str]
+    tool_format: str = ""
+    """How tool calls travel: native, hermes, json or bash (auto starts native)."""
+
+
+@dataclass(frozen=True)
+class ToolFormatChanged:
+    """`agent.tool_format = "auto"` switched from native tool calls to a text format (once a run)."""
+    step: int
+    old: str
+    new: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -242,7 +253,7 @@ class CredentialAdded:
         return f"credential added for {self.host} ({self.header}, {self.method})"
 
 
-Event = Union[RunStarted, StepStarted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
+Event = Union[RunStarted, ToolFormatChanged, StepStarted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
               ApprovalNeeded, ToolStarted, ToolFinished, StepFinished, RunFinished, CredentialAdded]
 
 

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, spec_from_args
+from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, add_tool_format_flag, spec_from_args
 from lis_tui.ray.cli import add_ray_flags, ray_from_args
 from tools.terminal_text import safe_terminal_text
 
@@ -66,6 +66,7 @@ def add_parsers(sub) -> None:
     group.add_argument("--observation", choices=("lis-tui", "paper"), help="how tool results read: "
                        "ours, or the paper harness's (exit code, stdout and stderr apart, steps "
                        "left); paper suites default to paper")
+    add_tool_format_flag(group)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line, no table")
     p.set_defaults(func=cmd_bench, late_positional="data")
 
@@ -117,7 +118,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any]:
     overrides = {"model.model": args.model, "model.base_url": args.base_url,
                  "model.temperature": args.temperature, "agent.max_steps": args.max_steps,
                  "agent.wall_time": args.wall_time, "agent.prompts": args.prompts,
-                 "agent.observation": args.observation,
+                 "agent.observation": args.observation, "agent.tool_format": args.tool_format,
                  "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     config = load_config(args.profile, overrides)
     from lis_tui.prompts import load_prompts  # noqa: PLC0415
