@@ -169,6 +169,8 @@ class RolloutRunner(BenchRunner):
         return {**record, "task_id": episode.task.id, "group_id": episode.task.id,
                 "sample": episode.repeat, "advantage": None, "zero_variance": None,
                 "messages": trajectory.get("messages", []), "tools": trajectory.get("tools", []),
+                # native: `tools` went in the request; else the prompt carried them as text
+                "tool_format": trajectory.get("tool_format") or "native",
                 "usage": {"model_tokens": model, "environment_tokens": env,
                           "environment_share": round(env / (model + env), 4) if model + env else 0.0},
                 "turns": turns, "sequence": sequence(turns)}
