@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import shlex
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -70,6 +71,7 @@ class Conversation:
         self._idle = threading.Event()
         self._idle.set()
         self._closing = False
+        self._text_format = ""
 
     @property
     def sandbox(self) -> Sandbox | None:
@@ -113,6 +115,8 @@ class Conversation:
                 self._agent = None
                 self.state = "closed" if self._closing else "ready"
         self.messages = agent.messages
+        if agent.format.name != "native":  # auto's switch holds for the follow-ups too
+            self._text_format = agent.format.name
         self._save_answer(finished)
         return finished
 
@@ -243,7 +247,10 @@ class Conversation:
         _quietly(self._toolbox.shell.run, f"export {exports}")
 
     def _make_agent(self, listeners: Listeners) -> Agent:
-        return FollowUpAgent(self._client, self._toolbox, self.config.agent, listener=listeners,
+        agent = self.config.agent
+        if agent.tool_format == "auto" and self._text_format:
+            agent = replace(agent, tool_format=self._text_format)
+        return FollowUpAgent(self._client, self._toolbox, agent, listener=listeners,
                              prompts=self._prompts, prompt_values=api.prompt_values(self.spec),
                              command_approval=self.command_approval, stream=self.stream,
                              reply_reserve=self.config.model.max_tokens or 0,

@@ -219,3 +219,22 @@ def test_native_and_auto_send_the_same_requests(tmp_path):
         _, requests, _ = run(script(), tmp_path / name, name)
         bodies[name] = [(r.body["messages"], r.body["tools"]) for r in requests]
     assert bodies["native"] == bodies["auto"] and len(bodies["native"]) == 3
+
+
+def test_a_follow_up_keeps_the_format_auto_switched_to(tmp_path):
+    from isolation import SandboxSpec
+    from lis_tui.conversation import Conversation
+
+    def server_without_tools(request):
+        return error(400, "this model does not support tools") if "tools" in request.body else \
+            reply(hermes("submit"))
+    with FakeOpenAI(default=server_without_tools) as server:
+        conversation = Conversation(config_for(server), SandboxSpec(rootfs="host"), tmp_path / "out",
+                                    stream=False)
+        try:
+            first, second = conversation.ask("one"), conversation.ask("two")
+        finally:
+            conversation.close()
+        requests = server.chat_requests
+    assert (first.reason, second.reason) == ("submitted", "submitted")
+    assert ["tools" in r.body for r in requests] == [True, False, False]  # no second refusal
