@@ -240,12 +240,29 @@ class AutoFormat:
         self.accepted = False  # a request with `tools` has succeeded: a 400 is about something else
         self.text_replies = 0
 
-    def __getattr__(self, name: str):
-        return getattr(self.current, name)
+    @property
+    def name(self) -> str:
+        return self.current.name
+
+    @property
+    def nudge(self) -> str:
+        return self.current.nudge
 
     @property
     def switched(self) -> bool:
         return not isinstance(self.current, NativeFormat)
+
+    def request_tools(self, schemas: list[dict] | None) -> list[dict] | None:
+        return self.current.request_tools(schemas)
+
+    def system_note(self, schemas: list[dict]) -> str:
+        return self.current.system_note(schemas)
+
+    def assistant_message(self, reply: ModelReply) -> dict:
+        return self.current.assistant_message(reply)
+
+    def results(self, answered: list[tuple[ToolCall, str]]) -> list[dict]:
+        return self.current.results(answered)
 
     def read(self, reply: ModelReply, prefix: str) -> ModelReply:
         if self.switched:
