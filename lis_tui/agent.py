@@ -202,7 +202,7 @@ class Agent:
                 raise self._halted() from None
             except ModelError as exc:
                 refused = getattr(self.format, "refused", None)
-                if self.config.mode == "llm" or refused is None or not refused(exc.status):
+                if self.config.mode == "llm" or refused is None or not refused(exc.status, str(exc)):
                     raise Failed(str(exc)) from None
         raise AssertionError("auto switches once, so the second try is not refused again")
 

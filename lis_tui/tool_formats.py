@@ -279,11 +279,14 @@ class AutoFormat:
         self._switch(kind, f"the model wrote its tool calls as {kind} text twice")
         return self.current.read(reply, prefix)
 
-    def refused(self, status: int | None) -> bool:
-        """Whether a failed request is the server refusing `tools`; if so, switch to hermes."""
-        if self.switched or self.accepted or status != 400:
+    def refused(self, status: int | None, message: str = "") -> bool:
+        """Whether a failed request is the server refusing `tools` (a 400, or an error that names
+        them: llama.cpp without --jinja answers 500); if so, switch to hermes."""
+        if self.switched or self.accepted or status is None:
             return False
-        self._switch("hermes", "the model server answered 400 to a request with `tools`")
+        if status != 400 and "tool" not in message.lower():
+            return False
+        self._switch("hermes", f"the model server answered {status} to a request with `tools`")
         return True
 
     def _switch(self, kind: str, reason: str) -> None:

@@ -192,6 +192,18 @@ def test_auto_switches_to_hermes_when_the_server_refuses_tools(tmp_path):
     assert "tool format: native -> hermes" in log.getvalue()
 
 
+def test_auto_switches_at_once_on_llama_cpps_500_for_tools_without_jinja(tmp_path):
+    script = [error(500, "tools param requires --jinja flag"), reply(hermes("submit"))]
+    with FakeOpenAI(script) as server:
+        config = config_for(server)
+        config.model.max_retries = 3
+        result = run_task("Compute 6*7.", config=config, output_dir=tmp_path / "out")
+        requests = server.chat_requests
+    trajectory = json.loads(result.trajectory_path.read_text())
+    assert result.finish_reason == "submitted" and trajectory["tool_format"] == "hermes"
+    assert ["tools" in r.body for r in requests] == [True, False]  # not retried: it would not change
+
+
 def test_auto_switches_after_two_replies_written_as_text(tmp_path):
     script = [reply(hermes("execute_bash", {"command": "echo early"})),
               reply(hermes("execute_bash", {"command": f"echo 42 > {ANSWER}"})), reply(hermes("submit"))]
