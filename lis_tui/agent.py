@@ -27,7 +27,7 @@ from lis_tui.events import (
     ToolFinished, ToolFormatChanged, ToolRecord, ToolStarted,
 )
 from lis_tui.model import ModelCancelled, ModelError, ToolCall
-from lis_tui.observation import paper_observation, steps_remaining
+from lis_tui.observation import PAPER_NUDGE, paper_observation, steps_remaining
 from lis_tui.model import ModelReply as Reply
 from lis_tui.prompts import Prompts, load_prompts, render
 from lis_tui.protocols import Model, Tools
@@ -133,7 +133,7 @@ class Agent:
         except NonTerminating as exc:
             record.nudged = True
             self._no_action += 1
-            if self._no_action >= self.config.max_no_action:
+            if self.config.max_no_action and self._no_action >= self.config.max_no_action:
                 raise LimitReached("no_action", f"{self._no_action} replies in a row called no "
                                    "tool (agent.max_no_action)") from None
             self.messages.append({"role": "user", "content": str(exc)})
@@ -191,8 +191,12 @@ class Agent:
         self.emit(ModelReply(record.step, reply.text, reply.reasoning, reply.tool_calls,
                              reply.usage, record.model_duration))
         if self.config.mode != "llm" and not reply.tool_calls:
-            raise FormatError(reply.format_error or self.format.nudge)
+            raise FormatError(reply.format_error or self._nudge())
         return reply
+
+    def _nudge(self) -> str:
+        native = self.format.name == "native"  # a text format's nudge shows how to write a call
+        return PAPER_NUDGE if self._paper and native else self.format.nudge
 
     def _complete(self, on_delta: Any) -> Reply:
         for _ in range(2):  # a second try only after auto switched away from `tools`
@@ -216,8 +220,11 @@ class Agent:
         self.emit(ToolFormatChanged(self._step_no, "native", new.name, reason))
 
     def execute(self, reply: Reply, record: StepRecord) -> None:
-        """Run the reply's tool calls in order, each answered (the format says how)."""
-        calls, answered = reply.tool_calls, []
+        """Run the reply's tool calls in order, each answered (the format says how); with
+        `tool_calls = "first"` only the first, and the others go unanswered, as in the paper's
+        harness (its RL models saw exactly that)."""
+        calls = reply.tool_calls[:1] if self.config.tool_calls == "first" else reply.tool_calls
+        answered: list[tuple[ToolCall, str]] = []
         try:
             for index, call in enumerate(calls):
                 try:

@@ -101,7 +101,7 @@ class AgentConfig:
     max_steps: int = 100
     """Most model calls in one run."""
     max_no_action: int = 3
-    """Replies in a row without a tool call before the run stops."""
+    """Replies in a row without a tool call before the run stops; 0 means no limit."""
     max_context_tokens: int = 0
     """Stop before the prompt grows past this many tokens; 0 means no limit."""
     wall_time: float = 0.0
@@ -112,6 +112,8 @@ class AgentConfig:
     """A TOML file replacing built-in prompts, or "llm-in-sandbox:SUITE" (that package's)."""
     observation: str = field(default="lis-tui", metadata={"choices": ("lis-tui", "paper")})
     """Tool results as "lis-tui" words them or as the "paper" harness does (paper suites' default)."""
+    tool_calls: str = field(default="all", metadata={"choices": ("all", "first")})
+    """Run "all" tool calls of a reply, or only the "first" (the paper harness's way)."""
     tool_format: str = field(default="auto", metadata={
         "choices": ("auto", "native", "hermes", "json", "bash")})
     """How tool calls travel: "native" (OpenAI tools), "hermes"/"json"/"bash" (written as text), or "auto" (docs/tool-formats.md)."""

@@ -11,7 +11,8 @@ llm-in-sandbox 0.2.0, whose format its RL models were trained on, answers each t
 
 each stream cut to its first and last 40 lines past 80, the editor's answer after an
 `Execution output of \\[str_replace_editor]:` line, `submit` answered `<<< Finished >>>`, and
-`Steps Remaining: N` added to the newest message before every model call. The backslashes
+`Steps Remaining: N` added to the newest message before every model call, and a reply that
+called no tool answered with `PAPER_NUDGE` as a user message. The backslashes
 before the brackets are in what its model reads (they escape Rich markup in its console), so
 they are here too. The words of our tools' answers stay ours; only this frame is the paper's.
 """
@@ -20,6 +21,10 @@ from __future__ import annotations
 from tools import ToolResult
 
 KEEP_LINES = 40  # lines kept at each end of a long stream
+PAPER_NUDGE = ("\nYou forgot to use a function call in your response. \nYOU MUST USE A FUNCTION "
+               "CALL IN EACH RESPONSE.\n\nIMPORTANT: YOU SHOULD NEVER ASK FOR HUMAN HELP.\n")
+"""The user message the harness sends after a reply that called no tool (its words, as its
+models read them)."""
 _DIVIDER = "-" * 50
 
 

@@ -25,6 +25,7 @@ from lis_tui.bench.tasks import Task
 from lis_tui.config import Config
 from lis_tui.events import Listeners, RunFinished
 from lis_tui.model import ModelClient
+from lis_tui.prompts import Prompts
 from lis_tui.trajectory import TrajectoryWriter
 
 DOCUMENTS_DIR = "/testbed/documents"
@@ -142,10 +143,16 @@ def run_episode(episode: Episode, ctx: EpisodeContext) -> dict[str, Any] | None:
 def _drive(episode: Episode, ctx: EpisodeContext, listeners: Listeners) -> tuple[RunFinished, str]:
     task = episode.task
     config = replace(ctx.config.agent, mode=episode.mode, observation=observation_for(ctx.config, task))
+    as_package = episode.mode == "llm" and task.extra.get("llm_prompt") == "paper"
+    if task.layout and episode.mode == "llm":
+        config = replace(config, max_context_tokens=0)  # the package's LLM mode has no such limit
+    # A paper suite's trajectory limit counts the prompt alone, as the package's does.
+    reserve = 0 if task.layout else ctx.config.model.max_tokens or 0
 
     def make_agent(tools: Any, values: dict[str, str]) -> Agent:
+        prompts = _PACKAGE_LLM if as_package else None
         agent = Agent(ctx.client(), tools, config, listener=listeners, prompt_values=values,
-                      reply_reserve=ctx.config.model.max_tokens or 0)
+                      reply_reserve=reserve, prompts=prompts)
         ctx.track("agents", agent, True)
         if ctx.stop.is_set():
             agent.cancel()
@@ -154,11 +161,17 @@ def _drive(episode: Episode, ctx: EpisodeContext, listeners: Listeners) -> tuple
     if episode.mode == "llm":
         agent = make_agent(None, {})
         try:
-            finished = agent.run(_llm_task(task, ctx.config.agent.prompts))
+            finished = agent.run(_llm_task(task, ctx.config.agent.prompts, as_package))
         finally:
             ctx.track("agents", agent, False)
+        if as_package:  # the whole reply, as the package scores it
+            return finished, agent.steps[-1].text if agent.steps else ""
         return finished, final_answer(finished.answer)
     return _in_sandbox(task, ctx, make_agent, config.observation == "paper")
+
+
+_PACKAGE_LLM = Prompts(system="", instance="", llm_system="", llm_instance="{task}")
+"""The package's LLM mode: no system prompt, the user message as `package_prompt` makes it."""
 
 
 def observation_for(config: Config, task: Task) -> str:
@@ -190,15 +203,20 @@ def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any,
             ctx.track("sandboxes", sandbox, False)
 
 
-def _llm_task(task: Task, prompts: str) -> str:
-    """What `llm` mode sends: the package's own baseline prompt with `--prompts llm-in-sandbox:S`,
-    the paper suite's, or ours."""
+def _llm_task(task: Task, prompts: str, as_package: bool = False) -> str:
+    """What `llm` mode sends: the installed package's own baseline prompt with `--prompts
+    llm-in-sandbox:S`, the package's as lis-tui writes it (a paper suite's default), the paper
+    suite's in lis-tui's words (`--llm-prompt lis-tui`), or ours."""
     from lis_tui.prompts.package import is_package_ref, vanilla_prompt  # noqa: PLC0415
 
     if is_package_ref(prompts):
         row = {**task.extra, "id": task.id, "domain": task.domain, "ground_truth": task.ground_truth,
                "problem_statement": task.problem_statement, "input_files": dict(task.input_files)}
         return vanilla_prompt(prompts)(row)
+    if as_package:
+        from lis_tui.bench.paper.llm_mode import package_prompt  # noqa: PLC0415 (paper suites only)
+
+        return package_prompt(task)
     return paper_llm_prompt(task) if task.layout else llm_prompt(task)
 
 

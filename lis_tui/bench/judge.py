@@ -49,21 +49,37 @@ class Judge:
 
     def grade(self, task: Any, answer: str, params: dict[str, Any] | None = None) -> float:
         """1.0 for CORRECT, 0.0 for INCORRECT, or the `score: x` the judge gives (0 to 1); a
-        reasoning model's thinking (up to `</think>`) is left out of the answer judged."""
+        reasoning model's thinking (up to `</think>`) is left out of the answer judged. With
+        `verdict = "llm-in-sandbox"` (the paper suites), as the package's judge script grades
+        (lis_tui.bench.paper.judging)."""
+        params = params or {}
+        template = params.get("prompt") or self.prompt
+        if params.get("verdict") == "llm-in-sandbox":
+            from lis_tui.bench.paper import judging  # noqa: PLC0415
+
+            return judging.grade(self, task, answer, template)
         # A reasoning model's thinking is not its answer (the paper's judge drops it too).
         answer = answer.partition("</think>")[2] if "</think>" in answer else answer
         if not answer.strip():
             return 0.0
-        template = (params or {}).get("prompt") or self.prompt
         truth = task.ground_truth
-        text = template.replace("{problem}", task.problem_statement).replace(
-            "{ground_truth}", "\n".join(map(str, truth)) if isinstance(truth, list) else str(truth)
-        ).replace("{answer}", answer)
+        text = self.fill(template, task.problem_statement,
+                         "\n".join(map(str, truth)) if isinstance(truth, list) else str(truth),
+                         answer)
+        return verdict(self.ask(text))
+
+    @staticmethod
+    def fill(template: str, problem: str, truth: str, answer: str) -> str:
+        return template.replace("{problem}", problem).replace("{ground_truth}", truth).replace(
+            "{answer}", answer)
+
+    def ask(self, text: str, **settings: Any) -> str:
+        """The judge's reply to one user message; `settings` (temperature, max_tokens) override
+        the judge model's for this call. JudgeError when the model fails."""
         try:
-            reply = self._client().complete([{"role": "user", "content": text}])
+            return self._client(settings).complete([{"role": "user", "content": text}]).text
         except ModelError as exc:
             raise JudgeError(f"the judge model failed: {exc}") from None
-        return verdict(reply.text)
 
     def close(self) -> None:
         with self._lock:
@@ -71,13 +87,14 @@ class Judge:
                 client.close()
             self._clients.clear()
 
-    def _client(self) -> ModelClient:
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = self._local.client = ModelClient(replace(self.config, stream=False))
+    def _client(self, settings: dict[str, Any]) -> ModelClient:
+        clients = self._local.__dict__.setdefault("clients", {})
+        key = tuple(sorted(settings.items()))
+        if key not in clients:
+            clients[key] = ModelClient(replace(self.config, stream=False, **settings))
             with self._lock:
-                self._clients.append(client)
-        return client
+                self._clients.append(clients[key])
+        return clients[key]
 
 
 class JudgeError(RuntimeError):

@@ -21,12 +21,14 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&#!])")
 
 
 def write_reports(records: list[dict[str, Any]], output: Path, title: str = "",
-                  run: dict[str, str] | None = None) -> dict[str, Any]:
+                  run: dict[str, str] | None = None, preface: str = "") -> dict[str, Any]:
     """Write summary.md, summary.json and report.html into `output`; returns the summary.
-    `run`: what the report's head names (model, server, date), see `run_info`."""
+    `run`: what the report's head names (model, server, date), see `run_info`; `preface`:
+    Markdown shown before the tables (a paper suite's settings, the paper's main table)."""
     summary = summarize(records)
     summary["title"] = title
     summary["run"] = run or {}
+    summary["preface_md"] = preface
     (output / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     (output / "summary.md").write_text(markdown(summary), encoding="utf-8")
     (output / "report.html").write_text(html(summary, records), encoding="utf-8")
@@ -55,14 +57,14 @@ def public_url(url: str) -> str:
 def markdown(summary: dict[str, Any]) -> str:
     """The summary as Markdown tables (also what the terminal shows)."""
     if not summary["episodes"]:
-        return "# lis-tui bench\n\nNo episodes finished yet.\n"
+        return f"# lis-tui bench\n\n{summary.get('preface_md', '')}No episodes finished yet.\n"
     title = md_text(summary.get("title") or "lis-tui bench")
     return f"# {title}\n\n{_head(summary)}" + tables(summary)
 
 
 def tables(summary: dict[str, Any]) -> str:
     """The body of the summary: episode count, tables and notes, without title or head."""
-    parts = [f"{summary['episodes']} episodes.\n",
+    parts = [summary.get("preface_md", ""), f"{summary['episodes']} episodes.\n",
              _group_table(summary), _accuracy_table(summary),
              _mode_table(summary), _capability_table(summary), _error_table(summary),
              "".join(f"Note: {md_text(n)}\n" for n in summary.get("notes") or ())]

@@ -151,7 +151,8 @@ def score(answer: str, task: Any, judge: Any = None) -> float:
     if name == "paper":
         from lis_tui.bench.paper import scorer  # noqa: PLC0415 (only paper suites need it)
 
-        return scorer(str(params.get("value") or params.get("suite")))(answer or "", task)
+        suite = str(params.get("value") or params.get("suite"))
+        return scorer(suite, str(params.get("scorer") or ""))(answer or "", task)
     reward = REWARDS[name]
     return max((reward(answer or "", _text(t), row=task, **params) for t in truths
                 if t is not None), default=0.0)

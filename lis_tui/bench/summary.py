@@ -58,6 +58,7 @@ def _group_mode(records: list[dict]) -> dict[str, Any]:
         "episodes": len(records),
         "accuracy": _accuracy(records),
         "mean_reward": mean(r.get("reward", 0.0) for r in records),
+        "mean_steps": mean(r.get("steps", 0) for r in records),
         "total_tokens": mean(_total(r) for r in records),
         "trajectory_tokens": mean(_trajectory(r) for r in records),
         "capability": {k: (sum(r.get("capability", {}).get(k, 0) for r in records) / steps

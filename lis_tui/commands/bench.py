@@ -15,7 +15,8 @@ from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
 TASKS is a built-in set (demo: four small tasks of our own, not the paper's data; smoke: ~30
-tasks that need the sandbox), paper:SUITE DATA (docs/paper-suites.md), a JSON
+tasks that need the sandbox), paper:SUITE DATA (docs/paper-suites.md; paper:all DIR runs every
+suite in DIR both ways and writes the paper's main table), a JSON
 list or JSONL file of tasks (id, problem_statement, ground_truth, input_files, domain, reward,
 documents_dir), or a folder of task folders (task.toml + input/).
 
@@ -36,14 +37,15 @@ def add_parsers(sub) -> None:
                                    "sandbox), score the answers, and write a report.",
                        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("tasks", metavar="TASKS", help="demo, smoke, a .json/.jsonl file, a task folder, "
-                   "or paper:SUITE (then DATA)")
+                   "paper:SUITE (then DATA), or paper:all (then a folder of suites)")
     p.add_argument("data", metavar="DATA", nargs="?", help="with paper:SUITE: a .json/.jsonl/"
                    ".parquet file or folder in the paper's schema, or hf:NAME:CONFIG[:SPLIT]")
     p.add_argument("--suite", metavar="SUITE", help="score TASKS as this paper suite (math, "
                    "physics, chem, biomed, long_context, instruct_follow, instruct_pretrain)")
     p.add_argument("--suite-scorer", metavar="NAME", help="score a paper suite another way than "
-                   "the paper (physics: math-verify, for a number without a judge model; the "
-                   "summary notes it is not the paper's metric)")
+                   "the package (lenient: lis-tui's reading, any suite; physics: math-verify, "
+                   "for a number without a judge model; the summary notes it is not the paper's "
+                   "metric)")
     p.add_argument("--mode", choices=("sandbox", "llm", "both"), default="sandbox",
                    help="sandbox: the agent with tools (default); llm: one reply, files inlined; "
                         "both: each task both ways, with the difference reported")
@@ -66,6 +68,17 @@ def add_parsers(sub) -> None:
     group.add_argument("--observation", choices=("lis-tui", "paper"), help="how tool results read: "
                        "ours, or the paper harness's (exit code, stdout and stderr apart, steps "
                        "left); paper suites default to paper")
+    group.add_argument("--max-tokens", type=int, metavar="N", help="most tokens per model reply "
+                       "(paper suites: 65536)")
+    group.add_argument("--max-context-tokens", type=int, metavar="N", help="end an episode when its "
+                       "prompt passes N tokens (paper suites: 65536, long_context 131072)")
+    group.add_argument("--max-no-action", type=int, metavar="N", help="stop after N replies in a "
+                       "row without a tool call; 0: no limit (default 3; paper suites: 0)")
+    group.add_argument("--tool-calls", choices=("all", "first"), help="run every tool call of a "
+                       "reply, or only the first as the paper's harness does (paper suites: first)")
+    group.add_argument("--llm-prompt", choices=("paper", "lis-tui"), help="--mode llm of a paper "
+                       "suite: the package's prompt, its whole reply the answer (default), or ours, "
+                       "the answer after ANSWER:")
     add_tool_format_flag(group)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line, no table")
     p.set_defaults(func=cmd_bench, late_positional="data")
@@ -75,8 +88,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from lis_tui.bench.tasks import TaskError  # noqa: PLC0415 (keep --help fast)
     from lis_tui.config import ConfigError  # noqa: PLC0415
 
+    if args.tasks == "paper:all":
+        from lis_tui.commands.bench_all import cmd_paper_all  # noqa: PLC0415
+
+        return cmd_paper_all(args)
     try:
-        runner, judge = _build(args)
+        runner, judge, settings = _build(args)
     except (ConfigError, TaskError, ValueError) as exc:  # may quote a task file: its ids, ...
         print(safe_terminal_text(f"lis-tui bench: {exc}"), file=sys.stderr)
         return 2
@@ -86,20 +103,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 1
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
+    outcome = run_suite(args, runner, judge, settings)
+    if outcome is None:
+        return 1
+    return _report(args, runner, outcome, settings)
+
+
+def run_suite(args: argparse.Namespace, runner: Any, judge: Any, settings: Any) -> Any:
+    """Print the settings header (paper suites), run, close the judge; None when the cluster
+    failed (said on stderr)."""
     from lis_tui.ray import ClusterError  # noqa: PLC0415 (no Ray in it)
 
+    if settings is not None and not args.quiet:
+        print("\n".join(settings.lines()), file=sys.stderr)
     try:
-        outcome = runner.run()
+        return runner.run()
     except ClusterError as exc:
         print(safe_terminal_text(f"lis-tui bench: {exc}"), file=sys.stderr)
-        return 1
+        return None
     finally:
         if judge is not None:
             judge.close()
-    return _report(args, runner, outcome)
 
 
-def _build(args: argparse.Namespace) -> tuple[Any, Any]:
+def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(runner, judge or None, a paper suite's RunSettings or None)."""
     from lis_tui.api import configured_rootfs  # noqa: PLC0415
     from lis_tui.bench.runner import BenchOptions, BenchRunner  # noqa: PLC0415
     from lis_tui.bench.tasks import load_tasks  # noqa: PLC0415
@@ -118,7 +146,10 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any]:
     overrides = {"model.model": args.model, "model.base_url": args.base_url,
                  "model.temperature": args.temperature, "agent.max_steps": args.max_steps,
                  "agent.wall_time": args.wall_time, "agent.prompts": args.prompts,
-                 "agent.observation": args.observation, "agent.tool_format": args.tool_format,
+                 "agent.observation": args.observation, "model.max_tokens": args.max_tokens,
+                 "agent.tool_format": args.tool_format,
+                 "agent.max_context_tokens": args.max_context_tokens,
+                 "agent.tool_calls": args.tool_calls, "agent.max_no_action": args.max_no_action,
                  "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     config = load_config(args.profile, overrides)
     from lis_tui.prompts import load_prompts  # noqa: PLC0415
@@ -134,8 +165,25 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any]:
                            concurrency=4 if args.concurrency is None else args.concurrency, repeat=args.repeat, limit=args.limit,
                            resume=args.resume, progress=None if args.quiet else sys.stderr,
                            ray=ray_from_args(args))
-    judge = _judge(args, config, tasks)
-    return BenchRunner(tasks, config, spec, options, judge), judge
+    judge = _judge(args, config, tasks)  # before the paper's settings: the judge keeps its own
+    tasks, settings = _paper_settings(args, config, tasks)
+    return BenchRunner(tasks, config, spec, options, judge), judge, settings
+
+
+def _paper_settings(args: argparse.Namespace, config: Any, tasks: list) -> tuple[list, Any]:
+    """A paper suite runs with the package's settings, each flag given overriding its one."""
+    suite = args.tasks[len("paper:"):] if args.tasks.startswith("paper:") else args.suite
+    if not suite:
+        if args.llm_prompt:
+            raise ValueError("--llm-prompt goes with a paper suite (paper:SUITE DATA or --suite)")
+        return tasks, None
+    from dataclasses import replace  # noqa: PLC0415
+
+    from lis_tui.bench.paper import settings as paper  # noqa: PLC0415
+
+    flags = {k.flag: getattr(args, k.flag[2:].replace("-", "_")) for k in paper.KNOBS}
+    settings = paper.apply(config, suite, flags)
+    return [replace(t, extra={**t.extra, "llm_prompt": settings.llm_prompt}) for t in tasks], settings
 
 
 def _tasks(args: argparse.Namespace, load_tasks: Any) -> list:
@@ -180,9 +228,11 @@ def _judge(args: argparse.Namespace, config: Any, tasks: list) -> Any:
 def _without_judge(tasks: list) -> str:
     """How a judged paper suite can still be scored without a judge model, if it can."""
     from lis_tui.bench.paper.suites import SUITES  # noqa: PLC0415
+    from lis_tui.bench.rewards import parse_reward  # noqa: PLC0415
 
     names = {t.extra.get("paper_suite") for t in tasks} & set(SUITES)
-    others = [(n, o) for n in sorted(names) for o in SUITES[n].others]
+    others = [(n, o) for n in sorted(names) for o in SUITES[n].others
+              if parse_reward(o.reward)[0] != "judge"]
     return "".join(f"; or, without one, --suite-scorer {o.name} ({n}: not the paper's metric)"
                    for n, o in others)
 
@@ -207,12 +257,17 @@ def _default_output(tasks: str) -> str:
     return str(Path("lis-bench") / f"{Path(tasks.replace(':', '-')).stem}-{stamp}")
 
 
-def _report(args: argparse.Namespace, runner: Any, outcome: Any) -> int:
+def _report(args: argparse.Namespace, runner: Any, outcome: Any, settings: Any = None) -> int:
     from lis_tui.bench.report import run_info, write_reports  # noqa: PLC0415
 
     model = runner.ctx.config.model
+    preface = ""
+    if settings is not None:
+        from lis_tui.bench.paper.settings import markdown as settings_md  # noqa: PLC0415
+
+        preface = settings_md([settings])
     summary = write_reports(outcome.results, runner.options.output, title=f"lis-tui bench {args.tasks}",
-                            run=run_info(model.model, model.base_url))
+                            run=run_info(model.model, model.base_url), preface=preface)
     if not args.quiet:
         from lis_tui.bench.report import markdown  # noqa: PLC0415
 

@@ -16,7 +16,7 @@ from test_paper_instructions import nltk_data  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.sandbox
 DOCS = json.dumps({"report.txt": "The plant opened in 1987.", "empty.txt": None})
-IF_KW = [{"num_words": 3, "relation": "less than"}, {}]
+NUMBERS = json.dumps({"instruction_id_list": ["count:numbers"], "kwargs": [{"N": 2}]})
 # suite -> rows; `say` is what the scripted model answers, `doc` an answer read from a document
 # in the sandbox (so a right score proves the suite put the documents where it says), `want`
 # the expected reward.
@@ -31,33 +31,36 @@ ROWS = {
                  "say": "", "want": 0.0}],
     "biomed": [{"id": "b1", "problem_statement": "Which is a kinase? (A) PKA (B) Hb",
                 "ground_truth": "A", "say": "Answer: A", "want": 1.0},
+               # several letters: exact, as the package scores them (no partial credit)
                {"id": "b2", "problem_statement": "Pick both enzymes. (A) PKA (B) Hb (C) Taq",
-                "ground_truth": "AC", "say": "A", "want": 2 / 3}],
+                "ground_truth": "AC", "say": "A", "want": 0.0}],
     "long_context": [{"id": "l1", "problem_statement": "When did the plant open?",
                       "ground_truth": "The plant opened in 1987.", "input_files": DOCS,
                       "doc": "report.txt", "want": 1.0},
                      {"id": "l2", "problem_statement": "Who built the plant?",
                       "ground_truth": "Acme", "input_files": DOCS, "say": "Globex", "want": 0.0}],
-    "instruct_follow": [
-        {"id": "f1", "problem_statement": "Greet me in under 3 words, no commas.", "ground_truth": "",
-         "instruction_id_list": ["length_constraints:number_words", "punctuation:no_comma"],
-         "kwargs": IF_KW, "say": "hello there", "want": 1.0},
-        {"id": "f2", "problem_statement": "Greet me briefly, no commas.", "ground_truth": "",
-         "instruction_id_list": ["length_constraints:number_words", "punctuation:no_comma"],
-         "kwargs": IF_KW, "say": "hello, friend", "want": 0.0},
-        # the package's form: the instructions in ground_truth; loose mode drops the first line
-        {"id": "f3", "problem_statement": "Greet me with no commas at all.",
-         "ground_truth": json.dumps({"instruction_id_list": ["punctuation:no_comma"],
+    "instruct_follow": [  # the package's form: the instructions as JSON in ground_truth
+        {"id": "f1", "problem_statement": "Write exactly two numbers.", "ground_truth": NUMBERS,
+         "say": "1 and 22", "want": 1.0},
+        {"id": "f2", "problem_statement": "Write two numbers, no more.", "ground_truth": NUMBERS,
+         "say": "1, 2 and 3", "want": 0.0},
+        # loose mode drops the first line
+        {"id": "f3", "problem_statement": "Write with no whitespace at all.",
+         "ground_truth": json.dumps({"instruction_id_list": ["format:no_whitespace"],
                                      "kwargs": [{}]}),
-         "say": "Sure, here:\nhello there", "want": 1.0}],
+         "say": "Sure here:\nno_space_at_all", "want": 1.0}],
     "instruct_pretrain": [
-        {"id": "i1", "problem_statement": "Year it opened? Read the report.", "qa_type": "open",
-         "ground_truth": "The plant opened in 1987.", "input_files": DOCS, "doc": "report.txt",
-         "want": 1.0},
-        {"id": "i2", "problem_statement": "Which are true? (A) x (B) y (C) z", "qa_type": "multiple",
-         "ground_truth": "AB", "say": "A or B", "want": 1.0},
-        {"id": "i3", "problem_statement": "Which is true? (A) x (B) y", "qa_type": "single",
-         "ground_truth": "B", "say": "A or B", "want": 0.0}],
+        {"id": "i1", "problem_statement": "Year it opened? Read the report.",
+         "qa_type": "Free-form",
+         "domain": "instruct_pretrain", "ground_truth": "The plant opened in 1987.",
+         "input_files": DOCS, "doc": "report.txt", "want": 1.0},
+        {"id": "i2", "problem_statement": "Which are true? (A) x (B) y (C) z",
+         "qa_type": "Multiple Choice", "domain": "instruct_pretrain", "ground_truth": "A, B",
+         "say": "a, b", "want": 1.0},
+        # one answer: the package reads the last lone capital, here the pronoun
+        {"id": "i3", "problem_statement": "Which is true? (A) x (B) y",
+         "qa_type": "Multiple Choice",
+         "domain": "instruct_pretrain", "ground_truth": "B", "say": "B, I think", "want": 0.0}],
 }
 
 
@@ -85,6 +88,7 @@ def scripted(rows):
 
 
 def test_every_suite_scores_each_row_as_the_paper_defines(tmp_path, nltk_data):
+    pytest.importorskip("if_verifiable")  # instruct_follow's default scorer: IFBench's checks
     tasks, rows = [], [r for suite in ROWS.values() for r in suite]
     for suite, suite_rows in ROWS.items():
         path = tmp_path / f"{suite}.jsonl"
@@ -215,14 +219,16 @@ def test_physics_through_the_cli_is_judged_and_math_verify_only_when_asked(tmp_p
         judged = [r for r in server.chat_requests if r.body["model"] == "judge"]
     assert refused.returncode == 2 and asked_before == 0
     assert "--judge-model" in refusal and "--suite-scorer math-verify" in refusal, refusal
+    assert "--suite-scorer lenient" not in refusal  # it needs a judge too
     assert not (tmp_path / "refused" / "results.jsonl").exists()
     assert proc.returncode == 0, err
     results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert {(r["id"], r["mode"]): r["reward"] for r in results} == {
         (r["id"], mode): r["want"] for r in rows for mode in ("sandbox", "llm")}
     assert not [r for r in results if r["reward_error"] or r["notes"]]
-    # p2's empty answer is 0 without asking: two judged rows, two modes
-    assert len(judged) == 4 and all("<question>" in r.last_content for r in judged)
+    # every answer, p2's empty one too, is judged 4 times at 0.7, as the package does
+    assert len(judged) == 3 * 2 * 4 and all("<question>" in r.last_content for r in judged)
+    assert {(r.body["temperature"], r.body["max_tokens"]) for r in judged} == {(0.7, 16384)}
     md = (out / "summary.md").read_text()
     assert "| physics | 33.3% (n=3) | 33.3% (n=3) | +0.0 pts |" in md, md
     assert "not the paper's" not in md

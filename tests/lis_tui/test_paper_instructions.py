@@ -8,7 +8,7 @@ import pytest
 
 from lis_tui.bench.paper import instructions
 from lis_tui.bench.paper.instructions import CHECKS, all_followed, instructions_of, loose_variants
-from lis_tui.bench.paper.scorers import instruct_follow
+from lis_tui.bench.paper.lenient import instruct_follow
 from lis_tui.bench.rewards import RewardError
 from lis_tui.bench.tasks import Task, TaskError
 
@@ -152,3 +152,26 @@ def test_ifbench_checks_from_if_verifiable(iid, kwargs, right, wrong, nltk_data)
     row = Task("f", "q", ground_truth=json.dumps({"instruction_id_list": [iid],
                                                   "kwargs": [{**kwargs, "unused": None}]}))
     assert instruct_follow(f"Here you go:\n{right}", row) == 1.0  # loose: first line out
+
+
+def _row(ids, kwargs, **extra):
+    return Task("f", "q", ground_truth=json.dumps({"instruction_id_list": ids, "kwargs": kwargs}),
+                extra=extra)
+
+
+@pytest.mark.parametrize("row, answer, want, noted", [
+    (_row([], []), "", 1.0, False),                              # nothing asked: right
+    (_row(["count:numbers"], [{"N": 2}]), "Sure:\n1 and 22", 1.0, False),
+    (_row(["punctuation:no_comma"], [{}]), "no commas", 0.0, True),  # IFEval's: IFBench lacks it
+    (_row(["count:numbers", "made:up"], [{"N": 2}, {}]), "1 and 22", 0.0, True),
+    (_row(["count:numbers"], []), "1 and 22", 0.0, False),       # short kwargs: it raises, 0
+    (Task("f", "q", ground_truth="", extra={"instruction_id_list": ["count:numbers"],
+                                            "kwargs": [{"N": 2}]}), "1 and 22", 0.0, True),
+])
+def test_the_default_scorer_reads_the_json_ground_truth_as_the_package(row, answer, want, noted,
+                                                                        nltk_data):
+    pytest.importorskip("if_verifiable")
+    from lis_tui.bench.paper import scorers
+    assert scorers.instruct_follow(answer, row) == want
+    assert bool(scorers.row_note("instruct_follow", row)) is noted
+    assert instructions.prepare_as_package([row]) == ""  # never refuses the suite

@@ -1,6 +1,8 @@
 """physics as the paper scores it: an LLM judge reads the question, the official answer and the
-candidate and says CORRECT or INCORRECT (llm-in-sandbox 0.2.0's benchmark/physics/judge.py);
-math-verify with a 1% tolerance only when asked for (--suite-scorer math-verify)."""
+candidate and says CORRECT or INCORRECT, four times at temperature 0.7, averaged
+(llm-in-sandbox 0.2.0's benchmark/physics/judge.py); asked once with lis-tui's reading under
+--suite-scorer lenient; math-verify with a 1% tolerance only when asked for (--suite-scorer
+math-verify)."""
 import json
 
 import pytest
@@ -8,7 +10,7 @@ import pytest
 from fakes.openai_server import FakeOpenAI, reply
 from lis_tui.bench.judge import Judge
 from lis_tui.bench.paper import load_suite
-from lis_tui.bench.paper.scorers import physics
+from lis_tui.bench.paper.lenient import physics
 from lis_tui.bench.rewards import score
 from lis_tui.bench.tasks import Task, TaskError
 from lis_tui.config import ModelConfig
@@ -16,17 +18,26 @@ from lis_tui.config import ModelConfig
 ROW = {"id": "p", "problem_statement": "Free-fall acceleration at sea level, in m/s^2?",
        "ground_truth": "9.81"}
 
-# (the agent's answer, what the judge replies, the score, what the judge is shown or None when
-# it is not asked)
+# (the agent's answer, what the judge replies, the score, the candidate the judge is shown)
 JUDGED = [
     (r"\boxed{9.81}", "CORRECT", 1.0, r"\boxed{9.81}"),                # right
     ("about 9.8 m/s^2", "The candidate agrees.\nCORRECT", 1.0, "about 9.8 m/s^2"),
     ("12", "INCORRECT", 0.0, "12"),                                     # wrong
     ("9.81", "It is CORRECT? No: INCORRECT", 0.0, "9.81"),             # the last verdict counts
     ("9.81", "I cannot tell.", 0.0, "9.81"),                            # badly formatted verdict
-    ("<think>maybe 12</think>\n9.81", "CORRECT", 1.0, "\n9.81"),        # thinking left out
-    ("<think>9.81?</think>", "CORRECT", 0.0, None),                     # only thinking: empty
-    ("", "CORRECT", 0.0, None),                                         # empty
+    ("9.81", "score: 0.7", 0.0, "9.81"),                                # no verdict word: 0
+    ("9.81", "NOT CORRECT", 1.0, "9.81"),                               # the package's reading
+    ("<think>maybe 12</think>\n9.81", "CORRECT", 1.0, "9.81"),          # thinking left out
+    ("<think>9.81?</think>", "INCORRECT", 0.0, ""),                     # only thinking: asked
+    ("", "CORRECT", 1.0, ""),                                           # empty: asked too
+]
+# lis-tui's own reading (--suite-scorer lenient): asked once; nothing to judge is 0 unasked
+LENIENT = [
+    ("9.81", "score: 0.7", 0.7, "9.81"),
+    ("9.81", "NOT CORRECT", 1.0, "9.81"),
+    ("<think>maybe 12</think>\n9.81", "CORRECT", 1.0, "\n9.81"),
+    ("<think>9.81?</think>", "CORRECT", 0.0, None),
+    ("", "CORRECT", 0.0, None),
 ]
 
 
@@ -37,8 +48,39 @@ def tasks(tmp_path, scorer=""):
 
 
 @pytest.mark.parametrize("answer, says, want, shown", JUDGED)
-def test_physics_is_graded_by_the_judge(tmp_path, answer, says, want, shown):
+def test_physics_is_graded_by_the_judge_four_times(tmp_path, answer, says, want, shown):
     (task,) = tasks(tmp_path)
+    with FakeOpenAI(default=lambda r: reply(says)) as server:
+        judge = Judge(ModelConfig(base_url=server.base_url, model="judge", max_retries=0))
+        try:
+            assert score(answer, task, judge) == want
+        finally:
+            judge.close()
+        asked = server.chat_requests
+    assert len(asked) == 4
+    assert {(r.body["temperature"], r.body["max_tokens"]) for r in asked} == {(0.7, 16384)}
+    (prompt,) = {r.last_content for r in asked}
+    assert f"<question>\n{ROW['problem_statement']}\n</question>" in prompt
+    assert "<reference>\n9.81\n</reference>" in prompt
+    assert f"<answer>\n{shown}\n</answer>" in prompt
+    assert "CORRECT or INCORRECT" in prompt
+
+
+def test_the_four_verdicts_are_averaged(tmp_path):
+    (task,) = tasks(tmp_path)
+    with FakeOpenAI(script=[reply(r) for r in ("CORRECT", "INCORRECT", "CORRECT", "UNSURE")],
+                    default=reply("CORRECT")) as server:
+        judge = Judge(ModelConfig(base_url=server.base_url, model="judge", max_retries=0))
+        try:
+            assert score("9.81", task, judge) == 0.5
+        finally:
+            judge.close()
+
+
+@pytest.mark.parametrize("answer, says, want, shown", LENIENT)
+def test_the_lenient_judge_asks_once(tmp_path, answer, says, want, shown):
+    (task,) = tasks(tmp_path, "lenient")
+    assert "not the package's metric" in task.extra["scorer_note"]
     with FakeOpenAI(default=lambda r: reply(says)) as server:
         judge = Judge(ModelConfig(base_url=server.base_url, model="judge", max_retries=0))
         try:
@@ -50,10 +92,7 @@ def test_physics_is_graded_by_the_judge(tmp_path, answer, says, want, shown):
         assert asked == []
         return
     (prompt,) = asked
-    assert f"<question>\n{ROW['problem_statement']}\n</question>" in prompt
-    assert "<reference>\n9.81\n</reference>" in prompt
     assert f"<answer>\n{shown}\n</answer>" in prompt
-    assert "CORRECT or INCORRECT" in prompt
 
 
 def test_physics_without_a_judge_says_what_to_pass(tmp_path):
@@ -89,7 +128,7 @@ def test_math_verify_is_chosen_by_name_and_noted_as_not_the_papers_metric(tmp_pa
     assert "not the paper's metric" in task.extra["scorer_note"]
     (judged,) = tasks(tmp_path)
     assert "scorer_note" not in judged.extra
-    with pytest.raises(TaskError, match="its other scorers are: math-verify"):
+    with pytest.raises(TaskError, match="its other scorers are: lenient, math-verify"):
         tasks(tmp_path, "sympy")
-    with pytest.raises(TaskError, match="only the paper's own"):
+    with pytest.raises(TaskError, match="its other scorers are: lenient$"):
         load_suite("chem", str(tmp_path / "physics.jsonl"), "math-verify")

@@ -1,6 +1,8 @@
 """instruct_follow's instruction checks, scored as the paper's package scores them: a row is
 right when every one of its instructions is kept (prompt level), each in IFEval's loose mode
 (the answer also counts with its asterisks removed, or its first line, last line or both).
+`followed_as_package` is the default scorer's (the package's code path, IFBench's ids only);
+`all_followed` the lenient one's (IFEval's ids too, the row's own fields).
 
 The package's rows name IFBench's instructions (count:..., ratio:..., format:...). With
 if-verifiable installed (`pip install 'lis-tui[ifbench]'`, a PyPI port of IFBench's and IFEval's
@@ -183,3 +185,69 @@ def _packaged(instruction_id: str, cls: Any, answer: str, kwargs: dict[str, Any]
     except LookupError:  # NLTK data not downloaded
         raise RewardError(f"IFBench's check {instruction_id!r} needs NLTK data; run once: "
                           f"{NLTK_DATA}") from None
+
+
+def ifbench_registry() -> dict[str, Any]:
+    """IFBench's own instructions by id, the only ones the package's scorer knows
+    (if-verifiable's port of IFBench's `instructions_registry`); RewardError without it."""
+    if not has_ifbench():
+        raise RewardError(f"instruct_follow is scored with IFBench's checks; run: {IFBENCH_EXTRA}")
+    checks()  # the NLTK data first: importing the registry without it would download it
+    from if_verifiable.ifbench import instructions_registry  # noqa: PLC0415
+
+    return instructions_registry.INSTRUCTION_DICT
+
+
+def followed_as_package(answer: str, truth: Any) -> float:
+    """The package's instruct_follow reward: the instructions of the JSON ground truth, each
+    built once and kept by a non-blank loose variant; 1 for none, 0 for an id IFBench lacks and
+    for anything the package's scorer raises on (bad JSON, short kwargs, a failing check)."""
+    registry = ifbench_registry()
+    try:
+        data = json.loads(truth)
+        ids, kwargs = data.get("instruction_id_list", []), data.get("kwargs", [])
+        variants = loose_variants(answer)
+        for n, instruction_id in enumerate(ids):
+            if instruction_id not in registry:
+                return 0.0
+            instruction = registry[instruction_id](instruction_id)
+            instruction.build_description(**{k: v for k, v in kwargs[n].items() if v is not None})
+            if not any(v.strip() and instruction.check_following(v) for v in variants):
+                return 0.0
+        return 1.0
+    except Exception as exc:  # noqa: BLE001 (the package's scorer returns 0 on any error)
+        if type(exc) is LookupError:  # NLTK data missing: this machine's fault, not the row's
+            raise RewardError(f"IFBench's checks need NLTK data; run once: {NLTK_DATA}") from None
+        return 0.0
+
+
+def package_row_note(row: Any) -> str:
+    """How the package scores a row whose instructions it cannot check, or ""."""
+    truth = row.ground_truth
+    try:
+        data = json.loads(truth) if isinstance(truth, str) else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        fields = " (it reads only the ground truth, not the row's own fields)" if row.extra.get(
+            "instruction_id_list") else ""
+        return ("instruct_follow: the package's scorer gives 0 to a row whose ground_truth is "
+                f"not a JSON object of instruction_id_list and kwargs{fields}; scored 0 here "
+                "too (--suite-scorer lenient reads the fields)")
+    ids = data.get("instruction_id_list", [])
+    unknown = [i for i in ids if isinstance(i, str) and i not in ifbench_registry()] if isinstance(
+        ids, list) else []
+    if unknown:
+        return (f"instruct_follow: the package's scorer gives 0 to a row naming instructions "
+                f"IFBench lacks ({', '.join(sorted(set(unknown)))}); scored 0 here too")
+    return ""
+
+
+def prepare_as_package(tasks: list[Any]) -> str:
+    """At start, for the default scorer: IFBench's checks and their NLTK data must be here (a
+    row naming an id IFBench lacks is not refused: the package scores it 0, row_note says so)."""
+    try:
+        ifbench_registry()
+    except RewardError as exc:
+        raise TaskError(str(exc)) from None
+    return ""

@@ -5,7 +5,7 @@ import importlib.util
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from lis_tui.bench.paper import instructions, scorers
+from lis_tui.bench.paper import instructions, judging, lenient, scorers
 from lis_tui.bench.paper.data import load_rows
 from lis_tui.bench.tasks import Task, TaskError, tasks_from_items
 
@@ -48,8 +48,11 @@ The candidate is CORRECT when it is consistent with the official answer, and INC
 gives a different, incomplete or no result. Reply with the one word CORRECT or INCORRECT."""
 """The judge prompt of the judged suites (long_context, physics): what the paper's judge checks
 (the candidate consistent with the official answer, the question for reference only, a one-word
-verdict), in lis-tui's words. The verdict is the reply's last CORRECT or INCORRECT."""
-JUDGED = {"type": "judge", "prompt": JUDGE_PROMPT}
+verdict), in lis-tui's words. The verdict is read as the package reads it (judging.py)."""
+JUDGED = {"type": "judge", "prompt": JUDGE_PROMPT, "verdict": judging.STYLE}
+LENIENT_JUDGED = {"type": "judge", "prompt": JUDGE_PROMPT}
+"""lis-tui's own judging: asked once (at the judge model's temperature), an empty answer is 0
+without asking, a `score: x` is read when there is no verdict word."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class Scoring:
     needs: tuple[str, ...] = ()
     note: str = ""
     """Shown in summary.md: how this differs from the paper's metric."""
+    prepare: Callable[[list[Task]], str] | None = None
+    """Checks the rows at start (TaskError) and returns a note for the summary, or ""."""
 
 
 @dataclass(frozen=True)
@@ -81,17 +86,31 @@ class Suite:
     """Checks the rows at start (TaskError) and returns a note for the summary, or ""."""
 
 
+def _lenient(name: str) -> Scoring:
+    judged = name in ("physics", "long_context")
+    return Scoring(
+        "lenient", LENIENT_JUDGED if judged else {"type": "paper", "suite": name,
+                                                  "scorer": "lenient"},
+        ("math_verify", "rouge_score") if name == "instruct_pretrain" else
+        ("math_verify",) if name == "math" else (),
+        f"{name} scored with --suite-scorer lenient, not the package's metric "
+        "(docs/paper-suites.md says how they differ)",
+        instructions.prepare if name == "instruct_follow" else None)
+
+
 PHYSICS_BY_MATH = Scoring(
-    "math-verify", "paper:physics", ("math_verify",),
+    "math-verify", {"type": "paper", "suite": "physics", "scorer": "math-verify"},
+    ("math_verify",),
     "physics scored with math-verify and a 1% numeric tolerance (--suite-scorer math-verify), "
     "not the paper's metric: the paper grades physics with an LLM judge (--judge-model M)")
-SUITES: dict[str, Suite] = {s.name: s for s in (
+SUITES: dict[str, Suite] = {s.name: replace(s, others=(_lenient(s.name), *s.others)) for s in (
     Suite("math", "paper:math", ("math_verify",)),
     Suite("physics", JUDGED, others=(PHYSICS_BY_MATH,)),
     Suite("chem", "paper:chem"),
     Suite("biomed", "paper:biomed"),
     Suite("long_context", JUDGED, inline_documents=True),
-    Suite("instruct_follow", "paper:instruct_follow", prepare=instructions.prepare),
+    Suite("instruct_follow", "paper:instruct_follow", ("if_verifiable",),
+          prepare=instructions.prepare_as_package),
     Suite("instruct_pretrain", "paper:instruct_pretrain", ("math_verify", "rouge_score"),
           inline_documents=True),
 )}
@@ -104,12 +123,13 @@ def suite(name: str) -> Suite:
     return SUITES[name]
 
 
-def scorer(name: str) -> Callable[[str, Task], float]:
-    """The `(answer, row) -> float in [0, 1]` of a suite scored without a judge."""
-    if name not in scorers.SCORERS:
-        raise TaskError(f"no scorer for paper suite {name!r}; scored suites: "
-                        f"{', '.join(scorers.SCORERS)}")
-    return scorers.SCORERS[name]
+def scorer(name: str, kind: str = "") -> Callable[[str, Task], float]:
+    """The `(answer, row) -> float in [0, 1]` of a suite scored without a judge: the package's
+    (scorers.py), or with `kind` (lenient, math-verify) lis-tui's own (lenient.py)."""
+    table = lenient.SCORERS if kind else scorers.SCORERS
+    if name not in table:
+        raise TaskError(f"no scorer for paper suite {name!r}; scored suites: {', '.join(table)}")
+    return table[name]
 
 
 def check_extras(name: str, scorer_name: str = "") -> None:
@@ -117,8 +137,9 @@ def check_extras(name: str, scorer_name: str = "") -> None:
     needs = scoring(name, scorer_name).needs if scorer_name else suite(name).needs
     missing = [m for m in needs if importlib.util.find_spec(m) is None]
     if missing:
+        fix = instructions.IFBENCH_EXTRA if missing == ["if_verifiable"] else PAPER_EXTRA
         raise TaskError(f"paper suite {name!r} scores with {', '.join(missing)}, which is not "
-                        f"installed; run: {PAPER_EXTRA}")
+                        f"installed; run: {fix}")
 
 
 def scoring(name: str, scorer_name: str) -> Scoring:
@@ -141,10 +162,18 @@ def load_suite(name: str, data: str, scorer_name: str = "") -> list[Task]:
     check_extras(name, scorer_name)
     rows, base, label = load_rows(data)
     tasks = tasks_from_items(rows, base, label, default_reward=None)
-    note = other.note if other else chosen.prepare(tasks) if chosen.prepare else ""
-    extra = {"paper_suite": name, **({"scorer_note": note} if note else {})}
+    prepare = other.prepare if other else chosen.prepare
+    shared = [other.note if other else "", prepare(tasks) if prepare else ""]
     return [replace(t, reward=other.reward if other else chosen.reward, layout=chosen.layout,
-                    extra={**t.extra, **extra}) for t in tasks]
+                    extra={**t.extra, "paper_suite": name,
+                           **_note([*shared, "" if other else scorers.row_note(name, t)])})
+            for t in tasks]
+
+
+def _note(notes: list[str]) -> dict[str, str]:
+    """The summary's note for a row: its suite's and its own (a row the package cannot score)."""
+    notes = [n for n in notes if n]
+    return {"scorer_note": "; ".join(notes)} if notes else {}
 
 
 def llm_prompt(task: Task) -> str:

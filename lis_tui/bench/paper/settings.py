@@ -1,0 +1,117 @@
+"""The paper package's run settings, the default of every paper suite run, each overridable by
+a flag, and the lines that tell a reader whether a run used them ("settings: paper") or not.
+
+Read from llm-in-sandbox 0.2.0: `cli.run_benchmark`'s defaults (temperature from
+`LLM_TEMPERATURE`, else 1.0; `max_steps` 100; `max_tokens_per_call` 65,536, and
+`max_response_len` 65,536 for its LLM mode; `max_token_limit` 65,536 for the whole trajectory,
+131,072 for long_context as that suite's README runs it), its agent (only a reply's first tool
+call runs; replies without one are answered and counted as steps, never a reason to stop; the
+observation frame of `lis_tui.observation`) and its LLM mode
+(`lis_tui.bench.paper.llm_mode`). Its README suggests LLM_TEMPERATURE=0.7 for Qwen3 models:
+pass --temperature 0.7 for those, and the summary says the run was custom.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lis_tui.config import Config
+
+PACKAGE = "llm-in-sandbox 0.2.0"
+LONG_TRAJECTORY = {"long_context": 131_072}
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting: what it is called, the config key it sets and the flag that overrides it."""
+
+    label: str
+    key: str
+    """`section.key` in the config; "" for the LLM-mode prompt, which the tasks carry."""
+    flag: str
+    package: Any
+
+    def value_for(self, suite: str) -> Any:
+        if self.key == "agent.max_context_tokens":
+            return LONG_TRAJECTORY.get(suite, self.package)
+        return self.package
+
+
+KNOBS = (
+    Knob("temperature", "model.temperature", "--temperature", 1.0),
+    Knob("max tokens per call", "model.max_tokens", "--max-tokens", 65_536),
+    Knob("max tokens per trajectory", "agent.max_context_tokens", "--max-context-tokens", 65_536),
+    Knob("max steps", "agent.max_steps", "--max-steps", 100),
+    Knob("replies without a tool call before stopping", "agent.max_no_action", "--max-no-action",
+         0),
+    Knob("tool calls run per reply", "agent.tool_calls", "--tool-calls", "first"),
+    Knob("observation format", "agent.observation", "--observation", "paper"),
+    Knob("tool call format", "agent.tool_format", "--tool-format", "native"),
+    Knob("LLM-mode prompt and answer", "", "--llm-prompt", "paper"),
+)
+"""In the order the header and summary.md show them."""
+EXPLAINED = {"paper": "the package's", "first": "first only", "all": "all",
+             "native": "OpenAI tools", "lis-tui": "lis-tui's"}
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The settings a paper suite ran with: (knob, value, the package's value) per setting."""
+
+    suite: str
+    rows: tuple[tuple[Knob, Any, Any], ...]
+
+    @property
+    def paper(self) -> bool:
+        return all(value == package for _, value, package in self.rows)
+
+    @property
+    def llm_prompt(self) -> str:
+        return next(value for knob, value, _ in self.rows if not knob.key)
+
+    def lines(self, suites: str = "") -> list[str]:
+        """The run's header and summary.md's settings block, one line each."""
+        changed = [f"{k.label} ({k.flag})" for k, v, p in self.rows if v != p]
+        head = (f"settings: paper ({PACKAGE}'s defaults for {suites or self.suite})" if not changed
+                else f"settings: custom for {suites or self.suite} ({', '.join(changed)}: not "
+                f"{PACKAGE}'s)")
+        return [head] + [f"{k.label}: {_shown(v)}" + ("" if v == p else f" (package: {_shown(p)})")
+                         for k, v, p in self.rows]
+
+
+def apply(config: Config, suite: str, flags: dict[str, Any]) -> RunSettings:
+    """Set the package's value of every knob in `config`, or the value of its flag where
+    `flags` (flag -> value, None when not given) has one."""
+    rows = []
+    for knob in KNOBS:
+        package = knob.value_for(suite)
+        given = flags.get(knob.flag)
+        value = package if given is None else given
+        if knob.key:
+            config.set(knob.key, value, "paper" if given is None else knob.flag)
+        rows.append((knob, value, package))
+    return RunSettings(suite, tuple(rows))
+
+
+def markdown(settings: list[RunSettings]) -> str:
+    """summary.md's settings: a line saying paper or custom and a table of the values, per
+    distinct set of values, naming its suites."""
+    groups: dict[tuple, list[RunSettings]] = {}
+    for s in settings:
+        groups.setdefault(tuple((k.label, v, p) for k, v, p in s.rows), []).append(s)
+    blocks = ["## Run settings\n"]
+    for same in groups.values():
+        head = same[0].lines(", ".join(s.suite for s in same))[0]
+        rows = "".join(f"| {k.label} | {_shown(v)} | {_shown(p)} | {k.flag} |\n"
+                       for k, v, p in same[0].rows)
+        blocks.append(f"{head[0].upper()}{head[1:]}\n\n| setting | this run | {PACKAGE} | flag |\n"
+                      f"|---|---|---|---|\n{rows}")
+    return "\n".join(blocks)
+
+
+def _shown(value: Any) -> str:
+    if value == 0 and not isinstance(value, bool) and isinstance(value, int):
+        return "no limit"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return EXPLAINED.get(value, str(value)) if isinstance(value, str) else str(value)
