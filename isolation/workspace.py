@@ -88,7 +88,12 @@ class _Snapshot(Walk):
 
 def snapshot(root: Path) -> dict[str, tuple]:
     """(type, size, mtime_ns, mode) of every entry under `root`, links not followed."""
-    with Cursor.open(root) as top:
+    try:
+        top = Cursor.open(root)
+    except OSError as exc:  # missing, a file, unreadable: the person's typo, not a crash
+        raise SandboxError(f"workspace {str(root)!r}: {exc.strerror}; give a folder you can read "
+                           "(--workspace DIR)") from None
+    with top:
         walk = _Snapshot(top)
         walk.run()
         return walk.found

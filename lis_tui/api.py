@@ -24,7 +24,7 @@ from isolation import Sandbox, SandboxError, SandboxSpec
 from lis_tui import __version__
 from lis_tui.agent import INPUT_DIR, Agent, CommandApproval
 from lis_tui.config import Config, configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: F401 (configured_rootfs: callers import it from here)
-from lis_tui.events import LIMIT_REASONS, Listeners, RunFinished, RunUsage, credential_listener
+from lis_tui.events import LIMIT_REASONS, Listeners, RunFinished, RunUsage, network_listener
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
 from lis_tui.prompts.environment import environment_note
@@ -142,7 +142,7 @@ def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: st
 
     try:
         policy = NetworkPolicy(spec.network, spec.allow_hosts, spec.deny_hosts,
-                               on_credential=credential_listener(listeners))
+                               on_note=network_listener(listeners))
         with Sandbox(spec, network=policy) as sandbox:
             toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=config.sandbox.timeout,
                                                    separate_stderr=config.agent.observation == "paper"))
@@ -212,7 +212,11 @@ def prepare_output_dir(path: str | Path | None) -> Path:
     out = Path(path).expanduser().absolute()
     if (out / "trajectory.json").exists() or (out / "files").exists():
         raise ValueError(f"{out} already holds a run; choose another --output-dir or remove it")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file there, a read-only or full disk
+        raise ValueError(f"cannot make the run's directory {out}: {exc.strerror}; choose another "
+                         "--output-dir") from None
     return out
 
 

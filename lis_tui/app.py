@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -136,8 +136,10 @@ class LisApp(App):
     def on_network_question(self, message: NetworkQuestion) -> None:
         def answered(answer: str | None) -> None:
             self._asking(-1)
-            if not message.future.done():
+            try:  # withdrawn (its request ended) a moment ago: the answer counts for nothing
                 message.future.set_result(answer or "deny")
+            except InvalidStateError:
+                pass
 
         self._asking(+1)
         command = self.conversation.command if self.conversation is not None else ""

@@ -9,11 +9,20 @@ import sys
 from . import __version__
 
 # Subcommand modules, each with `add_parsers(subparsers)`; a missing one is skipped.
-COMMANDS = ("sandbox", "rootfs", "run", "runs", "config", "trust", "sessions", "bench", "tasks", "rollout", "env", "mcp", "tui")
+COMMANDS = ("sandbox", "rootfs", "run", "runs", "config", "trust", "sessions", "bench", "tasks", "rollout", "env", "mcp",
+            "fake_server", "tui")
+
+
+class _Parser(argparse.ArgumentParser):
+    """No abbreviations (`--max-step` is a typo, not `--max-steps`); its subparsers are the same."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="lis-tui",
         description="A language model at work inside a rootless sandbox (bubblewrap over a read-only root "
                     "filesystem: no daemon, no root). `lis-tui` alone opens the app; `lis-tui \"TASK\"` "
@@ -68,10 +77,42 @@ def _unknown_command(parser: argparse.ArgumentParser, word: str) -> int:
     return 2
 
 
+def _leaf(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub)command's own parser, named by the words of `argv`: its usage and its flags."""
+    for token in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]  # noqa: SLF001
+        if not subs:
+            break
+        parser = subs[0].choices.get(token, parser)
+    return parser
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    flags = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]  # noqa: SLF001
+    hints = [close[0] for word in extras if word.startswith("--") and
+             (close := difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.6))]
+    return f" (did you mean {', '.join(hints)}?)" if hints else ""
+
+
+def _unknown_app_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The first flag the app does not know, before any `--`: `lis-tui --netwrok on` is a typo,
+    not the task "on"."""
+    known = {o for a in parser._actions for o in a.option_strings}  # noqa: SLF001
+    for token in argv:
+        if token == "--":
+            return None
+        if token.startswith("-") and token != "-" and token.split("=", 1)[0] not in known:
+            return token
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     if _opens_app(parser, argv):
+        flag = _unknown_app_flag(parser.app_parser, argv)
+        if flag is not None:
+            parser.app_parser.error(f"unrecognized arguments: {flag}" + _did_you_mean(parser.app_parser, [flag]))
         word = _lone_word(parser, argv)
         if word is not None:
             from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
@@ -85,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     if late and getattr(args, late) is None and len(extras) == 1 and not extras[0].startswith("-"):
         setattr(args, late, extras.pop())
     if extras:
-        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        leaf = _leaf(parser, argv)
+        leaf.error(f"unrecognized arguments: {' '.join(extras)}" + _did_you_mean(leaf, extras))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -250,7 +250,19 @@ def load_config(profile: str | None = None, overrides: Mapping[str, Any] | None 
         key = env.get(config.model.api_key_env)
         if key:
             config.set("model.api_key", key, f"env {config.model.api_key_env}")
+    check_base_url(config.model.base_url, f"model.base_url ({config.sources.get('model.base_url', 'default')})")
     return config
+
+
+def check_base_url(url: str, what: str) -> None:
+    """ConfigError at once for a URL the client would retry for half a minute: no scheme, no host."""
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        fixed = url if "://" in url else f"http://{url}"
+        raise ConfigError(f"{what} {url!r} is not an http(s) URL; write it with its scheme, "
+                          f"e.g. --base-url {fixed}")
 
 
 def _apply_project_file(config: Config, directory: Path, env: Mapping[str, str]) -> None:

@@ -19,7 +19,7 @@ from tools.shell import ShellError
 from lis_tui import api
 from lis_tui.agent import ANSWER_PATH, Agent
 from lis_tui.config import Config, save_network_allow
-from lis_tui.events import Listeners, RunFinished, RunStarted, RunUsage, ToolStarted, credential_listener
+from lis_tui.events import Listeners, RunFinished, RunStarted, RunUsage, ToolStarted, network_listener
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
 from lis_tui.runs import app_runs_dir
@@ -106,7 +106,7 @@ class Conversation:
             if self._closing:
                 return _failed("lis-tui was closing", listeners)
             agent = self._agent = self._make_agent(listeners)
-            self._listeners = listeners  # the proxy's credential notes go to the task at work
+            self._listeners = listeners  # the proxy's notes go to the task at work
             self.state = "working"
         try:
             finished = agent.run(task)
@@ -114,6 +114,9 @@ class Conversation:
             with self._lock:
                 self._agent = None
                 self.state = "closed" if self._closing else "ready"
+            handle = getattr(self._sandbox, "network", None)
+            if handle is not None:  # a question a background job left open closes with its task
+                handle.withdraw_questions()
         self.messages = agent.messages
         if agent.format.name != "native":  # auto's switch holds for the follow-ups too
             self._text_format = agent.format.name
@@ -233,10 +236,10 @@ class Conversation:
         return NetworkPolicy(self.network, allow=[*net.allow, *spec.allow_hosts],
                              deny=[*net.deny, *spec.deny_hosts], decide=self.approver,
                              on_allow_always=save_network_allow, host_services=self.host_services,
-                             on_credential=self._credential_added)
+                             on_note=self._network_note)
 
-    def _credential_added(self, use: Any) -> None:
-        credential_listener(getattr(self, "_listeners", None))(use)
+    def _network_note(self, note: Any) -> None:
+        network_listener(getattr(self, "_listeners", None))(note)
 
     def _export_proxy(self) -> None:
         """The network was turned on after the shell started: the shell learns the proxy."""

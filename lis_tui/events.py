@@ -253,16 +253,35 @@ class CredentialAdded:
         return f"credential added for {self.host} ({self.header}, {self.method})"
 
 
+@dataclass(frozen=True)
+class NetworkRefused:
+    """The network proxy refused a host (said once per host, port and reason), or withdrew a
+    question whose request ended (`by` "gone"); sent from the proxy's thread."""
+
+    host: str
+    port: int
+    by: str
+    """Who or what refused: deny-list, mode, user, headless, timeout, host-internal, gone, ..."""
+    text: str
+    """Why, and how the user can allow it: the line the model's 403 carried."""
+
+
 Event = Union[RunStarted, ToolFormatChanged, StepStarted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
-              ApprovalNeeded, ToolStarted, ToolFinished, StepFinished, RunFinished, CredentialAdded]
+              ApprovalNeeded, ToolStarted, ToolFinished, StepFinished, RunFinished, CredentialAdded,
+              NetworkRefused]
 
 
-def credential_listener(listener: Any):
-    """A NetworkPolicy `on_credential` callback that hands each use to `listener` as CredentialAdded."""
-    def added(use: Any) -> None:
-        if listener is not None:
-            listener.on_event(CredentialAdded(use.host, use.port, use.method, use.header))
-    return added
+def network_listener(listener: Any):
+    """A NetworkPolicy `on_note` callback: hands each note to `listener` as CredentialAdded or
+    NetworkRefused."""
+    def noted(note: Any) -> None:
+        if listener is None:
+            return
+        if hasattr(note, "header"):
+            listener.on_event(CredentialAdded(note.host, note.port, note.method, note.header))
+        else:
+            listener.on_event(NetworkRefused(note.host, note.port, note.by, note.text))
+    return noted
 
 
 class Listener(Protocol):

@@ -11,9 +11,11 @@ Changes that `apply` holds back (`.git/**`, `.envrc`, `*.pth`, links the sandbox
 executable bits: isolation.heldback) are applied only when named in `paths` and approved by the
 person through the client (elicitation); a client that cannot ask gets them refused, by name.
 
-A network in `ask` mode asks the person through the client (MCP elicitation: "allow pypi.org:443?")
-when the client can; a client that cannot gets the allow list only, and the refusal the model reads
-says how the user can allow a host.
+A network in `ask` mode asks the person through the client (MCP elicitation: "allow pypi.org:443?",
+then "pypi.org:443 resolves to 10.1.2.3, a private or internal address: allow this address for this
+host?" where it does; a question whose request ended is withdrawn) when the client can; a client
+that cannot gets the allow list only, and the refusal the model reads says how the user can allow
+a host.
 """
 from __future__ import annotations
 
@@ -48,12 +50,27 @@ IDLE_TIMEOUT = 1800.0
 log = logging.getLogger(__name__)
 ASK_SCHEMA = {"type": "object", "required": ["answer"], "properties": {"answer": {
     "type": "string", "title": "Network access", "enum": ["allow_once", "allow_session", "deny"],
-    "description": "allow_once: this request; allow_session: this host and port until the sandbox goes; deny"}}}
+    "description": "allow_once: this request; allow_session: this host and port (at this address, when "
+    "the question names one) until the sandbox goes; deny"}}}
 APPROVE_SCHEMA = {"type": "object", "required": ["answer"], "properties": {"answer": {
     "type": "string", "title": "Held-back changes", "enum": ["apply", "leave"],
     "description": "apply: write them to the workspace; leave: keep them in the sandbox"}}}
 APPROVE_WAIT = 600.0
 """Seconds the person has to answer an approval before it counts as "leave"."""
+
+
+def _argument_mistake(name: str, arguments: dict[str, Any]) -> str:
+    """A sentence for the client when a review tool's arguments do not fit its schema, or ''
+    (a Python signature in a TypeError says nothing to a model or a person)."""
+    _, _, properties, required = next(t for t in REVIEW_TOOLS if t[0] == name)
+    missing = [r for r in required if r not in arguments]
+    unknown = sorted(set(arguments) - set(properties))
+    if missing:
+        return f"{name} needs " + "; ".join(f"`{r}`: {properties[r]['description']}" for r in missing)
+    if unknown:
+        takes = ", ".join(f"`{p}`" for p in properties) or "no arguments"
+        return f"{name} takes {takes}, not " + ", ".join(f"`{u}`" for u in unknown)
+    return ""
 
 
 class SandboxTools:
@@ -85,6 +102,9 @@ class SandboxTools:
                 if handler is None or name not in {t[0] for t in REVIEW_TOOLS}:
                     return ToolResult(f"No tool named {name!r}; the tools are: "
                                       + ", ".join(s["name"] for s in self.schemas()), error=True)
+                mistake = _argument_mistake(name, arguments or {})
+                if mistake:
+                    return ToolResult(mistake, error=True)
                 return handler(**(arguments or {}))
             except (SandboxError, OSError, TypeError, ValueError) as exc:
                 return ToolResult(f"{name} failed: {exc}", error=True)
@@ -111,9 +131,8 @@ class SandboxTools:
         session, loop, request_id = self.client
 
         async def elicit() -> str:
-            result = await session.elicit_form(
-                f"The sandbox wants to reach {request.host}:{request.port} ({request.method}). Allow it?",
-                ASK_SCHEMA, related_request_id=request_id)
+            # A second question when an allowed host resolves to a private or internal address
+            result = await session.elicit_form(request.question, ASK_SCHEMA, related_request_id=request_id)
             return (result.content or {}).get("answer", "deny") if result.action == "accept" else "deny"
 
         return asyncio.run_coroutine_threadsafe(elicit(), loop)
@@ -200,7 +219,9 @@ def _sdk():
         import mcp_types  # noqa: PLC0415
         from mcp.server.lowlevel import Server  # noqa: PLC0415
     except ImportError:
-        raise SystemExit("lis-tui mcp needs the MCP SDK: pip install 'lis-tui[mcp]'") from None
+        from isolation.extras import install_hint  # noqa: PLC0415
+
+        raise SystemExit(f"lis-tui mcp needs the MCP SDK; install it with: {install_hint('mcp')}") from None
     return anyio, mcp_types, Server
 
 
@@ -224,7 +245,9 @@ def _server(tools_for) -> Any:
         return types.CallToolResult(content=[types.TextContent(type="text", text=result.output)],
                                     is_error=result.error)
 
-    return Server("lis-tui", on_list_tools=list_tools, on_call_tool=call_tool)
+    from lis_tui import __version__  # noqa: PLC0415
+
+    return Server("lis-tui", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
 def serve_stdio(tools: SandboxTools) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 
 from isolation import SandboxError
 from isolation.hostwalk import RefusedPaths, files_below
-from lis_tui.events import RunFinished, RunStarted, RunUsage, StepFinished, StepRecord, ToolFormatChanged
+from lis_tui.events import (NetworkRefused, RunFinished, RunStarted, RunUsage, StepFinished, StepRecord,
+                             ToolFormatChanged)
 
 FORMAT = "lis-tui-trajectory/1"
 
@@ -58,6 +59,11 @@ class TrajectoryWriter:
             self.doc.update(finish_reason=event.reason, message=event.message,
                             answer=event.answer, answer_note=event.answer_note,
                             duration=round(event.duration, 3))
+        elif isinstance(event, NetworkRefused):  # from the proxy's thread, while a save may run
+            with self._lock:
+                self.doc.setdefault("network_refusals", []).append(
+                    {"time": now_iso(), "host": event.host, "port": event.port, "by": event.by,
+                     "text": event.text})
         else:
             return
         self.save()
@@ -105,6 +111,10 @@ class _Encoded:
 
     def text(self) -> str:
         return "[\n  " + ",\n  ".join(self.parts) + "\n ]" if self.parts else "[]"
+
+    def compact(self) -> str:
+        """The list as `json.dumps(items, ensure_ascii=False)` writes it, from the encodings."""
+        return "[" + ", ".join(self.parts) + "]"
 
 
 def step_dict(step: StepRecord) -> dict[str, Any]:

@@ -8,7 +8,8 @@
     handle.records()                                       # the request log, for the trajectory
     handle.detach()                                        # before the sandbox goes
 
-The parts: policy (rules, modes, approval), addr (what counts as this machine), http (heads), conn (one connection), relay (bytes both ways), proxy (the loop).
+The parts: policy (rules, modes, approval), refusal (what a refusal says), addr (what counts as this
+machine), http (heads), conn (one connection), relay (bytes both ways), proxy (the loop).
 Credentials the proxy adds for named hosts: credentials (config and secrets), ca (the sandbox CA),
 tls (TLS over the proxy's sockets), intercept (requests inside a TLS session the proxy ended).
 """
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 from .addr import is_internal
 from .conn import RequestRecord
-from .policy import ANSWERS, CredentialUse, Decision, HostRule, NetworkError, NetworkPolicy, NetworkRequest, refusal_text
+from .policy import ANSWERS, CredentialUse, Decision, HostRule, NetworkError, NetworkPolicy, NetworkRequest
+from .refusal import Refusal, refusal
 from .proxy import NO_PROXY, PROXY_PORT, EgressProxy, ProxyHandle, default_proxy, proxy_env
 
 __all__ = ["ANSWERS", "CredentialUse", "Decision", "EgressProxy", "HostRule", "NO_PROXY", "NetworkError",
            "NetworkPolicy", "NetworkRequest", "PROXY_PORT", "ProxyHandle", "RequestRecord", "default_proxy",
-           "is_internal", "proxy_env", "refusal_text"]
+           "Refusal", "is_internal", "proxy_env", "refusal"]

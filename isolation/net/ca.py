@@ -19,7 +19,6 @@ from pathlib import Path
 
 from .policy import NetworkError
 
-TLS_EXTRA = "pip install 'lis-tui[tls]'"
 CA_DAYS = 3650
 LEAF_DAYS = 30
 SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
@@ -32,8 +31,10 @@ def _crypto():
         from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
         from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
     except ImportError:
+        from ..extras import install_hint  # noqa: PLC0415
+
         raise NetworkError("network credentials need the proxy to speak TLS, which needs the "
-                           f"`cryptography` package: {TLS_EXTRA}") from None
+                           f"`cryptography` package: {install_hint('tls')}") from None
     return x509, hashes, serialization, ec
 
 

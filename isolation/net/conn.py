@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import socket
 import ssl
 import struct
@@ -17,7 +18,8 @@ from typing import TYPE_CHECKING, NoReturn
 from . import intercept
 from .http import MAX_HEAD, Destination, HttpError, destination, forward_head, parse_request_head, \
     response, rewrite_response_head
-from .policy import Decision, refusal_text
+from .policy import Decision
+from .refusal import refusal
 from .relay import Pump
 from .tls import TlsStream
 
@@ -50,8 +52,9 @@ class RequestRecord:
     decision: str = "pending"
     """`allow` or `deny` (`pending` while the user is asked)."""
     decided_by: str = ""
-    """deny-list, allow-list, session, mode, user, headless, timeout, error, host-internal, or
-    bad-request (malformed, too large, or too slow: no host was read)."""
+    """deny-list, allow-list, session, mode, user, headless, timeout, error, host-internal, gone
+    (the client left while the person was asked), or bad-request (malformed, too large, or too
+    slow: no host was read)."""
     answer: str = ""
     """The user's answer when asked: allow_once, allow_session, allow_always or deny."""
     status: int = 0
@@ -154,8 +157,10 @@ class Connection:
 
     async def _decide(self, dest: Destination, method: str) -> tuple[Decision, list[str]]:
         """The decision and the addresses to try; a refusal is answered here (raising Answered)."""
-        policy, proxy = self.handle.policy, self.handle.proxy
-        decision = await policy.decide(dest.host, dest.port, method, self.handle.label)
+        policy, proxy, label = self.handle.policy, self.handle.proxy, self.handle.label
+        decision = policy.check(dest.host, dest.port)
+        if decision is None:  # the person is asked
+            decision = await self._while_here(policy.decide(dest.host, dest.port, method, label))
         if decision.allowed and policy.mode == "off":  # turned off while the user was asked
             decision = Decision(False, "mode")
         address = ""
@@ -163,14 +168,41 @@ class Connection:
             try:
                 return decision, await proxy.addresses_for(dest.host, dest.port, policy)
             except Refused as exc:
-                decision, address = Decision(False, "host-internal"), exc.address
-                self.record.address = address
+                address = self.record.address = exc.address
             except OSError as exc:
                 self._note(decision, 502, f"could not resolve {dest.host}: {exc}")
                 await self.answer(502, f"The proxy could not resolve {dest.host} ({exc}).\n")
+            # Allowed, but only at a private or internal address: asked again, about that address
+            decision = await self._while_here(policy.decide_address(dest.host, dest.port, address, method, label))
+            if decision.allowed and policy.mode != "off":
+                return decision, [address]
+            if decision.allowed:
+                decision = Decision(False, "mode")
         self._note(decision, 403)
-        reason = f"Forbidden by lis-tui network policy: ask the user to allow {dest.host}"
-        await self.answer(403, refusal_text(dest.host, dest.port, decision, policy.mode, address), reason)
+        refused = refusal(dest.host, dest.port, decision, policy.mode, address, label)
+        if decision.by != "gone":  # a withdrawn question was said when it was withdrawn
+            policy.refused(refused, address)
+        await self.answer(403, f"lis-tui: {refused}\n", refused.text)
+
+    async def _while_here(self, awaitable):
+        """`awaitable`'s result, unless the client leaves first (it gave up or was stopped): then
+        the wait ends, a question asked for it alone is withdrawn, and so ends the connection."""
+        waiting = asyncio.ensure_future(awaitable)
+        gone = self._loop.create_future()
+        watch = select.epoll()  # EPOLLRDHUP: the client closed; data it sends stays unread
+        try:
+            watch.register(self.client.fileno(), select.EPOLLRDHUP)
+            self._loop.add_reader(watch.fileno(), lambda: gone.done() or gone.set_result(None))
+            await asyncio.wait([waiting, gone], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._loop.remove_reader(watch.fileno())
+            watch.close()
+            if not waiting.done():
+                waiting.cancel()
+        if not waiting.done():
+            self._note(Decision(False, "gone"), 0, "the client left before the decision")
+            raise ConnectionResetError("the client left before the decision")
+        return waiting.result()
 
     async def _connect(self, dest: Destination, decision: Decision, addresses: list[str]) -> None:
         error: BaseException | None = None

@@ -10,12 +10,15 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .addr import is_ip
+from .refusal import Refusal, gone_text, shown_host
 from ..spec import NETWORK_MODES, SandboxError
 
 log = logging.getLogger(__name__)
 
 ANSWERS = ("allow_once", "allow_session", "allow_always", "deny")
 ASK_TIMEOUT = 120.0
+MAX_REFUSALS_SAID = 200
+"""Refusals a sandbox announces (transcript, run log, trajectory); the rest are only answered."""
 _NAME = re.compile(r"^(\*|\*\.[a-z0-9_-]+(\.[a-z0-9_-]+)*|[a-z0-9_-]+(\.[a-z0-9_-]+)*)$")
 
 
@@ -90,6 +93,17 @@ class NetworkRequest:
     method: str
     sandbox: str = ""
     """A label naming the sandbox that asks (the proxy handle's label)."""
+    address: str = ""
+    """Set for the second question: the host is allowed, and it resolves to this private or
+    internal address; allowing it opens this host and port at this address, nothing more."""
+
+    @property
+    def question(self) -> str:
+        """The question in words, for a dialog or an elicitation."""
+        if self.address:
+            return (f"{shown_host(self.host)}:{self.port} resolves to {self.address}, a private or internal "
+                    "address (this machine or its network): allow this address for this host?")
+        return f"The sandbox wants to reach {shown_host(self.host)}:{self.port} ({self.method}). Allow it?"
 
 
 @dataclass(frozen=True)
@@ -109,7 +123,7 @@ class CredentialUse:
 @dataclass(frozen=True)
 class Decision:
     """Allowed or not, and who said so: deny-list, allow-list, session, mode, user, headless,
-    timeout, error, host-internal."""
+    timeout, error, host-internal (the answer says whether the person was asked about the address)."""
 
     allowed: bool
     by: str
@@ -126,7 +140,7 @@ class NetworkPolicy:
     def __init__(self, mode: str = "off", allow: Iterable[str] = (), deny: Iterable[str] = (),
                  decide: Approver | None = None, on_allow_always: Callable[[str], object] | None = None,
                  host_services: Iterable[str] = (), ask_timeout: float = ASK_TIMEOUT,
-                 on_credential: Callable[[CredentialUse], object] | None = None) -> None:
+                 on_note: Callable[[CredentialUse | Refusal], object] | None = None) -> None:
         self._mode = _check_mode(mode)
         self.allow = [HostRule.parse(r) for r in allow]
         self.deny = [HostRule.parse(r) for r in deny]
@@ -139,10 +153,16 @@ class NetworkPolicy:
         self.ask_timeout = ask_timeout
         self._ask = decide
         self._on_allow_always = on_allow_always
-        self.on_credential = on_credential
-        """Told of each request the proxy added a credential to, on the proxy's thread: be quick."""
+        self.addresses_approved: set[tuple[str, int, str]] = set()
+        """(host, port, address): a private or internal address the person allowed for this
+        session, for that host and port alone."""
+        self.on_note = on_note
+        """Told of each request the proxy added a credential to, and of each refusal (once per
+        host, port and reason), on the proxy's thread: be quick."""
         self._listeners: list[Callable[[str], None]] = []
-        self._pending: dict[tuple[str, int], asyncio.Future] = {}
+        self._pending: dict[tuple, _Question] = {}
+        self._noted: set[tuple] = set()
+        self._refusals_said = 0
 
     @property
     def mode(self) -> str:
@@ -186,11 +206,30 @@ class NetworkPolicy:
 
     def credential_used(self, use: CredentialUse) -> None:
         log.info("%s in %s", use, use.sandbox)
-        if self.on_credential is not None:
+        self._tell(use)
+
+    def refused(self, refusal: Refusal, address: str = "") -> None:
+        """Log and announce a refusal, once per host, port, reason and address: a client's
+        retries are answered each time, but said once."""
+        key = (refusal.host, refusal.port, refusal.by, address)
+        if key in self._noted or self._refusals_said > MAX_REFUSALS_SAID:
+            return
+        if refusal.by != "gone":  # each withdrawn question is said
+            self._noted.add(key)
+        self._refusals_said += 1
+        if self._refusals_said > MAX_REFUSALS_SAID:  # a model trying port after port: said, then quiet
+            refusal = Refusal(refusal.host, refusal.port, refusal.by, f"more than {MAX_REFUSALS_SAID} "
+                              "refusals; the next are answered but not listed (the proxy's log has each)",
+                              refusal.sandbox)
+        log.info("network: %s (%s)", refusal, refusal.sandbox)
+        self._tell(refusal)
+
+    def _tell(self, note: CredentialUse | Refusal) -> None:
+        if self.on_note is not None:
             try:
-                self.on_credential(use)
+                self.on_note(note)
             except Exception:  # a display bug must not cost the request
-                log.exception("the credential listener failed")
+                log.exception("the network listener failed")
 
     def may_reach_internal(self, host: str, port: int) -> bool:
         """Whether host:port is named exactly enough to be let through to a host-internal address."""
@@ -202,26 +241,73 @@ class NetworkPolicy:
         decision = self.check(host, port)
         if decision is not None:
             return decision
-        host = normalize_host(host)
-        # Concurrent requests for one host and port share one question (and its answer).
-        key = (host, port)
-        pending = self._pending.get(key)
-        if pending is None:
-            pending = asyncio.ensure_future(self._ask_user(NetworkRequest(host, port, method, sandbox)))
-            self._pending[key] = pending
-            pending.add_done_callback(lambda _f: self._pending.pop(key, None))
-        return await asyncio.shield(pending)
+        return await self._question(NetworkRequest(normalize_host(host), port, method, sandbox))
 
-    async def _ask_user(self, request: NetworkRequest) -> Decision:
+    async def decide_address(self, host: str, port: int, address: str, method: str = "CONNECT",
+                             sandbox: str = "") -> Decision:
+        """An allowed host resolves only to a private or internal address: in `ask` mode with a
+        person, a second question (this host and port at this address); otherwise refused."""
+        host = normalize_host(host)
+        if (host, port, address) in self.addresses_approved:
+            return Decision(True, "session")
+        if self._mode != "ask" or self._ask is None:
+            return Decision(False, "host-internal")
+        decision = await self._question(NetworkRequest(host, port, method, sandbox, address))
+        if decision.allowed or decision.by == "gone":
+            return decision
+        return Decision(False, "host-internal", decision.answer or decision.by)
+
+    def withdraw_questions(self) -> None:
+        """Withdraw every open question (the task it was asked for ended): each request waiting
+        on one is refused, and an answer that comes later does nothing. On the proxy's loop."""
+        for question in list(self._pending.values()):
+            question.withdraw()
+
+    async def _question(self, request: NetworkRequest) -> Decision:
+        """Concurrent requests for one host and port (and address) share one question and its
+        answer; when the last of them ends (its client left, its sandbox went) the question is
+        withdrawn, and an answer that comes later does nothing."""
+        key = (request.host, request.port, request.address)
+        question = self._pending.get(key)
+        if question is None:
+            question = self._pending[key] = _Question()
+            question.task = asyncio.ensure_future(self._ask_user(request, question))
+            question.task.add_done_callback(lambda _t: self._pending.pop(key, None))
+        question.waiting += 1
         try:
-            answer = await asyncio.wait_for(_call_approver(self._ask, request), self.ask_timeout)
+            return await asyncio.shield(question.task)
+        except asyncio.CancelledError:
+            if question.waiting == 1:
+                question.withdraw()
+            raise
+        finally:
+            question.waiting -= 1
+
+    async def _ask_user(self, request: NetworkRequest, question: _Question) -> Decision:
+        try:
+            if question.withdrawn:
+                raise asyncio.CancelledError
+            question.asking = asyncio.ensure_future(_call_approver(self._ask, request))
+            answer = await asyncio.wait_for(question.asking, self.ask_timeout)
+            if question.withdrawn:  # withdrawn as the answer came: it counts for nothing
+                raise asyncio.CancelledError
         except asyncio.TimeoutError:
             return Decision(False, "timeout")
+        except asyncio.CancelledError:
+            if not question.withdrawn:
+                raise
+            self.refused(Refusal(request.host, request.port, "gone", gone_text(request), request.sandbox),
+                         request.address)
+            return Decision(False, "gone")
         except Exception:  # a broken callback must not open the network
             log.exception("network approval callback failed for %s", request.host)
             return Decision(False, "error")
         if answer not in ANSWERS or answer == "deny":
             return Decision(False, "user", str(answer))
+        if request.address:  # this host and port at this address; "always" saves no address
+            if answer != "allow_once":
+                self.addresses_approved.add((request.host, request.port, request.address))
+            return Decision(True, "user", answer)
         if answer == "allow_session":
             self.session_approved.add((request.host, request.port))
         if answer == "allow_always":
@@ -239,12 +325,22 @@ async def _call_approver(ask: Approver, request: NetworkRequest) -> object:
     if inspect.iscoroutinefunction(ask):
         result = await ask(request)
     else:
-        result = await asyncio.get_running_loop().run_in_executor(None, ask, request)
+        call = asyncio.get_running_loop().run_in_executor(None, ask, request)
+        try:
+            result = await asyncio.shield(call)
+        except asyncio.CancelledError:  # withdrawn while the callback ran: withdraw what it returns
+            call.add_done_callback(_withdraw)
+            raise
     if isinstance(result, concurrent.futures.Future):
         result = await asyncio.wrap_future(result)
     elif inspect.isawaitable(result):
         result = await result
     return result
+
+
+def _withdraw(call: asyncio.Future) -> None:
+    if not call.cancelled() and call.exception() is None and hasattr(call.result(), "cancel"):
+        call.result().cancel()
 
 
 async def _save_always(save: Callable[[str], object], rule: str) -> None:
@@ -260,21 +356,19 @@ def _check_mode(mode: str) -> str:
     return mode
 
 
-def refusal_text(host: str, port: int, decision: Decision, mode: str, address: str = "") -> str:
-    """One sentence for the model: what was refused, by whom or why, and how the user can allow it."""
-    shown = f"[{host}]" if ":" in host else host
-    start = f"Network access to {shown} was refused"
-    if decision.by == "host-internal":
-        return (f"{start} by lis-tui's network policy because {shown}:{port} resolves to {address}, an "
-                f"address on the user's machine or private network; the user can allow exactly this service "
-                f"with `--allow-host {shown}:{port}`.\n")
-    if decision.by == "deny-list":
-        return (f"{start} by lis-tui's network policy because it is on the deny list; the user can remove it "
-                "from `deny` in the `[network]` table of the lis-tui config.\n")
-    if decision.by == "mode" and mode == "off":
-        return (f"{start} because the sandbox's network is off; the user can turn it on with "
-                "`lis-tui --network ask` or `--network on`, or with the network key in the TUI.\n")
-    why = {"user": "by the user", "timeout": "because the user did not answer in time",
-           "headless": "because no one is there to approve it (network mode `ask` without a person)"}
-    return (f"{start} {why.get(decision.by, 'by lis-tui network policy')}; the user can allow it with "
-            f"`--allow-host {shown}` or `lis-tui --network on`, or with the network key in the TUI.\n")
+class _Question:
+    """One question to the person, and how many requests wait for its answer."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task | None = None
+        self.asking: asyncio.Future | None = None
+        """The approval callback's call: cancelled when the question is withdrawn, which
+        cancels the future it returned (a dialog closes on that)."""
+        self.waiting = 0
+        self.withdrawn = False
+
+    def withdraw(self) -> None:
+        if not self.withdrawn and not self.task.done():
+            self.withdrawn = True
+            if self.asking is not None:
+                self.asking.cancel()

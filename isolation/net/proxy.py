@@ -184,6 +184,13 @@ class ProxyHandle:
         """Change the network mode now; `off` closes every open connection."""
         self.policy.set_mode(mode)
 
+    def withdraw_questions(self) -> None:
+        """Withdraw the questions this sandbox's requests wait on (the task that made them ended):
+        each dialog closes, those requests are refused, and a later answer does nothing."""
+        loop = self.proxy._loop
+        if loop is not None and self in self.proxy.handles:
+            loop.call_soon_threadsafe(self.policy.withdraw_questions)
+
     def detach(self) -> None:
         """Close the port and every connection through it; safe to call twice."""
         self.policy.remove_listener(self._mode_changed)

@@ -9,6 +9,7 @@ sandbox closes it.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from ..output import ready
 
@@ -104,9 +105,14 @@ def _answer(ours: socket.socket) -> tuple[socket.socket, bytes, list[int]]:
     try:
         ours.settimeout(REPLY_TIMEOUT)
         try:
-            message, got, _, _ = socket.recv_fds(ours, 4096, 1)
+            message, got, flags, _ = socket.recv_fds(ours, 4096, 1)
             for fd in got:  # recv_fds cannot ask for MSG_CMSG_CLOEXEC
                 os.set_inheritable(fd, False)
+            if flags & socket.MSG_CTRUNC:  # the kernel could not give us its descriptor: we have too many
+                for fd in got:
+                    os.close(fd)
+                raise SpawnError(errno.EMFILE, "lis-tui has too many open files (RLIMIT_NOFILE) to take the "
+                                 "command's descriptor; raise it (`ulimit -n`) or close sandboxes")
         except socket.timeout:
             raise SpawnError(0, "the spawn helper did not answer in time") from None
         ours.settimeout(None)
@@ -128,18 +134,19 @@ class Zygote:
     commands are before it runs anything (helper.py). That process exits when idle; the next
     request forks a new one. Close this when the sandbox closes."""
 
-    def __init__(self, ns_pidfd: int | None, root_fd: int | None, rlimits: list[tuple[int, int]] = (),
+    def __init__(self, ns_pidfd: int | None, open_root: Callable[[], int] | None, rlimits: list[tuple[int, int]] = (),
                  nested_userns: bool = False, cgroup: str | None = None, sysctl: list[tuple[str, int]] = (),
                  tmpfs: list[tuple[str, int, int]] = ()) -> None:
-        """`ns_pidfd`: a pidfd of a process in the sandbox (its pid 1); `root_fd`: the sandbox's /.
-        Both stay the caller's, open for as long as this is used. (None, None): a sandbox still
-        starting, given later by set_root. `cgroup`: the sandbox's cgroup.procs, which each zygote
+        """`ns_pidfd`: a pidfd of a process in the sandbox (its pid 1), the caller's, open for as
+        long as this is used; `open_root`: returns a new descriptor of the sandbox's /, which each
+        zygote's fork is handed and this closes (none is kept open between them). (None, None): a
+        sandbox still starting, given later by set_root. `cgroup`: the sandbox's cgroup.procs, which each zygote
         enters before it joins (cgroup.py). Done once, by the first zygote that gets ready:
         `sysctl`, (name, value) of /proc/sys/user/ files to set in the sandbox's user namespace;
         `tmpfs`, (mount point, bytes, inodes) of each tmpfs to size."""
         self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns, "cgroup": cgroup,
                       "sysctl": list(sysctl), "tmpfs": list(tmpfs)}
-        self._fds = [ns_pidfd, root_fd]
+        self._pidfd, self._open_root = ns_pidfd, open_root
         self._channel: socket.socket | None = None
         self._joining = False  # _channel's zygote was asked for by join_early; its answer is unread
         self._lock = threading.Lock()
@@ -181,16 +188,19 @@ class Zygote:
         with self._lock:
             self._channel, self._joining = ours, True
 
-    def set_root(self, ns_pidfd: int, root_fd: int) -> None:
-        """The sandbox's pid 1 (now running) and its /, for every zygote from now on; an early one
-        chroots there and confines itself."""
+    def set_root(self, ns_pidfd: int, open_root: Callable[[], int]) -> None:
+        """The sandbox's pid 1 (now running) and how to open its /, for every zygote from now on;
+        an early one chroots there and confines itself."""
         with self._lock:
-            self._fds = [ns_pidfd, root_fd]
+            self._pidfd, self._open_root = ns_pidfd, open_root
             if self._joining:
+                root = open_root()
                 try:
-                    socket.send_fds(self._channel, [b"R"], [root_fd])
+                    socket.send_fds(self._channel, [b"R"], [root])
                 except OSError:
                     pass  # it is gone: its answer (or none) says so, and the usual way takes over
+                finally:
+                    os.close(root)
 
     def _behind_early(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]] | None:
         """The first request to an early zygote goes out before its answer is read (one wait
@@ -222,7 +232,11 @@ class Zygote:
         with self._lock:
             self._settle_early()
             if self._channel is None:
-                self._channel, message, _ = _ask(_helper_send, self._fork, self._fds)
+                root = self._open_root()
+                try:
+                    self._channel, message, _ = _ask(_helper_send, self._fork, [self._pidfd, root])
+                finally:
+                    os.close(root)
                 self._pid = int(message.split()[1])
                 self._fork.update(sysctl=[], tmpfs=[])
             return self._channel

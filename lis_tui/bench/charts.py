@@ -14,7 +14,7 @@ font-size:.92em}td,th{border:1px solid #ccc;padding:.3em .6em;
 text-align:right;white-space:nowrap}td:first-child,th:first-child{text-align:left}th{background:#f2f2f2;white-space:normal}
 svg{margin:1em 0;display:block}.head{color:#555}.head dt{font-weight:bold;float:left;
 width:5em}.head dd{margin:0 0 .2em 5em}td.text{text-align:left;max-width:28em;overflow-wrap:anywhere;
-white-space:pre-wrap}"""
+white-space:pre-wrap}td.l{text-align:left}"""
 ANSWER_SHOWN = 300  # characters of an answer in the episode list; the trajectory has the rest
 
 
@@ -78,10 +78,13 @@ def episodes_html(records: list[dict]) -> str:
         path = str(r.get("trajectory") or "")
         link = (f'<a href="{_e(urllib.parse.quote(path))}">trajectory</a>'
                 if path and not _outside(path) else "-")
-        rows.append(f"<tr><td>{_e(r.get('id', ''))}</td><td>{_e(r.get('mode', ''))}</td>"
+        finish = str(r.get("finish_reason", ""))
+        why = " ".join(str(r.get("message") or r.get("reward_error") or "").split())
+        finish += f": {why[:ANSWER_SHOWN]}{'…' if len(why) > ANSWER_SHOWN else ''}" if why else ""
+        rows.append(f"<tr><td>{_e(r.get('id', ''))}</td><td class=\"l\">{_e(r.get('mode', ''))}</td>"
                     f"<td>{_e(r.get('repeat', 0))}</td><td class=\"text\">{_e(shown)}</td>"
                     f"<td>{float(r.get('reward', 0.0)):.2f}</td>"
-                    f"<td>{_e(r.get('finish_reason', ''))}</td><td>{link}</td></tr>")
+                    f"<td class=\"text\">{_e(finish)}</td><td class=\"l\">{link}</td></tr>")
     head = "".join(f"<th>{h}</th>" for h in
                    ("id", "mode", "repeat", "answer", "reward", "finish", "trajectory"))
     return (f"<h2>Episodes</h2>\n<table><thead><tr>{head}</tr></thead><tbody>"
@@ -116,9 +119,15 @@ def _table_html(rows: list[str]) -> str:
     cells = [[c.strip() for c in _CELL.findall(r.strip()[1:])] for r in rows
              if not re.fullmatch(r"\|(-+\|)+", r.strip())]
     head = "".join(f"<th>{_inline(c)}</th>" for c in cells[0])
-    body = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td{_align(c)}>{_inline(c)}</td>" for c in row) + "</tr>"
                    for row in cells[1:])
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+_NUMBER = re.compile(r"[-+~]?[\d.,]+(?:%|x| pts)?(?: \(n=\d+\))?$|-$")  # right-aligned; text goes left
+def _align(cell: str) -> str:
+    """Numbers stay right-aligned (the stylesheet's default); text goes left."""
+    return "" if _NUMBER.match(cell) else ' class="l"'
 
 
 _CELL = re.compile(r"((?:\\.|[^\\|])*)\|")  # a cell ends at a `|` that is not escaped

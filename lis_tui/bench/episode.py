@@ -95,6 +95,10 @@ class EpisodeContext:
         for sandbox in sandboxes if hard else ():
             sandbox.close()
 
+    def trajectory(self, path: Path, header: dict[str, Any]) -> EndTrajectory:
+        """The episode's trajectory writer (rollouts keep it, to take its messages from memory)."""
+        return EndTrajectory(path, header)
+
     def close(self) -> None:
         with self.lock:
             clients, self._clients = self._clients, []
@@ -125,7 +129,7 @@ def run_episode(episode: Episode, ctx: EpisodeContext) -> dict[str, Any] | None:
     shutil.rmtree(folder, ignore_errors=True)  # a run cut short earlier left it
     folder.mkdir(parents=True)
     counter = CapabilityCounter()
-    writer = EndTrajectory(folder / "trajectory.json", _header(episode, ctx))
+    writer = ctx.trajectory(folder / "trajectory.json", _header(episode, ctx))
     listeners = Listeners(writer, counter)
     try:
         finished, answer = _drive(episode, ctx, listeners)
@@ -322,7 +326,8 @@ def _record(episode: Episode, ctx: EpisodeContext, folder: Path, finished: RunFi
     (folder / "answer.txt").write_text(answer + "\n" if answer else "", encoding="utf-8")
     u = finished.usage
     return _line(episode, folder, started, counter, answer=answer, reward=reward,
-                 finish_reason=finished.reason, message=finished.message, steps=finished.steps,
+                 finish_reason=finished.reason, steps=finished.steps,
+                 message=finished.message or ("" if answer else finished.answer_note),
                  tokens=(u.prompt_tokens, u.completion_tokens, u.environment_tokens,
                          u.last_prompt_tokens + u.last_completion_tokens),
                  reward_error=reward_error, notes=_scorer_notes(episode.task))
@@ -333,7 +338,9 @@ def _scorer_notes(task: Task) -> list[str]:
     without math-verify undercounts; a paper suite's other scorer is not the paper's metric."""
     notes = [task.extra["scorer_note"]] if task.extra.get("scorer_note") else []
     if parse_reward(task.reward)[0] in MATH_REWARDS and math_verify_missing():
-        notes.append("scored without math-verify (pip install 'lis-tui[paper]'): equal "
+        from isolation.extras import install_hint  # noqa: PLC0415
+
+        notes.append(f"scored without math-verify ({install_hint('paper')}): equal "
                      "expressions written differently, like \\sqrt{12} and 2\\sqrt{3}, count "
                      "as wrong")
     return notes

@@ -8,9 +8,10 @@ from typing import Any, TextIO
 
 
 class Progress:
-    """Redraws one line on a terminal; elsewhere prints a line at most every `every` seconds."""
+    """Redraws one line on a terminal; elsewhere (a log file, CI) prints a line at most every
+    `every` seconds, or when another tenth of the episodes has finished."""
 
-    def __init__(self, out: TextIO | None, total: int, already: int = 0, every: float = 2.0):
+    def __init__(self, out: TextIO | None, total: int, already: int = 0, every: float = 30.0):
         self.out, self.total, self.every = out, total, every
         self.done = self.correct = self.failed = self.running = 0
         self.already = already
@@ -19,6 +20,7 @@ class Progress:
         self._lock = threading.Lock()  # episodes start and end in the runner's threads
         self.started = time.monotonic()
         self._last = 0.0
+        self._tenth = 0  # the tenths of the run shown so far (not on a terminal)
         self._tty = bool(out is not None and getattr(out, "isatty", lambda: False)())
 
     def begin(self) -> None:
@@ -61,9 +63,10 @@ class Progress:
             return
         now = time.monotonic()
         with self._lock:
-            if not (final or self._tty or now - self._last >= self.every):
+            tenth = 10 * (self.already + self.done) // self.total if self.total else 10
+            if not (final or self._tty or now - self._last >= self.every or tenth > self._tenth):
                 return
-            self._last = now
+            self._last, self._tenth = now, tenth
         if end is None:
             end = "\n" if final or not self._tty else ""
         print(("\r\x1b[K" if self._tty else "") + self.line(), end=end, file=self.out, flush=True)

@@ -21,14 +21,17 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&#!])")
 
 
 def write_reports(records: list[dict[str, Any]], output: Path, title: str = "",
-                  run: dict[str, str] | None = None, preface: str = "") -> dict[str, Any]:
+                  run: dict[str, str] | None = None, preface: str = "",
+                  not_run: list[str] | None = None) -> dict[str, Any]:
     """Write summary.md, summary.json and report.html into `output`; returns the summary.
     `run`: what the report's head names (model, server, date), see `run_info`; `preface`:
-    Markdown shown before the tables (a paper suite's settings, the paper's main table)."""
+    Markdown shown before the tables (a paper suite's settings, the paper's main table);
+    `not_run`: the keys of the episodes an interruption left out."""
     summary = summarize(records)
     summary["title"] = title
     summary["run"] = run or {}
     summary["preface_md"] = preface
+    summary["not_run"] = list(not_run or ())
     (output / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     (output / "summary.md").write_text(markdown(summary), encoding="utf-8")
     (output / "report.html").write_text(html(summary, records), encoding="utf-8")
@@ -57,7 +60,8 @@ def public_url(url: str) -> str:
 def markdown(summary: dict[str, Any]) -> str:
     """The summary as Markdown tables (also what the terminal shows)."""
     if not summary["episodes"]:
-        return f"# lis-tui bench\n\n{summary.get('preface_md', '')}No episodes finished yet.\n"
+        return (f"# lis-tui bench\n\n{summary.get('preface_md', '')}No episodes finished yet.\n"
+                + _not_run(summary))
     title = md_text(summary.get("title") or "lis-tui bench")
     return f"# {title}\n\n{_head(summary)}" + tables(summary)
 
@@ -67,8 +71,20 @@ def tables(summary: dict[str, Any]) -> str:
     parts = [summary.get("preface_md", ""), f"{summary['episodes']} episodes.\n",
              _group_table(summary), _accuracy_table(summary),
              _mode_table(summary), _capability_table(summary), _error_table(summary),
-             "".join(f"Note: {md_text(n)}\n" for n in summary.get("notes") or ())]
+             "".join(f"Note: {md_text(n)}\n" for n in summary.get("notes") or ()),
+             _not_run(summary)]
     return "\n".join(p for p in parts if p)
+
+
+def _not_run(summary: dict[str, Any], shown: int = 20) -> str:
+    """The episodes an interruption left out, so a partial run is not read as a whole one."""
+    keys = summary.get("not_run") or []
+    if not keys:
+        return ""
+    names = ", ".join(md_text(k.replace("|", " ")) for k in keys[:shown])
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return (f"## Not run\n\nInterrupted: {len(keys)} episode{'s' * (len(keys) != 1)} did not run "
+            f"({names}{more}); `--resume` with the same `--output` runs them.\n")
 
 
 def _head(summary: dict[str, Any]) -> str:
@@ -84,22 +100,22 @@ def _group_table(s: dict[str, Any]) -> str:
     modes = [m for m in ("sandbox", "llm") if m in s["modes"]]
     if not modes:
         return ""
-    by = s["group_by"]
-    header = [by, *(f"{m} acc" for m in modes), "sandbox − llm", *(f"{m} score" for m in modes),
-              *(f"{m} tokens" for m in modes), "tokens ratio", "trajectory ratio",
-              *(k.replace("_", " ") for k in KINDS)]
+    by, both = s["group_by"], len(modes) == 2  # one mode: no gap or ratio columns, all "-"
+    kinds = KINDS if "sandbox" in modes else ()  # nor capability columns without a sandbox
+    header = [by, *(f"{m} acc" for m in modes), *["sandbox − llm"] * both, *(f"{m} score" for m in modes),
+              *(f"{m} tokens" for m in modes), *["tokens ratio", "trajectory ratio"] * both,
+              *(k.replace("_", " ") for k in kinds)]
     rows = []
     for name, g in s["groups"].items():
         got = g["modes"]
         box = got.get("sandbox")
         rows.append([md_text(name),
                      *(_n_pct(got[m]) if m in got else "-" for m in modes),
-                     _pts(g.get("accuracy_delta")),
+                     *[_pts(g.get("accuracy_delta"))] * both,
                      *(f"{got[m]['mean_reward']:.3f}" if m in got else "-" for m in modes),
                      *(f"{got[m]['total_tokens']:,.0f}" if m in got else "-" for m in modes),
-                     _times(g.get("token_ratio")),
-                     _times(g.get("trajectory_ratio")),
-                     *(_pct(box["capability"][k]) if box else "-" for k in KINDS)])
+                     *[_times(g.get("token_ratio")), _times(g.get("trajectory_ratio"))] * both,
+                     *(_pct(box["capability"][k]) if box else "-" for k in kinds)])
     return (f"## Per {by}: sandbox against LLM\n\n" + _table(header, rows) +
             "\nacc: share of episodes scored correct. score: mean reward, the paper's headline "
             "number (partial credit counts: F1, ROUGE-L). tokens: prompt + completion over all "
@@ -183,12 +199,18 @@ def _capability_table(s: dict[str, Any]) -> str:
     return "## Capability use\n\n" + _table(["mode"] + [k.replace("_", " ") for k in KINDS], rows)
 
 
-def _error_table(s: dict[str, Any]) -> str:
-    rows = [[md_text(m), md_text(kind), str(n)] for m, p in s["per_mode"].items()
-            for kind, n in sorted(p["errors"].items())]
+def _error_table(s: dict[str, Any], width: int = 200) -> str:
+    rows = [[md_text(m), md_text(kind), str(n), md_text(_clip(p.get("error_reasons", {}).get(kind, ""), width))]
+            for m, p in s["per_mode"].items() for kind, n in sorted(p["errors"].items())]
     if not rows:
-        return "## Errors\n\nNone: every episode submitted.\n"
-    return "## Errors and stops (not submitted)\n\n" + _table(["mode", "kind", "episodes"], rows)
+        return "## Errors\n\nNone: every episode submitted an answer.\n"
+    return ("## Errors, stops and missing answers\n\n" + _table(["mode", "kind", "episodes", "why (the most common)"], rows)
+            + "\nEach episode's reason is its `message` in results.jsonl.\n")
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def html(summary: dict[str, Any], records: list[dict[str, Any]] | None = None) -> str:

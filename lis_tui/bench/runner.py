@@ -88,6 +88,11 @@ class BenchRunner:
 
     def run(self) -> BenchOutcome:
         """Run what is not done yet; returns when all are done or after Ctrl-C / cancel()."""
+        ran, interrupted = self.run_episodes()
+        return BenchOutcome(self.read_results(), ran, interrupted)
+
+    def run_episodes(self) -> tuple[int, bool]:
+        """`run()` without reading results.jsonl back: (episodes finished, interrupted)."""
         previous = self._previous()
         todo = [e for e in self.episodes() if e.key not in previous]
         progress = Progress(self.options.progress, len(self.episodes()),
@@ -98,7 +103,7 @@ class BenchRunner:
         finally:
             self.ctx.close()
         progress.show(final=True)
-        return BenchOutcome(self.read_results(), progress.done, interrupted or self.ctx.stop.is_set())
+        return progress.done, interrupted or self.ctx.stop.is_set()
 
     def cancel(self, hard: bool = False) -> None:
         """Stop: queued episodes are dropped, running ones end as cancelled (not recorded)."""

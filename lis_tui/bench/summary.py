@@ -97,6 +97,7 @@ def _mode(records: list[dict], domains: list[str]) -> dict[str, Any]:
                                 / len(records) for k in KINDS},
         "wall_time": mean(r.get("wall_time", 0.0) for r in records),
         "errors": dict(Counter(_error_kind(r) for r in records if _error_kind(r))),
+        "error_reasons": _error_reasons(records),
     }
 
 
@@ -110,7 +111,21 @@ def _error_kind(record: dict) -> str:
     if record.get("reward_error"):
         return "reward"
     reason = record.get("finish_reason", "")
+    if reason == "submitted" and not str(record.get("answer") or "").strip():
+        return "no answer"
     return "" if reason == "submitted" else reason
+
+
+def _error_reasons(records: list[dict]) -> dict[str, str]:
+    """Per error kind, its most common reason (the server's 400, the limit hit, ...), so a
+    report says why and not only `error`."""
+    reasons: dict[str, Counter] = defaultdict(Counter)
+    for record in records:
+        kind = _error_kind(record)
+        if kind:
+            why = record.get("reward_error") if kind == "reward" else record.get("message")
+            reasons[kind][str(why or ("the answer was empty" if kind == "no answer" else ""))] += 1
+    return {kind: counts.most_common(1)[0][0] for kind, counts in reasons.items()}
 
 
 def model_tokens(mode: dict[str, Any]) -> float:

@@ -174,6 +174,7 @@ def _host_dir(value: Any, base: Path, name: str, where: str) -> Path | None:
         return None
     path = Path(value).expanduser()
     path = path if path.is_absolute() else (base if base.is_dir() else base.parent) / path
+    path = path.absolute()  # the episode may read it from another working directory
     if not path.is_dir():
         raise TaskError(f"{where}: `{name}` {str(value)!r} is not a directory (relative paths are "
                         "taken from the task file's folder)")
@@ -197,7 +198,7 @@ def _dir_task(folder: Path) -> Task:
     item.setdefault("id", folder.name)
     for sub, key in (("input", "input_dir"), ("documents", "documents_dir")):
         if (folder / sub).is_dir():
-            item.setdefault(key, str(folder / sub))
+            item.setdefault(key, sub)  # relative to the folder, as one written in task.toml
     return _task(item, folder, str(toml))
 
 

@@ -212,7 +212,10 @@ def _judge(args: argparse.Namespace, config: Any, tasks: list) -> Any:
 
     from lis_tui.bench.judge import Judge  # noqa: PLC0415
     from lis_tui.bench.rewards import parse_reward  # noqa: PLC0415
+    from lis_tui.config import check_base_url  # noqa: PLC0415
 
+    if args.judge_base_url:
+        check_base_url(args.judge_base_url, "--judge-base-url")
     wanted = any(parse_reward(t.reward)[0] == "judge" for t in tasks)
     if not wanted:
         return None
@@ -266,8 +269,10 @@ def _report(args: argparse.Namespace, runner: Any, outcome: Any, settings: Any =
         from lis_tui.bench.paper.settings import markdown as settings_md  # noqa: PLC0415
 
         preface = settings_md([settings])
+    done = {r.get("key") for r in outcome.results}
+    not_run = [e.key for e in runner.episodes() if e.key not in done] if outcome.interrupted else []
     summary = write_reports(outcome.results, runner.options.output, title=f"lis-tui bench {args.tasks}",
-                            run=run_info(model.model, model.base_url), preface=preface)
+                            run=run_info(model.model, model.base_url), preface=preface, not_run=not_run)
     if not args.quiet:
         from lis_tui.bench.report import markdown  # noqa: PLC0415
 

@@ -81,8 +81,13 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         return 1
     zero = sum(g["zero_variance"] for g in outcome.groups)
     if not args.quiet:
-        print(f"{len(outcome.groups)} groups complete ({zero} with zero variance), "
-              f"{len(outcome.episodes)} episodes in {outcome.output / 'train.jsonl'}", file=sys.stderr)
+        warned = f"; warnings in {outcome.output / 'warnings.txt'}" if outcome.warnings else ""
+        print(safe_terminal_text(f"{len(outcome.groups)} groups complete ({zero} with zero variance), "
+                                 f"{outcome.count} episodes in {outcome.output / 'train.jsonl'}{warned}"),
+              file=sys.stderr)
+    else:  # the run said nothing: a warning is still said once
+        for warning in outcome.warnings:
+            print(safe_terminal_text(f"lis-tui rollout: {warning}"), file=sys.stderr)
     if outcome.interrupted or outcome.incomplete:
         print(safe_terminal_text(f"lis-tui rollout: {len(outcome.incomplete)} group(s) incomplete; "
                                  f"continue with --resume --output {outcome.output}"), file=sys.stderr)

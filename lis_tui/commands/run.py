@@ -33,6 +33,10 @@ def add_parsers(sub) -> None:
     group = add_model_flags(p)
     group.add_argument("--mode", choices=("sandbox", "llm"),
                        help="sandbox: the agent with tools (default); llm: one reply, no sandbox")
+    group.add_argument("--temperature", type=float, metavar="T", help="sampling temperature "
+                       "(default: the server's)")
+    group.add_argument("--max-tokens", type=int, metavar="N", help="most tokens in one reply "
+                       "(a small model may otherwise ramble for minutes)")
     group.add_argument("--max-context-tokens", type=int, metavar="N",
                        help="stop before the prompt grows past N tokens")
     group.add_argument("--prompts", metavar="FILE", help="a TOML file replacing built-in prompts")
@@ -52,6 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from lis_tui.config import ConfigError, load_config  # noqa: PLC0415
 
     overrides = {"model.model": args.model, "model.base_url": args.base_url,
+                 "model.temperature": args.temperature, "model.max_tokens": args.max_tokens,
                  "agent.max_steps": args.max_steps, "agent.mode": args.mode,
                  "agent.wall_time": args.wall_time, "agent.prompts": args.prompts,
                  "agent.observation": args.observation, "agent.tool_format": args.tool_format,
@@ -159,7 +164,7 @@ class StepLog:
         elif isinstance(event, events.StepFinished):
             self.live.clear()
             self._line(step_line(event.record))
-        elif isinstance(event, events.CredentialAdded):  # from the proxy's thread
+        elif isinstance(event, (events.CredentialAdded, events.NetworkRefused)):  # the proxy's thread
             self._line(f"      network: {event.text}")
         elif isinstance(event, events.ModelRetry):
             self._line(f"      model server: {event.reason}; retry {event.attempt} in "

@@ -61,7 +61,7 @@ def _print_table(runs) -> None:
         result = _RESULTS.get(run.finish_reason, str(run.finish_reason))
         if run.finish_reason == "submitted" and run.answer:
             result += ": " + _clip(_first_line(run.answer), 24)
-        rows.append((run.short_id, _when(run.created), str(run.steps), _clip(run.model or "-", 24),
+        rows.append((run.short_id, _when(run.created), str(run.steps), _clip(run.model or "(server default)", 24),
                      result, _first_line(run.task)))
     rows = [tuple(safe_terminal_text(cell) for cell in row) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(5)]

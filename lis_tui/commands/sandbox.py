@@ -141,7 +141,7 @@ def add_parsers(sub) -> None:
                                    "rootfs store, then start a test sandbox. Exit 0 only when sandboxes work.")
     p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                    help="check every node of a Ray cluster instead (auto: RAY_ADDRESS or this "
-                        "machine's cluster) and print one table; needs pip install 'lis-tui[ray]'")
+                        "machine's cluster) and print one table; needs Ray (./install.sh --ray)")
     p.set_defaults(func=cmd_doctor)
 
 
@@ -213,11 +213,21 @@ def interactive_shell(spec) -> int:
     from lis_tui.ptyrelay import relay  # noqa: PLC0415
 
     with Sandbox(spec) as sb:
+        print(shell_banner(spec), file=sys.stderr, flush=True)
         env = {"TERM": os.environ.get("TERM", "xterm-256color"), "PS1": r"(lis-sandbox) \w# "}
         argv = ["bash", "--norc", "-i"] if sb.shell == "bash" else ["sh", "-i"]
         size = shutil.get_terminal_size()
         child = sb.spawn_pty(argv, env_extra=env, dimensions=(size.lines, size.columns), echo=True)
         return relay(child)
+
+
+def shell_banner(spec) -> str:
+    """What the shell is in, and how to leave it: said before its first prompt."""
+    from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
+
+    where = f"; {spec.workspace} on /testbed, copy-on-write" if spec.workspace else ""
+    return safe_terminal_text(f"lis-tui shell: a fresh sandbox (rootfs {spec.rootfs}, network {spec.network}{where}). "
+                              "`exit` or Ctrl-D leaves, and the sandbox and everything in it go.")
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 RAY_MISSING = ("--ray needs Ray on this machine and on every node of the cluster: "
-               "pip install 'lis-tui[ray]'  (or ./install.sh --ray)")
+               "./install.sh --ray in the lis-tui checkout, or {hint}")
 
 
 class ClusterError(RuntimeError):
@@ -70,7 +70,9 @@ def require_ray() -> Any:
     try:
         import ray  # noqa: PLC0415
     except ImportError:
-        raise ClusterError(RAY_MISSING) from None
+        from isolation.extras import install_hint  # noqa: PLC0415
+
+        raise ClusterError(RAY_MISSING.format(hint=install_hint("ray"))) from None
     return ray
 
 

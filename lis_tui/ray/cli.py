@@ -17,7 +17,7 @@ def _address(value: str) -> str:
 
 def add_ray_flags(parser: argparse.ArgumentParser) -> None:
     """--ray, --ray-cpus, --ray-worker-cpus, --max-retries, --rootfs-dir."""
-    group = parser.add_argument_group("cluster (Ray; pip install 'lis-tui[ray]')")
+    group = parser.add_argument_group("cluster (Ray: ./install.sh --ray in the lis-tui checkout)")
     group.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS", type=_address,
                        help="run the episodes on a Ray cluster, in workers on every node: `auto` (the "
                             "default value) joins RAY_ADDRESS or the cluster `ray start` made on "

@@ -12,9 +12,14 @@ last sample ends its GRPO advantages are computed. The output folder holds:
 - groups.jsonl: one line per completed group (rewards, mean, std, advantages, zero_variance);
 - train.jsonl: every completed group's episodes with their advantage filled in, rewritten at the
   end of each run: the file a trainer reads. docs/rollouts.md describes the format.
+
+A line is encoded once, as its episode ends (messages from the trajectory writer's encodings, not
+read back from disk); train.jsonl copies those bytes with the advantage put in, unparsed.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
 import sys
@@ -24,14 +29,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from isolation import SandboxSpec
-from lis_tui.bench.episode import Episode, EpisodeContext, dumps, run_episode
+from lis_tui.bench.episode import EndTrajectory, Episode, EpisodeContext, dumps, run_episode
 from lis_tui.bench.runner import BenchOptions, BenchRunner
 from lis_tui.bench.tasks import Task, load_tasks
 from lis_tui.config import Config, load_config
-from lis_tui.rl.turns import TOKEN_REQUEST, RecordingModel, sequence, turns_from
+from lis_tui.rl.turns import TOKEN_REQUEST, RecordingModel, missing_tokens, sequence, turns_from
 from lis_tui.trajectory import write_atomic
 
 EPS = 1e-6
+# Where a rollouts.jsonl line leaves the advantage for train.jsonl. A JSON string cannot hold it
+# (its quotes would be escaped), so the first match in a line is the field itself.
+ADVANTAGE_SLOT = b', "advantage": null, "zero_variance": null, '
 
 
 @dataclass
@@ -54,13 +62,22 @@ class RolloutOptions:
 
 @dataclass
 class RolloutOutcome:
-    episodes: list[dict[str, Any]]
-    """train.jsonl's lines: the episodes of complete groups, with advantages."""
+    count: int
+    """Lines in train.jsonl."""
     groups: list[dict[str, Any]]
     incomplete: list[str]
     """Tasks whose group misses samples (crashed or interrupted): --resume runs them."""
     interrupted: bool
     output: Path
+    warnings: list[str] = field(default_factory=list)
+    """What the run warned of (also in warnings.txt), e.g. a server that sent no token ids."""
+
+    @functools.cached_property
+    def episodes(self) -> list[dict[str, Any]]:
+        """train.jsonl's lines: the episodes of complete groups, with advantages (read when asked:
+        parsing them costs more than running a short episode)."""
+        text = (self.output / "train.jsonl").read_text(encoding="utf-8")
+        return [json.loads(line) for line in text.splitlines()]
 
 
 def advantages(rewards: list[float], eps: float = EPS) -> tuple[list[float], float, float, bool]:
@@ -84,6 +101,14 @@ class RolloutContext(EpisodeContext):
     def take_raw(self) -> list[dict]:
         recorder, self._local.recorder = getattr(self._local, "recorder", None), None
         return recorder.raw if recorder is not None else []
+
+    def trajectory(self, path: Path, header: dict[str, Any]) -> EndTrajectory:
+        self._local.writer = writer = super().trajectory(path, header)
+        return writer
+
+    def take_trajectory(self) -> EndTrajectory | None:
+        writer, self._local.writer = getattr(self._local, "writer", None), None
+        return writer
 
 
 class RolloutRunner(BenchRunner):
@@ -110,6 +135,9 @@ class RolloutRunner(BenchRunner):
         self._groups_lock = threading.Lock()
         self._rewards: dict[str, dict[int, float]] = {}
         self._written: set[str] = set()
+        self._lines: dict[str, tuple[int, int, bool]] | None = None
+        """rollouts.jsonl's last line of each key: (offset, length, crashed); filled by _scan()."""
+        self.warnings: list[str] = []
 
     def episodes(self) -> list[Episode]:
         """A task's n samples next to each other, so its group completes early."""
@@ -118,68 +146,132 @@ class RolloutRunner(BenchRunner):
     def run_rollouts(self) -> RolloutOutcome:
         self.options.output.mkdir(parents=True, exist_ok=True)
         self._written = self._written_groups()
-        for record in self.read_results():
-            if not record.get("crashed") and record.get("task_id") is not None:
-                self._rewards.setdefault(record["task_id"], {})[record["sample"]] = record["reward"]
-        outcome = self.run()
-        return self.finish(outcome.interrupted)
+        with self._write_lock:
+            self._scan()
+        _, interrupted = self.run_episodes()
+        return self.finish(interrupted)
 
     def finish(self, interrupted: bool = False) -> RolloutOutcome:
         """Write the groups a kill left unwritten, then train.jsonl; returns what is there."""
-        records = {r["key"]: r for r in self.read_results() if not r.get("crashed")}
+        with self._write_lock:
+            lines = dict(self._scan() if self._lines is None else self._lines)
+        done = {key for key, (_, _, crashed) in lines.items() if not crashed}
         with self._groups_lock:
             self._written = self._written_groups()
             for task in self.tasks:
                 keys = [f"{task.id}|sandbox|{s}" for s in range(self.options.repeat)]
-                if task.id not in self._written and all(k in records for k in keys):
-                    self._write_group(task.id, [float(records[k]["reward"]) for k in keys])
+                rewards = self._rewards.get(task.id, {})
+                if task.id not in self._written and all(k in done for k in keys):
+                    self._write_group(task.id, [float(rewards[s]) for s in range(self.options.repeat)])
             groups = {g["group_id"]: g for g in self._read_lines(self.groups_path)}
         train = []
-        for task in self.tasks:
-            group = groups.get(task.id)
-            for sample, adv in enumerate(group["advantages"] if group else ()):
-                record = records[f"{task.id}|sandbox|{sample}"]
-                train.append({**record, "advantage": adv, "zero_variance": group["zero_variance"]})
-        write_atomic(self.rollout_options.output / "train.jsonl",
-                     "".join(dumps(r) + "\n" for r in train))
+        with self.results_path.open("rb") if lines else contextlib.nullcontext() as f:
+            for task in self.tasks:
+                group = groups.get(task.id)
+                for sample, adv in enumerate(group["advantages"] if group else ()):
+                    offset, length, _ = lines[f"{task.id}|sandbox|{sample}"]
+                    f.seek(offset)
+                    train.append(_with_advantage(f.read(length), adv, group["zero_variance"]))
+        write_atomic(self.rollout_options.output / "train.jsonl", b"".join(train).decode("utf-8"))
         incomplete = [t.id for t in self.tasks if t.id not in groups]
-        return RolloutOutcome(train, [groups[t.id] for t in self.tasks if t.id in groups],
-                              incomplete, interrupted, self.rollout_options.output)
+        if self.warnings:
+            (self.rollout_options.output / "warnings.txt").write_text(
+                "".join(w + "\n" for w in self.warnings), encoding="utf-8")
+        return RolloutOutcome(len(train), [groups[t.id] for t in self.tasks if t.id in groups],
+                              incomplete, interrupted, self.rollout_options.output, self.warnings)
+
+    def _previous(self) -> set[str]:
+        self.options.output.mkdir(parents=True, exist_ok=True)
+        with self._write_lock:
+            lines = self._scan() if self._lines is None else self._lines
+        return {key for key, (_, _, crashed) in lines.items() if not crashed}
+
+    def _scan(self) -> dict[str, tuple[int, int, bool]]:
+        """Index rollouts.jsonl as it is on disk (an earlier run's lines, for --resume) and take
+        the rewards of its finished episodes; under the write lock."""
+        self._lines = {}
+        data = self.results_path.read_bytes() if self.results_path.exists() else b""
+        offset = 0
+        for line in data.split(b"\n"):
+            try:
+                record = json.loads(line)
+            except ValueError:  # torn by a kill mid-write, or the empty piece after the last line
+                record = None
+            if isinstance(record, dict) and record.get("key") is not None:
+                self._lines[record["key"]] = (offset, len(line), bool(record.get("crashed")))
+                if not record.get("crashed") and record.get("task_id") is not None:
+                    self._rewards.setdefault(record["task_id"], {})[record["sample"]] = record["reward"]
+            offset += len(line) + 1
+        return self._lines
 
     # -- one episode ---------------------------------------------------------------------------
     def _one(self, episode: Episode, progress: Any) -> None:
         self.ctx._local.recorder = None  # an episode that crashes before its agent has none
-        record = run_episode(episode, self.ctx)
-        raw = self.ctx.take_raw()
+        self.ctx._local.writer = None
+        progress.begin()
+        try:
+            record = run_episode(episode, self.ctx)
+        finally:
+            progress.end()
+        raw, writer = self.ctx.take_raw(), self.ctx.take_trajectory()
         if record is not None:
-            self.keep(episode, record, progress, raw)
+            self.keep(episode, record, progress, raw, writer)
 
-    def keep(self, episode: Episode, record: dict, progress: Any, raw: list[dict] | None = None) -> None:
-        """Append the episode's rollout line (messages, turns, tokens) and complete its group."""
-        record = self._rollout_line(episode, record, raw or [])
-        super().keep(episode, record, progress)
+    def keep(self, episode: Episode, record: dict, progress: Any, raw: list[dict] | None = None,
+             writer: EndTrajectory | None = None) -> None:
+        """Append the episode's rollout line (messages, turns, tokens) and complete its group;
+        `writer` is the episode's trajectory, when it ran here (else it is read from disk)."""
+        data = (self._rollout_line(episode, record, raw or [], writer) + "\n").encode("utf-8")
+        with self._write_lock:
+            if self._lines is None:
+                self._scan()
+            with self.results_path.open("ab") as f:
+                offset = f.tell()
+                f.write(data)
+            self._lines[episode.key] = (offset, len(data) - 1, bool(record["crashed"]))
+            progress.add(record)
         if not record["crashed"]:
             self._maybe_complete(episode, float(record["reward"]))
 
-    def _rollout_line(self, episode: Episode, record: dict, raw: list[dict]) -> dict[str, Any]:
-        trajectory = self._trajectory(record)
+    def _rollout_line(self, episode: Episode, record: dict, raw: list[dict],
+                      writer: EndTrajectory | None) -> str:
+        """The line as `dumps` writes the record with the fields below, the messages put in as the
+        trajectory writer encoded them."""
+        doc = writer.doc if writer is not None else self._trajectory(record)
+        messages = writer.messages.compact() if writer is not None else dumps(doc.get("messages", []))
+        tools = doc.get("tools", [])
         turns = turns_from(raw)
         model = sum(t["model_tokens"] or 0 for t in turns)
         env = sum(t["environment_tokens"] or 0 for t in turns)
-        return {**record, "task_id": episode.task.id, "group_id": episode.task.id,
-                "sample": episode.repeat, "advantage": None, "zero_variance": None,
-                "messages": trajectory.get("messages", []), "tools": trajectory.get("tools", []),
-                # native: `tools` went in the request; else the prompt carried them as text
-                "tool_format": trajectory.get("tool_format") or "native",
-                "usage": {"model_tokens": model, "environment_tokens": env,
-                          "environment_share": round(env / (model + env), 4) if model + env else 0.0},
-                "turns": turns, "sequence": sequence(turns)}
+        line = sequence(turns)
+        if line is None and not record["crashed"] and self.rollout_options.token_ids:
+            self._warn_missing(missing_tokens(turns))
+        # tool_format native: `tools` went in the request; else the prompt carried them as text
+        head = dumps({**record, "tool_format": doc.get("tool_format") or "native",
+                      "task_id": episode.task.id, "group_id": episode.task.id,
+                      "sample": episode.repeat})
+        tail = dumps({"tools": tools,
+                      "usage": {"model_tokens": model, "environment_tokens": env,
+                                "environment_share": round(env / (model + env), 4) if model + env else 0.0},
+                      "turns": turns, "sequence": line})
+        return f'{head[:-1]}{ADVANTAGE_SLOT.decode()}"messages": {messages}, {tail[1:]}'
 
     def _trajectory(self, record: dict) -> dict[str, Any]:
         try:
             return json.loads((self.options.output / record["trajectory"]).read_text("utf-8"))
         except (OSError, ValueError):
             return {}
+
+    def _warn_missing(self, why: str | None) -> None:
+        """Say once, on stderr and in warnings.txt, why train.jsonl's `sequence` is null."""
+        if why is None:
+            return
+        with self._groups_lock:
+            if self.warnings:
+                return
+            self.warnings.append(f"warning: {why}")
+        if self.options.progress is not None:
+            print(f"\nlis-tui rollout: warning: {why}", file=self.options.progress, flush=True)
 
     # -- groups --------------------------------------------------------------------------------
     def _maybe_complete(self, episode: Episode, reward: float) -> None:
@@ -212,6 +304,13 @@ class RolloutRunner(BenchRunner):
             except ValueError:  # torn by a kill mid-write
                 continue
         return lines
+
+
+def _with_advantage(line: bytes, advantage: float, zero_variance: bool) -> bytes:
+    """A rollouts.jsonl line as train.jsonl has it: `dumps` of the record with the two fields set."""
+    at = line.index(ADVANTAGE_SLOT)
+    filled = f', "advantage": {json.dumps(advantage)}, "zero_variance": {json.dumps(zero_variance)}, '
+    return line[:at] + filled.encode() + line[at + len(ADVANTAGE_SLOT):] + b"\n"
 
 
 def rollout(tasks: str | Path | list[Task], *, policy_url: str, model: str = "", n: int = 8,

@@ -274,7 +274,9 @@ class _Handler(BaseHTTPRequestHandler):
         except PoolError as exc:
             status, answer = exc.status, {"error": str(exc)}
         except (AssistantError, EnvError) as exc:
-            status, answer = (400 if isinstance(exc, AssistantError) else 409), {"error": str(exc)}
+            # over HTTP a new episode is `POST /envs`, not the Python API's reset()
+            text = str(exc).replace("reset() starts another", "POST /envs starts another")
+            status, answer = (400 if isinstance(exc, AssistantError) else 409), {"error": text}
         except Exception:  # noqa: BLE001 (the text may hold host paths: it goes to the log only)
             log.exception("%s %s failed", self.command, safe_terminal_text(self.path[:200]))
             status, answer = 500, {"error": "the server failed on this request (a sandbox that "

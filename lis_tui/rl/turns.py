@@ -83,6 +83,30 @@ def sequence(turns: list[dict]) -> dict[str, Any] | None:
             "logprobs": [lp for t in turns for lp in t["logprobs"]]}
 
 
+def missing_tokens(turns: list[dict]) -> str | None:
+    """Why `sequence(turns)` is None, said for the person running the rollout; None if it is not."""
+    if not turns or sequence(turns) is not None:
+        return None
+    asked = ", ".join(f"{k}: true" for k in TOKEN_REQUEST)
+    if not any("completion_token_ids" in t for t in turns):
+        return (f"the policy server returned no token ids (asked with {asked}), so train.jsonl has "
+                "`sequence: null` and no per-turn token ids, logprobs or loss masks: a trainer must "
+                "re-tokenize `messages` with the model's chat template, and has no sampling logprobs "
+                "for its importance ratios. vLLM returns them for these options; SGLang returns "
+                "logprobs; llama.cpp's server and most hosted APIs return none. Serve the policy "
+                "with vLLM for token-exact training, or pass --no-token-ids to stop asking.")
+    if "prompt_token_ids" not in turns[0]:
+        return ("the policy server returned the completions' token ids but not the prompts' "
+                "(vLLM's `return_token_ids: true` adds `prompt_token_ids`), so train.jsonl has "
+                "`sequence: null` and environment tokens are only counted: a trainer must "
+                "re-tokenize `messages` for the prompt and tool results. A vLLM recent enough to "
+                "know return_token_ids returns both.")
+    return ("a turn's prompt did not extend the previous prompt and completion (the chat template "
+            "re-renders earlier turns, e.g. drops old reasoning), so those episodes have "
+            "`sequence: null` and their environment tokens are only counted; re-tokenize their "
+            "`messages`, or serve with a chat template that keeps earlier turns as they were.")
+
+
 def _new_tokens(prompt: int | None, prev_total: int | None, n: int) -> int | None:
     if n == 0:
         return 0  # the first prompt is the task, not the environment

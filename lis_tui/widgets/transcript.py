@@ -63,6 +63,9 @@ class Transcript(VerticalScroll):
     def _on_CredentialAdded(self, e: ev.CredentialAdded) -> None:
         self.mount(NoticeBlock(f"Network: {e.text}"))
 
+    def _on_NetworkRefused(self, e: ev.NetworkRefused) -> None:
+        self.mount(NoticeBlock(f"Network: {e.text}", "warning"))
+
     def _on_ToolStarted(self, e: ev.ToolStarted) -> None:
         block = ToolBlock(e.call.name, e.arguments, e.call.arguments)
         self._tools[(e.step, e.index)] = self.last_tool = block

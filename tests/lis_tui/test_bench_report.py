@@ -94,7 +94,7 @@ def test_the_per_group_table_sets_the_modes_side_by_side():
             "| 33.3% | 66.7% | 0.0% |") in md
     only_llm = summarize([r for r in RECORDS if r["mode"] == "llm"])
     assert "| math | 50.0% (n=2) | - | 0.500 | 450 | - | - | 0.0% | 0.0% | 0.0% |" not in markdown(only_llm)
-    assert "| math | 50.0% (n=2) | - | 0.500 | 450 | - | - | - | - | - |" in markdown(only_llm)
+    assert "| math | 50.0% (n=2) | 0.500 | 450 |" in markdown(only_llm)  # no columns all "-"
 
 
 def test_the_page_leads_with_title_model_server_and_date_then_charts_then_episodes(tmp_path):
@@ -109,8 +109,9 @@ def test_the_page_leads_with_title_model_server_and_date_then_charts_then_episod
     assert order == sorted(order)
     episodes = page.split("<h2>Episodes</h2>")[1]
     assert episodes.count("<tr>") == 1 + len(RECORDS)
-    assert '<td>a</td><td>llm</td><td>0</td><td class="text">x</td><td>1.00</td>' \
-           '<td>submitted</td><td><a href="episodes/a.llm.0/trajectory.json">trajectory</a>' in episodes
+    assert '<td>a</td><td class="l">llm</td><td>0</td><td class="text">x</td><td>1.00</td>' \
+           '<td class="text">submitted</td><td class="l"><a href="episodes/a.llm.0/trajectory.json">' \
+           'trajectory</a>' in episodes
     assert "Model: qwen" in (tmp_path / "summary.md").read_text()
 
 
@@ -141,3 +142,46 @@ def test_older_records_without_suite_or_trajectory_tokens_still_summarize():
     s = summarize(RECORDS)  # hand-made records: no "suite", no tokens.trajectory
     assert s["group_by"] == "domain"
     assert s["groups"]["math"]["modes"]["llm"]["trajectory_tokens"] == 450
+
+
+def test_a_bench_says_why_an_episode_failed_and_which_wrote_no_answer(tmp_path, monkeypatch, capsys):
+    """A real bench against the scripted server: one episode meets a 400 (context length), one
+    submits without writing answer.txt. The console, summary.md and report.html say so."""
+    from fakes.openai_server import FakeOpenAI, call, error, reply
+
+    from lis_tui.cli import main
+
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text('{"id": "long", "problem_statement": "p", "ground_truth": "1"}\n'
+                     '{"id": "mute", "problem_statement": "p", "ground_truth": "1"}\n')
+    too_long = "This model's maximum context length is 4096 tokens; you asked for 9000"
+    script = [error(400, too_long), reply("done", [call("submit", {})])]  # -j 1: in task order
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    with FakeOpenAI(script) as server:
+        code = main(["bench", str(tasks), "-j", "1", "--rootfs", "host", "--base-url",
+                     server.base_url, "--model", "m", "--output", "out"])
+        assert len(server.chat_requests) == 2  # the 400 is not retried
+    assert code == 0
+    console = capsys.readouterr().out
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    page = (tmp_path / "out" / "report.html").read_text()
+    for shown in (console, summary, page):
+        assert "maximum context length is 4096 tokens" in shown
+        assert "no answer" in shown and "answer.txt was written" in shown
+    assert "None: every episode" not in summary
+    assert '<td class="l">sandbox</td>' in page  # text columns read from the left
+
+
+def test_text_columns_are_left_aligned_and_numbers_right(tmp_path):
+    write_reports(RECORDS, tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    assert '<td class="l">sandbox</td>' in page and '<td class="l">max_steps</td>' in page
+    assert "<td>100.0% (n=2)</td>" in page  # a number stays right-aligned
+
+
+def test_a_single_mode_summary_has_no_empty_gap_columns():
+    one = markdown(summarize([r for r in RECORDS if r["mode"] == "sandbox"]))
+    both = markdown(summarize(RECORDS))
+    assert "sandbox − llm" not in one and "tokens ratio" not in one and "sandbox acc" in one
+    assert "sandbox − llm" in both and "tokens ratio" in both

@@ -196,3 +196,20 @@ def test_a_nesting_bomb_from_the_model_scores_zero_and_counts_no_capability():
     task = Task(id="j", problem_statement="p", ground_truth='{"a": 1}', reward="json")
     assert score("[" * 100_000, task) == 0.0
     assert classify("execute_bash", "[" * 100_000) == set()
+
+
+def test_math_verify_says_nothing_of_the_timeouts_we_turned_off():
+    """Its notice came four times into a bench's output (two modules, threads racing)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("math_verify")
+    code = ("import threading\nfrom lis_tui.bench.rewards import _math_verify\n"
+            "ts = [threading.Thread(target=_math_verify, args=('1/2', '0.5')) for _ in range(4)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            "print(_math_verify('\\\\frac{1}{2}', '0.5'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.strip() == "True", done.stderr  # math-verify ran and compared
+    assert "Timeout is disabled" not in done.stderr

@@ -184,3 +184,15 @@ def test_bench_stops_at_once_when_the_model_server_is_down(tmp_path, capsys, mon
                  "--model", "m", "--output", str(tmp_path / "o")])
     assert code == 1 and "is the server running?" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("given", ["set", ".", "./set/"])
+def test_a_folder_of_task_folders_given_by_a_relative_path(tmp_path, monkeypatch, given):
+    task = tmp_path / "set" / "t1"
+    (task / "input").mkdir(parents=True)
+    (task / "input" / "a.txt").write_text("x")
+    (task / "task.toml").write_text('problem_statement = "p"\nground_truth = "1"\n')
+    monkeypatch.chdir(tmp_path / "set" if given == "." else tmp_path)
+    [loaded] = load_tasks(given)
+    assert loaded.input_dir == task / "input" and loaded.input_dir.is_absolute()
+    assert task_files(loaded) == [("input/a.txt", "x")]

@@ -140,3 +140,37 @@ def test_a_failing_callable_answers_500_and_is_kept():
         with pytest.raises(openai.InternalServerError, match="KeyError"):
             client(server).chat.completions.create(model="m", messages=USER)
         assert isinstance(server.errors[0], KeyError)
+
+
+def test_lis_tui_fake_server_lets_a_person_try_run_and_bench_without_a_model(tmp_path):
+    """`lis-tui fake-server` as a person starts it; `run` (in a sandbox) and `bench --mode llm`
+    against it, with nothing but the URL it prints."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+           "XDG_STATE_HOME": str(tmp_path / "state")}
+    server = subprocess.Popen([sys.executable, "-m", "lis_tui.cli", "fake-server", "--port", "0"],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        url = re.search(r"http://127\.0\.0\.1:\d+/v1", server.stdout.readline()).group(0)
+        lis = [sys.executable, "-m", "lis_tui.cli"]
+        done = subprocess.run([*lis, "run", "--base-url", url, "--model", "fake", "--output-dir",
+                               "r", "what is here?"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "fake answer" in done.stdout and "submitted after 3 steps" in done.stderr
+        assert "execute_bash uname" in done.stderr  # it ran a command in the sandbox
+        done = subprocess.run([*lis, "bench", "demo", "--mode", "llm", "--base-url", url,
+                               "--model", "fake", "--output", "b", "-q"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "4 episodes" in (tmp_path / "b" / "summary.md").read_text()
+    finally:
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=30) == 0  # Ctrl-C stops it cleanly

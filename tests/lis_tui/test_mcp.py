@@ -293,3 +293,21 @@ def test_held_back_paths_are_applied_only_when_named_and_approved_by_the_person(
     (_, _), (refused_error, refused) = anyio.run(scenario, False, [
         ("execute_bash", {"command": PLANT}), ("apply_changes", {"paths": [toml]})])
     assert refused_error and "cannot ask the person" in refused and not (ws / toml).exists()
+
+
+def test_a_review_tool_without_its_argument_answers_a_sentence_and_the_server_has_a_version(tmp_path):
+    from lis_tui import __version__
+
+    async def talk(params):
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            info = await session.initialize()
+            missing = await session.call_tool("export_output", {})
+            extra = await session.call_tool("list_changes", {"path": "x"})
+        return info, [(r.is_error, "".join(c.text for c in r.content)) for r in (missing, extra)]
+
+    info, ((missing_error, missing), (extra_error, extra)) = anyio.run(
+        talk, server(tmp_path, "--export-dir", str(tmp_path)))
+    assert info.server_info.version == __version__ and __version__
+    assert missing_error and missing.startswith("export_output needs `name`: A directory name")
+    assert "positional argument" not in missing and "()" not in missing
+    assert extra_error and extra == "list_changes takes no arguments, not `path`"

@@ -58,7 +58,7 @@ def test_ray_flags_without_ray_and_a_missing_ray_say_what_to_do(tmp_path):
                                  text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert cpus.returncode == 2 and "--ray-cpus go with --ray" in cpus.stderr
     assert missing.returncode == 1, missing.stderr
-    assert "pip install 'lis-tui[ray]'" in missing.stderr
+    assert "./install.sh --ray" in missing.stderr and "-m pip install " in missing.stderr
     assert not (tmp_path / "out" / "results.jsonl").exists() or \
         (tmp_path / "out" / "results.jsonl").read_text() == ""
 

@@ -201,7 +201,7 @@ def test_raw_text_and_broken_calls_over_http_are_answered_not_crashed(tmp_path):
             {"role": "tool", "tool_call_id": "x1", "content": "Submitted."}]
         with pytest.raises(EnvServerError) as err:
             served.client.step(env_id, SUBMIT)
-        assert err.value.status == 409 and "over" in str(err.value)
+        assert err.value.status == 409 and "over" in str(err.value) and "POST /envs" in str(err.value)
         assert served.proc.poll() is None
 
 

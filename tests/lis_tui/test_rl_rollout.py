@@ -2,8 +2,10 @@
 returning logprobs and token ids as vLLM does, scripted rewards per group."""
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fakes.openai_server import FakeOpenAI, call, delay, reply, submit, token_ids
+from lis_tui.bench.episode import dumps
 from lis_tui.bench.tasks import load_tasks
 from lis_tui.config import load_config
 from lis_tui.rl import rollout
@@ -107,6 +110,70 @@ def check_tokens(episode):
     assert token_ids("é") == [0xC3, 0xA9]  # the fake tokenizer is bytes: decoding above is exact
 
 
+def test_lines_are_the_records_as_dumps_writes_them(tmp_path):
+    """Lines are encoded in pieces and train.jsonl's are spliced, unparsed: each must still be
+    exactly `dumps` of the record, in the field order it always had, with the trajectory's
+    messages and, in train.jsonl, the group's advantage."""
+    tasks = write_tasks(tmp_path / "tasks.jsonl", ids=("t1", "t\u00e9 \"q\""))
+    right = {"t1": 1, 't\u00e9 "q"': 1}
+    with FakeOpenAI(default=scripted_policy(right)) as server:
+        outcome = rollout(str(tasks), policy_url=server.base_url, model="m", n=2,
+                          output=tmp_path / "out", config=config_for(server), progress=None)
+    out = tmp_path / "out"
+    lines = (out / "rollouts.jsonl").read_text(encoding="utf-8").splitlines()
+    groups = {g["group_id"]: g for g in outcome.groups}
+    train = (out / "train.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(train) == 4 and outcome.count == 4
+    by_key = {json.loads(line)["key"]: line for line in lines}
+    for text in train:
+        episode = json.loads(text)
+        line = by_key[episode["key"]]
+        record = json.loads(line)
+        assert dumps(record) == line and record["advantage"] is None
+        assert list(record)[-10:] == ["task_id", "group_id", "sample", "advantage", "zero_variance",
+                                      "messages", "tools", "usage", "turns", "sequence"]
+        trajectory = json.loads((out / record["trajectory"]).read_text(encoding="utf-8"))
+        assert record["messages"] == trajectory["messages"] and record["tools"] == trajectory["tools"]
+        group = groups[record["group_id"]]
+        assert text == dumps({**record, "advantage": group["advantages"][record["sample"]],
+                              "zero_variance": group["zero_variance"]})
+        assert abs(episode["advantage"]) == pytest.approx(0.7071, abs=1e-3)  # one right of two
+        check_tokens(episode)
+    assert not (out / "warnings.txt").exists() and outcome.warnings == []
+
+
+def test_progress_counts_the_running_episodes(tmp_path):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", ids=("t1",))
+    progress = io.StringIO()
+    with FakeOpenAI(default=lambda r: delay(0.2, scripted_policy()(r))) as server:
+        rollout(str(tasks), policy_url=server.base_url, model="m", n=3, output=tmp_path / "out",
+                config=config_for(server), progress=progress)
+    shown = progress.getvalue().splitlines()
+    # The first line shows at the first start; with three at once, later ones see them running.
+    assert re.search(r"running [1-3] ", shown[0]), shown
+    assert shown[-1].startswith("#" * 20) and "running 0 " in shown[-1]
+
+
+def test_a_server_without_token_ids_is_named_once(tmp_path):
+    """llama.cpp's server answers `logprobs` with text tokens and no ids: the run says once what
+    that means for training and which servers send them, on stderr and in warnings.txt."""
+    tasks = write_tasks(tmp_path / "tasks.jsonl", ids=("t0", "t1"))
+    progress = io.StringIO()
+    with FakeOpenAI(default=scripted_policy(), token_ids=False) as server:
+        outcome = rollout(str(tasks), policy_url=server.base_url, model="m", n=2,
+                          output=tmp_path / "out", config=config_for(server), progress=progress)
+        assert server.chat_requests[0].body["return_token_ids"] is True  # asked, not answered
+    assert all(e["sequence"] is None and "token_ids" not in e["turns"][0] for e in outcome.episodes)
+    said = progress.getvalue()
+    assert said.count("returned no token ids") == 1, said
+    warning = next(line for line in said.splitlines() if "returned no token ids" in line)
+    for words in ("sequence: null", "re-tokenize `messages`", "vLLM", "llama.cpp", "--no-token-ids",
+                  "return_token_ids: true"):
+        assert words in warning
+    assert outcome.warnings == [warning.removeprefix("lis-tui rollout: ")]
+    assert (tmp_path / "out" / "warnings.txt").read_text() == outcome.warnings[0] + "\n"
+
+
 def test_without_token_ids_the_usage_split_remains(tmp_path):
     tasks = write_tasks(tmp_path / "tasks.jsonl", ids=("t1",))
     with FakeOpenAI(default=scripted_policy()) as server:
@@ -165,6 +232,13 @@ def test_resume_after_kill_9_completes_every_group_once(tmp_path):
     assert all(len(g["rewards"]) == 4 and set(g["rewards"]) <= {0.0, 1.0} for g in groups)
     train = (out / "train.jsonl").read_text().splitlines()
     assert len(train) == 24 and "6 groups complete" in err
+    last = {r["key"]: r for r in records}  # lines from both runs, spliced alike
+    by_group = {g["group_id"]: g for g in groups}
+    for text in train:
+        record = last[json.loads(text)["key"]]
+        group = by_group[record["group_id"]]
+        assert text == dumps({**record, "advantage": group["advantages"][record["sample"]],
+                              "zero_variance": group["zero_variance"]})
 
 
 def test_text_format_episodes_keep_what_the_model_wrote_and_read(tmp_path):

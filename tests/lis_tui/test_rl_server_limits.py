@@ -139,7 +139,7 @@ def test_a_close_during_a_step_fails_the_step_and_its_editor_writes_nothing(tmp_
             served.client.step(env_id, bash("true"))
         assert err.value.status == 404
         assert wait_until(lambda: not alive(sandboxes), 10)
-        assert wait_until(lambda: not [p for p in scratch.iterdir() if not p.name.endswith(".lock")], 10), \
+        assert wait_until(lambda: not [p for p in scratch.iterdir() if not p.name.endswith((".lock", ".owner"))], 10), \
             list(scratch.iterdir())
         assert not list(scratch.rglob("late.txt"))
         assert served.client.health()["live"] == 0

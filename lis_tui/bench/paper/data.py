@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from isolation.extras import install_hint
 from lis_tui.bench.tasks import TaskError
 
 SUFFIXES = (".json", ".jsonl", ".parquet")
@@ -37,7 +38,7 @@ def _file_rows(path: Path) -> list[dict[str, Any]]:
             import pyarrow.parquet as pq  # noqa: PLC0415 (optional: the [paper] extra)
         except ImportError:
             raise TaskError(f"{path}: reading Parquet needs pyarrow; run: "
-                            "pip install 'lis-tui[paper]'") from None
+                            f"{install_hint('paper')}") from None
         return pq.read_table(path).to_pylist()
     text = path.read_text(encoding="utf-8")
     try:
@@ -62,7 +63,7 @@ def _hf_rows(spec: str) -> list[dict[str, Any]]:
         import datasets  # noqa: PLC0415 (optional: the [hf] extra)
     except ImportError:
         raise TaskError(f"{spec}: reading the Hugging Face cache needs `datasets`; run: "
-                        "pip install 'lis-tui[hf]', or give a local Parquet/JSON file") from None
+                        f"{install_hint('hf')}, or give a local Parquet/JSON file") from None
     # The cache only: a bench must not download behind the user's back.
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     try:

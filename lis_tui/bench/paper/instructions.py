@@ -17,6 +17,7 @@ import json
 import re
 from typing import Any, Callable
 
+from isolation.extras import install_hint
 from lis_tui.bench.rewards import RewardError
 from lis_tui.bench.tasks import TaskError
 
@@ -70,14 +71,13 @@ def _is_json(text: str) -> bool:
     return True
 
 
-IFBENCH_EXTRA = "pip install 'lis-tui[ifbench]'"
 NLTK_RESOURCES = ("tokenizers/punkt", "tokenizers/punkt_tab",
                   "taggers/averaged_perceptron_tagger_eng", "corpora/stopwords")
 """The NLTK data if-verifiable's checks read (and would download when it is imported)."""
 NLTK_DATA = ("python -m nltk.downloader punkt punkt_tab averaged_perceptron_tagger_eng "
              "stopwords")
 FALLBACK_NOTE = ("instruct_follow scored with lis-tui's own IFEval-style checks, not IFBench's "
-                 f"as in the paper ({IFBENCH_EXTRA} for those)")
+                 "as in the paper (for those: {hint})")
 
 
 Checks = dict[str, Callable[[str, dict], bool]]
@@ -90,7 +90,7 @@ def followed(instruction_id: str, answer: str, kwargs: dict[str, Any],
     check = (checks() if known is None else known).get(instruction_id)
     if check is None:
         raise RewardError(f"instruction {instruction_id!r} has no check here"
-                          + ("" if has_ifbench() else f"; for IFBench's, run: {IFBENCH_EXTRA}"))
+                          + ("" if has_ifbench() else f"; for IFBench's, run: {install_hint('ifbench')}"))
     kwargs = {k: v for k, v in kwargs.items() if v is not None}  # Parquet pads with nulls
     return check(answer, kwargs)
 
@@ -135,11 +135,11 @@ def prepare(tasks: list[Any]) -> str:
         raise TaskError(str(exc)) from None
     missing = sorted({i for t in tasks for i in instructions_of(t)[0]} - set(known))
     if missing:
-        hint = (f"run: {IFBENCH_EXTRA} (IFBench's own checks)" if not has_ifbench() else
+        hint = (f"run: {install_hint('ifbench')} (IFBench's own checks)" if not has_ifbench() else
                 "neither IFBench nor IFEval names them")
         raise TaskError(f"instruct_follow rows name instructions with no check here: "
                         f"{', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}; {hint}")
-    return "" if has_ifbench() else FALLBACK_NOTE
+    return "" if has_ifbench() else FALLBACK_NOTE.format(hint=install_hint("ifbench"))
 
 
 def has_ifbench() -> bool:
@@ -191,7 +191,7 @@ def ifbench_registry() -> dict[str, Any]:
     """IFBench's own instructions by id, the only ones the package's scorer knows
     (if-verifiable's port of IFBench's `instructions_registry`); RewardError without it."""
     if not has_ifbench():
-        raise RewardError(f"instruct_follow is scored with IFBench's checks; run: {IFBENCH_EXTRA}")
+        raise RewardError(f"instruct_follow is scored with IFBench's checks; run: {install_hint('ifbench')}")
     checks()  # the NLTK data first: importing the registry without it would download it
     from if_verifiable.ifbench import instructions_registry  # noqa: PLC0415
 

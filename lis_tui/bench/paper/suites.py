@@ -5,11 +5,11 @@ import importlib.util
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from isolation.extras import install_hint
 from lis_tui.bench.paper import instructions, judging, lenient, scorers
 from lis_tui.bench.paper.data import load_rows
 from lis_tui.bench.tasks import Task, TaskError, tasks_from_items
 
-PAPER_EXTRA = "pip install 'lis-tui[paper]'"
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def check_extras(name: str, scorer_name: str = "") -> None:
     needs = scoring(name, scorer_name).needs if scorer_name else suite(name).needs
     missing = [m for m in needs if importlib.util.find_spec(m) is None]
     if missing:
-        fix = instructions.IFBENCH_EXTRA if missing == ["if_verifiable"] else PAPER_EXTRA
+        fix = install_hint("ifbench" if missing == ["if_verifiable"] else "paper")
         raise TaskError(f"paper suite {name!r} scores with {', '.join(missing)}, which is not "
                         f"installed; run: {fix}")
 

@@ -1,0 +1,139 @@
+"""Many live sandboxes in one process, as the calling user: start rate, memory, processes, and where a limit stops it.
+
+    .venv/bin/python benchmarks/live_scale.py [--count 10000] [--flat 0,1000,5000] [--cycles 20]
+
+Starts --count sandboxes (host rootfs, network off) in blocks of 1,000, timing each block; on the
+way, at each --flat count, times one start + exec('true') + close with that many live (and with
+none again at the end, once all are closed), as a ratio to the 0-live cost. Then runs `echo` in
+every 10th, prints memory (PSS of the sandboxes' processes, and this process's growth) and
+processes per sandbox, and the time to close them all. Where a limit of this machine or user
+stops it (lis-tui refuses the start, naming the limit), it says which and how far it got.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from isolation import Sandbox, capacity, records  # noqa: E402
+from isolation.spawn.helper import IDLE  # noqa: E402
+from isolation.spec import SandboxError  # noqa: E402
+from proctree import pss_kib, sandbox_processes  # noqa: E402
+
+
+def rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def cpu() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def fill(live: list[Sandbox], target: int) -> str | None:
+    """Start sandboxes until `target` live; the refusal's message if a limit stops it first."""
+    while len(live) < target:
+        try:
+            live.append(Sandbox().start())
+        except SandboxError as exc:
+            return str(exc)
+    return None
+
+
+def cycle_cost(cycles: int) -> tuple[float, float]:
+    """(p50 wall, mean CPU of this process and its reaped children) in seconds of one start + exec('true') + close."""
+    walls, cpu0 = [], cpu()
+    for _ in range(cycles):
+        start = time.perf_counter()
+        with Sandbox() as sb:
+            sb.exec("true")
+        walls.append(time.perf_counter() - start)
+    walls.sort()
+    return walls[len(walls) // 2], (cpu() - cpu0) / cycles
+
+
+def scale(count: int, levels: list[int], cycles: int) -> None:
+    live: list[Sandbox] = []
+    Sandbox().start().close()  # warm up: bwrap probe, sweep, the spawn helper
+    rss0 = rss_kib()
+    rates, flat, stopped = [], [], None
+    marks = sorted({*levels, *range(1000, count + 1, 1000), count})
+    for mark in marks:
+        if stopped is not None:
+            break
+        start, cpu0, before = time.perf_counter(), cpu(), len(live)
+        stopped = fill(live, mark)
+        done = len(live) - before
+        if done:
+            rates.append((before, len(live), (time.perf_counter() - start) / done, (cpu() - cpu0) / done))
+        if mark in levels and stopped is None:
+            time.sleep(IDLE + 1)  # idle: their zygotes have exited
+            flat.append((f"{mark:,}", *cycle_cost(cycles)))
+        print(f"  {len(live)} live", flush=True)
+    start = time.perf_counter()
+    answered = sum(sb.exec("echo ok").stdout == "ok\n" for sb in live[::10])
+    exec_s = time.perf_counter() - start
+    time.sleep(IDLE + 1)
+    procs = sandbox_processes(os.getpid())
+    pss = sum(pss_kib(p) for p in procs)
+    fds = len(os.listdir("/proc/self/fd"))
+    grown = rss_kib() - rss0
+    n = len(live)
+    start = time.perf_counter()
+    for sb in live:
+        sb.close()
+    records.wait_released()
+    close_s = time.perf_counter() - start
+    if levels:
+        flat.append(("0 (again, all closed)", *cycle_cost(cycles)))
+
+    print(f"\nlive sandboxes in one process: uid {os.getuid()}, {os.cpu_count()} cores, "
+          f"RLIMIT_NOFILE {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}, "
+          f"pid_max {Path('/proc/sys/kernel/pid_max').read_text().strip()}, load {os.getloadavg()[0]:.1f}\n")
+    print("| live before | live after | ms per start (wall) | CPU ms per start (this process) | starts/s |")
+    print("|---|---|---|---|---|")
+    for before, after, wall, cpu_each in rates:
+        print(f"| {before:,} | {after:,} | {wall * 1000:.1f} | {cpu_each * 1000:.1f} | {1 / wall:.0f} |")
+    if flat:
+        base_wall = (flat[0][1] + flat[-1][1]) / 2
+        base_cpu = (flat[0][2] + flat[-1][2]) / 2
+        print(f"\n| live | start + exec + close p50 ms | ratio vs 0 live | CPU ms | CPU ratio | target |")
+        print("|---|---|---|---|---|---|")
+        for level, wall, cpu_each in flat:
+            target = "" if level.startswith("0") else "<= 1.2"
+            print(f"| {level} | {wall * 1000:.1f} | {wall / base_wall:.2f} | {cpu_each * 1000:.1f} | "
+                  f"{cpu_each / base_cpu:.2f} | {target} |")
+    print("\n| measure | value |\n|---|---|")
+    print(f"| sandboxes live | {n:,} of {count:,} asked |")
+    print(f"| stopped by | {stopped or 'nothing: all started'} |")
+    print(f"| exec('echo ok') in every 10th | {answered}/{len(live[::10])} answered in {exec_s:.1f} s |")
+    print(f"| processes per sandbox (idle) | {len(procs) / max(n, 1):.2f} |")
+    print(f"| PSS per sandbox, its processes (idle) | {pss / max(n, 1) / 1024:.2f} MiB |")
+    print(f"| this process's RSS growth per sandbox | {grown / max(n, 1):.1f} KiB |")
+    print(f"| descriptors of this process, all live | {fds:,} |")
+    print(f"| close all | {close_s:.1f} s ({close_s / max(n, 1) * 1000:.2f} ms each) |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--count", type=int, default=10_000)
+    parser.add_argument("--flat", default="0,1000,5000", help="live counts to time a start at ('' for none)")
+    parser.add_argument("--cycles", type=int, default=20)
+    args = parser.parse_args()
+    first = capacity.bounds()[0]
+    print(f"capacity here: {first.limit} binds first at about {first.room:,}", flush=True)
+    levels = [int(n) for n in args.flat.split(",") if n.strip()]
+    scale(args.count, [n for n in levels if n <= args.count], args.cycles)
+
+
+if __name__ == "__main__":
+    main()

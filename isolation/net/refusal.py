@@ -1,0 +1,66 @@
+"""What a refusal says: why, and how the user can allow it, in one line the model, the logs, the
+transcript and the trajectory all read."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .policy import Decision, NetworkRequest
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request the proxy refused (or a question it withdrew): why, and the fix, in one line."""
+
+    host: str
+    port: int
+    by: str
+    """The Decision's `by`, or `gone`: the request ended before the person answered."""
+    text: str
+    sandbox: str = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def refusal(host: str, port: int, decision: Decision, mode: str, address: str = "",
+            sandbox: str = "") -> Refusal:
+    """What was refused, why, and how the user can allow it, in one line: the proxy's 403 says it
+    (status line and body, as pip shows one and curl the other), and the logs and the app too."""
+    shown = shown_host(host)
+    start = f"Network access to {shown}:{port} was refused"
+    if decision.by == "host-internal":
+        start = (f"Network access to {shown}:{port} was refused: it resolves to {address}, a private or "
+                 "internal address (this machine or its network)")
+        if decision.answer in ("deny", "user"):
+            text = f"{start}, and the user refused that address for it"
+        elif decision.answer == "timeout":
+            text = f"{start}, and the user did not answer in time"
+        else:
+            text = f"{start}; the user can allow exactly this service with `--allow-host {shown}:{port}`"
+    elif decision.by == "gone":
+        text = f"{start}: the task it was asked for ended before the user answered"
+    elif decision.by == "deny-list":
+        text = (f"{start}: it is on the deny list; the user can remove it from `deny` in the `[network]` "
+                "table of the lis-tui config")
+    elif decision.by == "mode" and mode == "off":
+        text = (f"{start} because the sandbox's network is off; the user can turn it on with "
+                "`--network ask` or `--network on`, or with the network key in the app")
+    else:
+        why = {"user": "by the user", "timeout": "because the user did not answer in time",
+               "headless": "because no one is there to approve it (network mode `ask` without a person)"}
+        text = (f"{start} {why.get(decision.by, 'by lis-tui network policy')}; the user can allow it with "
+                f"`--allow-host {shown}` or `--network on`, or with the network key in the app")
+    return Refusal(host, port, decision.by, text, sandbox)
+
+
+def gone_text(request: NetworkRequest) -> str:
+    """The withdrawn question, as the transcript and the logs say it."""
+    what = f"{shown_host(request.host)}:{request.port}" + (f" at {request.address}" if request.address else "")
+    return f"the request to {what} ended before an answer; the question was withdrawn and nothing was saved"
+
+
+def shown_host(host: str) -> str:
+    """An IPv6 address in brackets, as in a URL; a name as it is."""
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,130 @@
+"""The network approval dialog: a second question for an allowed host at a private address, and a
+dialog that closes when its request ends. Pilot against the scripted model and a real sandbox."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from fakes.openai_server import FakeOpenAI, reply, submit
+from lis_tui.widgets.blocks import AnswerBlock, NoticeBlock
+from lis_tui.widgets.status import StatusBar
+from test_app import SIZE, app_for, bash, modal_ready, run, texts, wait_for, web  # noqa: F401 (web: a fixture)
+from test_tmux import Tmux, lis_tui_command, wait_gone
+
+pytestmark = pytest.mark.sandbox
+
+
+def test_an_allowed_host_at_a_private_address_is_asked_about_again(tmp_path, monkeypatch, web):
+    """The server is on 127.0.0.2, an internal address: "Allow once" used to end in a silent 403;
+    now a second dialog asks about the address (no "Always": an address is never saved)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    script = [reply(tool_calls=[bash(f"curl -sS -m 30 {web.url}/hello.txt")]), submit()]
+
+    async def scenario():
+        with FakeOpenAI(script) as server:
+            app = app_for(server, tmp_path, network="ask", task="fetch hello.txt")
+            async with app.run_test(size=SIZE) as pilot:
+                await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
+                first = app.screen
+                await pilot.press("o")
+                await wait_for(pilot, lambda: app.screen is not first
+                               and modal_ready(app, "NetworkApprovalScreen"))
+                shown = " ".join(texts(app, "Static"))
+                buttons = [b.id for b in app.screen.query("Button")]
+                await pilot.press("a")  # not offered here: does nothing
+                assert modal_ready(app, "NetworkApprovalScreen")
+                await pilot.press("o")
+                await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
+                return shown, buttons, server.chat_requests[1].tool_outputs[0]
+
+    shown, buttons, output = run(scenario())
+    assert f"{web.hostport} resolves to 127.0.0.2, a private or internal address" in shown, shown
+    assert "allow this address for this host?" in shown and buttons == ["allow_once", "allow_session", "deny"]
+    assert "hello from the host" in output
+    assert not (tmp_path / "xdg" / "lis-tui" / "config.toml").exists()
+
+
+def test_a_dialog_closes_when_its_request_ends_and_saves_nothing(tmp_path, monkeypatch, web):
+    """curl gives up (is killed) while the person is asked: the dialog goes, the transcript says why, the
+    status leaves NET ASK ?, and nothing is saved."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    # curl waits for the answer until the test, once the dialog is up, makes it give up
+    gives_up = (f"curl -sS -m 60 {web.url}/hello.txt & pid=$!; until [ -e /tmp/give-up ]; do sleep 0.1; "
+                "done; kill $pid; wait $pid; echo rc=$?")
+    script = [reply(tool_calls=[bash(gives_up)]), submit()]
+
+    async def scenario():
+        with FakeOpenAI(script) as server:
+            app = app_for(server, tmp_path, network="ask", task="fetch hello.txt")
+            app.conversation.host_services.append(web.hostport)  # a question about the host alone
+            async with app.run_test(size=SIZE) as pilot:
+                await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
+                asking = app.main.query_one(StatusBar).status.asking
+                app.conversation._sandbox.write_file("/tmp/give-up", b"")
+                await wait_for(pilot, lambda: type(app.screen).__name__ == "MainScreen")
+                await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
+                return asking, app.main.query_one(StatusBar).status.asking, texts(app, NoticeBlock), \
+                    server.chat_requests[1].tool_outputs[0]
+
+    asked, asking, notices, output = run(scenario())
+    assert asked and not asking
+    said = [t.strip() for t in notices if "ended before an answer" in t]
+    assert said == [f"Network: the request to {web.hostport} ended before an answer; the question was "
+                    "withdrawn and nothing was saved"], notices
+    assert "rc=143" in output and "hello" not in output
+    saved = json.loads((tmp_path / "out" / "trajectory.json").read_text())
+    assert [(r["host"], r["by"]) for r in saved["network_refusals"]] == [("127.0.0.2", "gone")]
+    assert not (tmp_path / "xdg" / "lis-tui" / "config.toml").exists()
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+@pytest.mark.parametrize("width,height", [(80, 24), (120, 35)])
+def test_in_a_real_terminal_the_dialog_closes_when_curl_gives_up(tmp_path, web, width, height):
+    """What a person sees: the dialog is up with NET ASK ?, curl gives up (-m 10), and the
+    dialog goes by itself, the transcript says why, and the badge is NET ASK again."""
+    fetch = f"curl -sS -m 10 {web.url}/hello.txt; echo rc=$?"
+    script = [reply(tool_calls=[bash(fetch)]), submit()]
+    term = Tmux(f"lis-net-{os.getpid()}-{width}")
+    with FakeOpenAI(script) as server:
+        try:
+            term.start(lis_tui_command(tmp_path, "tui", "--base-url", server.base_url, "--model", "m",
+                                       "--rootfs", "host", "--network", "ask", "-t", "fetch it"),
+                       width, height)
+            asked = term.wait_for("The sandbox wants the network", "NET ASK ?", timeout=60)
+            done = term.wait_for("Answer", "ended before", timeout=60)
+            term.keys("a")  # "Always" to no dialog: nothing to save
+            term.keys("C-q")
+            wait_gone(term)
+        finally:
+            term.kill()
+    assert web.hostport in asked
+    assert "The sandbox wants the network" not in done and "NET ASK ?" not in done and "NET ASK" in done
+    assert not (tmp_path / "xdg" / "lis-tui" / "config.toml").exists()
+
+
+def test_a_question_a_background_job_left_open_closes_when_the_task_ends(tmp_path, monkeypatch, web):
+    """The model started curl in the background and submitted: the task is over, so is its question."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    background = (f"(curl -sS -m 120 {web.url}/hello.txt > /tmp/got 2>&1 &); "
+                  "until [ -e /tmp/asked ]; do sleep 0.1; done")
+    script = [reply(tool_calls=[bash(background)]), submit()]
+
+    async def scenario():
+        with FakeOpenAI(script) as server:
+            app = app_for(server, tmp_path, network="ask", task="fetch hello.txt")
+            app.conversation.host_services.append(web.hostport)
+            async with app.run_test(size=SIZE) as pilot:
+                await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
+                app.conversation._sandbox.write_file("/tmp/asked", b"")  # the step ends; the task submits
+                await wait_for(pilot, lambda: type(app.screen).__name__ == "MainScreen")
+                await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
+                await wait_for(pilot, lambda: "refused" in app.conversation._sandbox.exec("cat /tmp/got").stdout)
+                return texts(app, NoticeBlock), app.conversation._sandbox.exec("cat /tmp/got").stdout
+
+    notices, got = run(scenario())
+    assert any("ended before an answer" in t for t in notices), notices
+    assert "the task it was asked for ended before the user answered" in got
