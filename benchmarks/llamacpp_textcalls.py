@@ -109,7 +109,7 @@ def main() -> int:
     trajectory = json.loads((out / "trajectory.json").read_text())
     ran = [(s["step"], json.loads(t["arguments"]).get("command", ""), t["exit_code"], t["output"])
            for s in trajectory["steps"] for t in s["tool_calls"] if t["name"] == "execute_bash"]
-    print(f"\n| step | command run in the sandbox | exit | output |\n|---|---|---|---|")
+    print("\n| step | command run in the sandbox | exit | output |\n|---|---|---|---|")
     for step, command, code, output in ran:
         print(f"| {step} | `{' '.join(command.split())[:60]}` | {code} | {' '.join(output.split())[:40]} |")
     print(f"\nformat {trajectory.get('tool_format')}, {len(trajectory['steps'])} steps, "

@@ -31,7 +31,7 @@ from lis_tui.observation import PAPER_NUDGE, paper_observation, steps_remaining
 from lis_tui.model import ModelReply as Reply
 from lis_tui.prompts import Prompts, load_prompts, render
 from lis_tui.protocols import Model, Tools
-from lis_tui.tool_formats import NUDGE, make_format
+from lis_tui.tool_formats import make_format
 from tools import ToolResult
 
 log = logging.getLogger(__name__)

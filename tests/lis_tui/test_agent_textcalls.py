@@ -135,7 +135,7 @@ def test_json_broken_and_bomb_are_explained(tmp_path):
 
 def test_bash_block_runs_in_the_persistent_shell_and_submit_ends(tmp_path):
     first = "I'll use Python.\n" + sh("cd /testbed/output\nX=42\npython3 -c 'print(2**20)'")
-    second = sh(f"echo $X > answer.txt; pwd\nsubmit")  # the shell kept its directory and variable
+    second = sh("echo $X > answer.txt; pwd\nsubmit")  # the shell kept its directory and variable
     result, requests, trajectory = run([reply(first), reply(second)], tmp_path, "bash")
     assert (result.answer, result.finish_reason) == ("42", "submitted")
     assert "tools" not in requests[0].body and "```bash" in requests[0].messages[0]["content"]
