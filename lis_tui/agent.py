@@ -24,13 +24,14 @@ from lis_tui.config import AgentConfig
 from lis_tui.events import (
     ApprovalNeeded, Edit, Event, Listeners, ModelDelta, ModelReply, ModelRequest, ModelRetry,
     Run, RunFinished, RunStarted, RunUsage, Skip, StepFinished, StepRecord, StepStarted,
-    ToolFinished, ToolRecord, ToolStarted,
+    ToolFinished, ToolFormatChanged, ToolRecord, ToolStarted,
 )
 from lis_tui.model import ModelCancelled, ModelError, ToolCall
 from lis_tui.observation import PAPER_NUDGE, paper_observation, steps_remaining
 from lis_tui.model import ModelReply as Reply
 from lis_tui.prompts import Prompts, load_prompts, render
 from lis_tui.protocols import Model, Tools
+from lis_tui.tool_formats import make_format
 from tools import ToolResult
 
 log = logging.getLogger(__name__)
@@ -42,9 +43,6 @@ ANSWER_LIMIT = 1 << 20
 the whole file still goes to files/ under the export cap."""
 PROMPT_VALUES = {"working_dir": WORKING_DIR, "input_dir": INPUT_DIR, "output_dir": OUTPUT_DIR,
                  "input_note": "if the task has any", "network_note": "", "environment_note": ""}
-NUDGE = ("Your reply called no tool. Work on the task with `execute_bash` or `str_replace_editor`; "
-         f"once the answer is in {ANSWER_PATH} (or the files the task asks for are in "
-         f"{OUTPUT_DIR}), call `submit`.")
 CommandApproval = Union[bool, Callable[[str], bool]]
 
 
@@ -83,6 +81,8 @@ class Agent:
         self._step_no, self._step_started = 0, 0.0
         self._context = (0, 0)  # (tokens of the conversation at the last reply, messages it had)
         self._vanilla_answer: str | None = None
+        self.format = make_format(self.config.tool_format, self._format_switched)
+        """How tool calls travel (`lis_tui.tool_formats`); auto may switch it once."""
         if getattr(model, "on_retry", False) is None:  # ModelClient reports retries this way
             model.on_retry = self._retried  # type: ignore[attr-defined]
 
@@ -93,8 +93,9 @@ class Agent:
         with self._stop_lock:
             self._running = True
         self.messages = self._first_messages(task)
-        tool_names = [s["function"]["name"] for s in self._schemas() or []]
-        self.emit(RunStarted(task, self.config.mode, self.messages, tool_names))
+        tool_names = [s["function"]["name"] for s in self.tools.schemas] \
+            if self.tools is not None and self.config.mode != "llm" else []
+        self.emit(RunStarted(task, self.config.mode, self.messages, tool_names, self.format.name))
         clock = self._start_clock()
         try:
             self._run_vanilla() if self.config.mode == "llm" else self._loop()
@@ -176,46 +177,74 @@ class Agent:
             if self.stream else None
         started = time.monotonic()
         try:
-            reply = self.model.complete(self.messages, self._schemas(), on_delta)
-        except ModelCancelled:
-            raise self._halted() from None
-        except ModelError as exc:
-            raise Failed(str(exc)) from None
+            reply = self._complete(on_delta)
         finally:
             record.model_duration = time.monotonic() - started
+        if self.config.mode != "llm":
+            reply = self.format.read(reply, f"call_{record.step}")
         record.text, record.reasoning, record.usage = reply.text, reply.reasoning, reply.usage
         record.finish_reason = reply.finish_reason
-        self.messages.append(reply.to_message())
+        self.messages.append(self.format.assistant_message(reply))
         if reply.usage is not None:
             self._context = (reply.usage.prompt_tokens + reply.usage.completion_tokens,
                              len(self.messages))
         self.emit(ModelReply(record.step, reply.text, reply.reasoning, reply.tool_calls,
                              reply.usage, record.model_duration))
         if self.config.mode != "llm" and not reply.tool_calls:
-            raise FormatError(reply.format_error or (PAPER_NUDGE if self._paper else NUDGE))
+            raise FormatError(reply.format_error or self._nudge())
         return reply
 
+    def _nudge(self) -> str:
+        native = self.format.name == "native"  # a text format's nudge shows how to write a call
+        return PAPER_NUDGE if self._paper and native else self.format.nudge
+
+    def _complete(self, on_delta: Any) -> Reply:
+        for _ in range(2):  # a second try only after auto switched away from `tools`
+            try:
+                return self.model.complete(self.messages, self._schemas(), on_delta)
+            except ModelCancelled:
+                raise self._halted() from None
+            except ModelError as exc:
+                refused = getattr(self.format, "refused", None)
+                if self.config.mode == "llm" or refused is None or not refused(exc.status, str(exc)):
+                    raise Failed(str(exc)) from None
+        raise AssertionError("auto switches once, so the second try is not refused again")
+
+    def _format_switched(self, new: Any, reason: str) -> None:
+        """auto switched to a text format: its instructions go where the model will read them."""
+        note = new.system_note(self.tools.schemas if self.tools is not None else [])
+        said = any(m.get("role") == "assistant" for m in self.messages)
+        if not said and self.messages and self.messages[0].get("role") == "system":
+            # nothing sent has been answered yet: the prompt is as if the format had been chosen
+            self.messages[0] = {**self.messages[0], "content": f"{self.messages[0]['content']}\n\n{note}"}
+        self.emit(ToolFormatChanged(self._step_no, "native", new.name, reason))
+
     def execute(self, reply: Reply, record: StepRecord) -> None:
-        """Run the reply's tool calls in order, each answered by a tool message; with
+        """Run the reply's tool calls in order, each answered (the format says how); with
         `tool_calls = "first"` only the first, and the others go unanswered, as in the paper's
         harness (its RL models saw exactly that)."""
         calls = reply.tool_calls[:1] if self.config.tool_calls == "first" else reply.tool_calls
-        for index, call in enumerate(calls):
-            try:
-                if self._halt.is_set():
-                    raise self._halted()
-                tool = self._run_tool(record.step, index, call)
-            except Terminating:
-                self._answer_unrun(calls[index:], "Not run: the run was stopped first.")
-                raise
-            record.tool_calls.append(tool)
-            self.messages.append(_tool_message(call.id, tool.output))
-            if tool.submitted:
-                self._answer_unrun(calls[index + 1:], "Not run: `submit` ended the task.")
-                raise Submitted()
-            if why := self._sandbox_stopped():  # the model was told in the tool's answer
-                self._answer_unrun(calls[index + 1:], f"Not run: the sandbox was stopped: {why}.")
-                raise LimitReached("sandbox_limit", f"the sandbox was stopped: {why}")
+        answered: list[tuple[ToolCall, str]] = []
+        try:
+            for index, call in enumerate(calls):
+                try:
+                    if self._halt.is_set():
+                        raise self._halted()
+                    tool = self._run_tool(record.step, index, call)
+                except Terminating:
+                    answered += _unrun(calls[index:], "Not run: the run was stopped first.")
+                    raise
+                record.tool_calls.append(tool)
+                answered.append((call, tool.output))
+                if tool.submitted:
+                    answered += _unrun(calls[index + 1:], "Not run: `submit` ended the task.")
+                    raise Submitted()
+                if why := self._sandbox_stopped():  # the model was told in the tool's answer
+                    answered += _unrun(calls[index + 1:], f"Not run: the sandbox was stopped: {why}.")
+                    raise LimitReached("sandbox_limit", f"the sandbox was stopped: {why}")
+        finally:
+            # Every tool call must get an answer, or the conversation is invalid to resume or train on.
+            self.messages.extend(self.format.results(answered))
         if self._halt.is_set():
             raise self._halted()
 
@@ -289,11 +318,6 @@ class Agent:
             if isinstance(answer, (Run, Edit, Skip)):
                 return answer
             return Run() if answer is True else Skip(f"not approved ({answer!r})")
-
-    def _answer_unrun(self, calls: list[ToolCall], text: str) -> None:
-        # Every tool call must get an answer, or the conversation is invalid to resume or train on.
-        for call in calls:
-            self.messages.append(_tool_message(call.id, text))
 
     # -- steps, limits, stopping ------------------------------------------------------------
     def _begin_step(self) -> StepRecord:
@@ -370,7 +394,10 @@ class Agent:
 
     # -- prompts and the answer -------------------------------------------------------------
     def _schemas(self) -> list[dict] | None:
-        return self.tools.schemas if self.tools is not None and self.config.mode != "llm" else None
+        """The request's `tools`: the tools' schemas in the native format, else none."""
+        if self.tools is None or self.config.mode == "llm":
+            return None
+        return self.format.request_tools(self.tools.schemas)
 
     def _first_messages(self, task: str) -> list[dict]:
         # {problem_statement} is the paper's package's name for the task in its prompt files
@@ -378,7 +405,11 @@ class Agent:
         p = self.prompts
         system, user = (p.llm_system, p.llm_instance) if self.config.mode == "llm" \
             else (p.system, p.instance)
-        messages = [{"role": "system", "content": render(system, values)}] if system.strip() else []
+        note = self.format.system_note(self.tools.schemas) if self.tools is not None \
+            and self.config.mode != "llm" else ""
+        system = render(system, values) if system.strip() else ""
+        system = f"{system}\n\n{note}" if system and note else system or note
+        messages = [{"role": "system", "content": system}] if system else []
         return messages + [{"role": "user", "content": render(user, values)}]
 
     def _read_answer(self) -> tuple[str, str]:
@@ -396,8 +427,8 @@ class Agent:
         return data.decode("utf-8", "replace").strip(), ""
 
 
-def _tool_message(call_id: str, content: str) -> dict:
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
+def _unrun(calls: list[ToolCall], text: str) -> list[tuple[ToolCall, str]]:
+    return [(call, text) for call in calls]
 
 
 def decode_arguments(arguments: str) -> dict | None:

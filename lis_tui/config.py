@@ -114,6 +114,9 @@ class AgentConfig:
     """Tool results as "lis-tui" words them or as the "paper" harness does (paper suites' default)."""
     tool_calls: str = field(default="all", metadata={"choices": ("all", "first")})
     """Run "all" tool calls of a reply, or only the "first" (the paper harness's way)."""
+    tool_format: str = field(default="auto", metadata={
+        "choices": ("auto", "native", "hermes", "json", "bash")})
+    """How tool calls travel: "native" (OpenAI tools), "hermes"/"json"/"bash" (written as text), or "auto" (docs/tool-formats.md)."""
 
 
 @dataclass

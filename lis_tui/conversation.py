@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import shlex
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -73,6 +74,7 @@ class Conversation:
         self._idle = threading.Event()
         self._idle.set()
         self._closing = False
+        self._text_format = ""
 
     @property
     def sandbox(self) -> Sandbox | None:
@@ -119,6 +121,8 @@ class Conversation:
             if handle is not None:  # a question a background job left open closes with its task
                 handle.withdraw_questions()
         self.messages = agent.messages
+        if agent.format.name != "native":  # auto's switch holds for the follow-ups too
+            self._text_format = agent.format.name
         self._save_answer(finished)
         return finished
 
@@ -258,7 +262,10 @@ class Conversation:
         _quietly(self._toolbox.shell.run, f"export {exports}")
 
     def _make_agent(self, listeners: Listeners) -> Agent:
-        return FollowUpAgent(self._client, self._toolbox, self.config.agent, listener=listeners,
+        agent = self.config.agent
+        if agent.tool_format == "auto" and self._text_format:
+            agent = replace(agent, tool_format=self._text_format)
+        return FollowUpAgent(self._client, self._toolbox, agent, listener=listeners,
                              prompts=self._prompts, prompt_values=api.prompt_values(self.spec),
                              command_approval=self.command_approval, stream=self.stream,
                              reply_reserve=self.config.model.max_tokens or 0,

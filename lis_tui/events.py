@@ -137,6 +137,17 @@ class RunStarted:
     messages: list[dict]
     """The conversation so far (the live list: read it, do not change it)."""
     tools: list[str]
+    tool_format: str = ""
+    """How tool calls travel: native, hermes, json or bash (auto starts native)."""
+
+
+@dataclass(frozen=True)
+class ToolFormatChanged:
+    """`agent.tool_format = "auto"` switched from native tool calls to a text format (once a run)."""
+    step: int
+    old: str
+    new: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -269,7 +280,7 @@ class NetworkRefused:
     """Why, and how the user can allow it: the line the model's 403 carried."""
 
 
-Event = Union[RunStarted, StepStarted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
+Event = Union[RunStarted, ToolFormatChanged, StepStarted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
               ApprovalNeeded, ToolStarted, ToolOutput, ToolFinished, StepFinished, RunFinished,
               CredentialAdded, NetworkRefused]
 

@@ -328,6 +328,8 @@ class _Call:
 def _retryable(exc: Exception) -> bool:
     """429, 408, 409, 5xx, timeouts and dropped connections are worth another try."""
     if isinstance(exc, openai.APIStatusError):
+        if "--jinja" in _server_message(exc):  # llama.cpp's 500 for `tools` it is not set up for
+            return False
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
     if isinstance(exc, openai.APIConnectionError):
         return True

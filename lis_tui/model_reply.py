@@ -49,7 +49,7 @@ class ModelReply:
     """What the server sent: a ChatCompletion (`.to_dict()` when needed; done eagerly it cost 0.6 ms a call),
     or the assembled dict of a stream."""
     format_error: str = ""
-    """Why tool calls written as text could not be read (`lis_tui.rl.textcalls`); when set, the
+    """Why tool calls written as text could not be read (`lis_tui.textcalls`); when set, the
     agent tells the model this instead of its usual nudge."""
 
     def to_message(self, include_reasoning: bool = False) -> dict:

@@ -16,7 +16,8 @@ from typing import Any
 
 from isolation import SandboxError
 from isolation.hostwalk import RefusedPaths, files_below
-from lis_tui.events import NetworkRefused, RunFinished, RunStarted, RunUsage, StepFinished, StepRecord
+from lis_tui.events import (NetworkRefused, RunFinished, RunStarted, RunUsage, StepFinished, StepRecord,
+                             ToolFormatChanged)
 
 FORMAT = "lis-tui-trajectory/1"
 
@@ -43,8 +44,13 @@ class TrajectoryWriter:
 
     def on_event(self, event: Any) -> None:
         if isinstance(event, RunStarted):
-            self.doc.update(task=event.task, mode=event.mode, tools=event.tools)
+            self.doc.update(task=event.task, mode=event.mode, tools=event.tools,
+                            tool_format=event.tool_format)
             self._live_messages = event.messages  # the agent only appends to it
+        elif isinstance(event, ToolFormatChanged):
+            self.doc.update(tool_format=event.new, tool_format_switch={
+                "step": event.step, "from": event.old, "to": event.new, "reason": event.reason})
+            self.messages = _Encoded()  # the system prompt may have gained the format's notes
         elif isinstance(event, StepFinished):
             self.usage.add(event.record)
             self.steps.append(step_dict(event.record))

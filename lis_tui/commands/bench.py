@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, spec_from_args
+from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, add_tool_format_flag, spec_from_args
 from lis_tui.ray.cli import add_ray_flags, ray_from_args
 from tools.terminal_text import safe_terminal_text
 
@@ -79,6 +79,7 @@ def add_parsers(sub) -> None:
     group.add_argument("--llm-prompt", choices=("paper", "lis-tui"), help="--mode llm of a paper "
                        "suite: the package's prompt, its whole reply the answer (default), or ours, "
                        "the answer after ANSWER:")
+    add_tool_format_flag(group)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line, no table")
     p.set_defaults(func=cmd_bench, late_positional="data")
 
@@ -146,6 +147,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
                  "model.temperature": args.temperature, "agent.max_steps": args.max_steps,
                  "agent.wall_time": args.wall_time, "agent.prompts": args.prompts,
                  "agent.observation": args.observation, "model.max_tokens": args.max_tokens,
+                 "agent.tool_format": args.tool_format,
                  "agent.max_context_tokens": args.max_context_tokens,
                  "agent.tool_calls": args.tool_calls, "agent.max_no_action": args.max_no_action,
                  "network.mode": args.network, "sandbox.rootfs": args.rootfs}

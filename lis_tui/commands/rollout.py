@@ -7,7 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from lis_tui.commands.sandbox import add_sandbox_flags, spec_from_args
+from lis_tui.commands.sandbox import add_sandbox_flags, add_tool_format_flag, spec_from_args
 from lis_tui.ray.cli import add_ray_flags, ray_from_args
 from tools.terminal_text import safe_terminal_text
 
@@ -48,6 +48,7 @@ def add_parsers(sub) -> None:
     s.add_argument("--seed", type=int, help="server sampling seed (the same seed makes samples alike)")
     s.add_argument("--max-steps", type=int, metavar="N", help="most model calls per episode")
     s.add_argument("--wall-time", type=float, metavar="S", help="stop an episode after S seconds")
+    add_tool_format_flag(s)
     add_sandbox_flags(p)
     add_ray_flags(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
@@ -108,6 +109,7 @@ def _build(args: argparse.Namespace):
                  "model.temperature": args.temperature, "model.top_p": args.top_p,
                  "model.max_tokens": args.max_tokens, "model.seed": args.seed,
                  "agent.max_steps": args.max_steps, "agent.wall_time": args.wall_time,
+                 "agent.tool_format": args.tool_format,
                  "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     config = load_config(args.profile, overrides)
     args.rootfs = args.rootfs or configured_rootfs(config)

@@ -7,7 +7,7 @@ import sys
 import threading
 from typing import Any, TextIO
 
-from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, spec_from_args
+from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, add_tool_format_flag, spec_from_args
 from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
@@ -43,6 +43,7 @@ def add_parsers(sub) -> None:
     group.add_argument("--observation", choices=("lis-tui", "paper"), help="how tool results "
                        "read: ours (default), or the paper harness's (exit code, stdout and "
                        "stderr apart, steps left)")
+    add_tool_format_flag(group)
     p.add_argument("-q", "--quiet", action="store_true", help="no per-step log on stderr")
     p.set_defaults(func=cmd_run)
 
@@ -58,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                  "model.temperature": args.temperature, "model.max_tokens": args.max_tokens,
                  "agent.max_steps": args.max_steps, "agent.mode": args.mode,
                  "agent.wall_time": args.wall_time, "agent.prompts": args.prompts,
-                 "agent.observation": args.observation,
+                 "agent.observation": args.observation, "agent.tool_format": args.tool_format,
                  "agent.max_context_tokens": args.max_context_tokens,
                  "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     try:
@@ -168,6 +169,9 @@ class StepLog:
         elif isinstance(event, events.ModelRetry):
             self._line(f"      model server: {event.reason}; retry {event.attempt} in "
                        f"{event.delay:.1f}s")
+        elif isinstance(event, events.ToolFormatChanged):
+            self._line(f"      tool format: {event.old} -> {event.new} ({event.reason}; "
+                       f"--tool-format {event.new} starts there)")
 
     def _line(self, text: str) -> None:
         # Commands, paths and the server's reasons are the model's (or its server's) words.

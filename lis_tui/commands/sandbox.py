@@ -61,6 +61,15 @@ def add_model_flags(parser: argparse.ArgumentParser):
     return group
 
 
+def add_tool_format_flag(group) -> None:
+    """--tool-format, for the commands that run the agent."""
+    group.add_argument("--tool-format", choices=("auto", "native", "hermes", "json", "bash"),
+                       help="how the model calls tools: OpenAI tools (native), <tool_call> text "
+                       "(hermes), fenced JSON (json), one ```bash block a reply (bash), or auto "
+                       "(default: native, switching when the server or model has none; "
+                       "docs/tool-formats.md)")
+
+
 def spec_from_args(args: argparse.Namespace, config=None):
     """The SandboxSpec the flags ask for; [network] allow/deny come from `config` (loaded if None)."""
     from isolation import SandboxSpec  # noqa: PLC0415 (keep `lis-tui --help` fast)

@@ -26,7 +26,7 @@ from lis_tui.bench.rewards import parse_reward, score
 from lis_tui.bench.tasks import Task, tasks_from_items
 from lis_tui.config import Config, load_config
 from lis_tui.model_reply import ModelReply
-from lis_tui.rl.textcalls import parse_assistant
+from lis_tui.textcalls import parse_assistant
 
 
 @dataclass
@@ -123,8 +123,10 @@ class SandboxEnv:
         except BaseException:
             sandbox.close()
             raise
+        # The trainer owns time (the pool reaps idle ones) and the format: parse_assistant has
+        # read its text already, and results go back as OpenAI tool messages.
         agent_config = replace(self.config.agent, mode="sandbox", max_steps=self.max_steps,
-                               wall_time=0)  # the trainer owns time; the pool reaps idle ones
+                               wall_time=0, tool_format="native")
         agent = Agent(self._model, toolbox, agent_config,
                       prompt_values=task_prompt_values(task, self.spec),
                       reply_reserve=self.config.model.max_tokens or 0)

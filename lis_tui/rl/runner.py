@@ -237,18 +237,18 @@ class RolloutRunner(BenchRunner):
                       writer: EndTrajectory | None) -> str:
         """The line as `dumps` writes the record with the fields below, the messages put in as the
         trajectory writer encoded them."""
-        if writer is not None:
-            messages, tools = writer.messages.compact(), writer.doc.get("tools", [])
-        else:
-            trajectory = self._trajectory(record)
-            messages, tools = dumps(trajectory.get("messages", [])), trajectory.get("tools", [])
+        doc = writer.doc if writer is not None else self._trajectory(record)
+        messages = writer.messages.compact() if writer is not None else dumps(doc.get("messages", []))
+        tools = doc.get("tools", [])
         turns = turns_from(raw)
         model = sum(t["model_tokens"] or 0 for t in turns)
         env = sum(t["environment_tokens"] or 0 for t in turns)
         line = sequence(turns)
         if line is None and not record["crashed"] and self.rollout_options.token_ids:
             self._warn_missing(missing_tokens(turns))
-        head = dumps({**record, "task_id": episode.task.id, "group_id": episode.task.id,
+        # tool_format native: `tools` went in the request; else the prompt carried them as text
+        head = dumps({**record, "tool_format": doc.get("tool_format") or "native",
+                      "task_id": episode.task.id, "group_id": episode.task.id,
                       "sample": episode.repeat})
         tail = dumps({"tools": tools,
                       "usage": {"model_tokens": model, "environment_tokens": env,

@@ -252,13 +252,16 @@ class MainScreen(Screen):
         def chosen(model: Any) -> None:
             if model is not None:
                 self.conversation.set_model(model)
+                agent = self.conversation.config.agent
+                self.conversation.config.agent = replace(agent, tool_format=screen.tool_format)
                 self._status(model=model.model or "(server default)")
             if then:
                 self.start(then)
 
-        self.app.push_screen(SetupScreen(self.conversation.config.model, self.conversation.spec,
-                                         rootfs_job=self.app.rootfs_job,
-                                         ports=self.app.server_ports), chosen)
+        screen = SetupScreen(self.conversation.config.model, self.conversation.spec,
+                             rootfs_job=self.app.rootfs_job, ports=self.app.server_ports,
+                             tool_format=self.conversation.config.agent.tool_format)
+        self.app.push_screen(screen, chosen)
 
     def use_rootfs(self, name: str) -> None:
         """A rootfs was built: the session uses it if its sandbox has not started yet; else it

@@ -16,10 +16,11 @@ from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, OptionList, Static
+from textual.widgets import Button, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from lis_tui.config import ModelConfig, save_model_setup
+from lis_tui.config import ModelConfig, save_model_setup, save_settings
+from lis_tui.tool_formats import FORMATS
 from lis_tui.discover import KNOWN_PORTS, FoundServer, find_servers
 from lis_tui.widgets.plain import notify_plain, plain
 from lis_tui.widgets.rootfs_panel import RootfsPanel
@@ -40,8 +41,10 @@ class SetupScreen(ModalScreen[ModelConfig]):
                 Binding("ctrl+o", "shell", "Sandbox shell"), Binding("escape", "later", "Later")]
 
     def __init__(self, model: ModelConfig, spec: Any = None, *, rootfs_job: Any = None,
-                 ports: tuple[tuple[str, int], ...] = KNOWN_PORTS) -> None:
+                 ports: tuple[tuple[str, int], ...] = KNOWN_PORTS, tool_format: str = "auto") -> None:
         super().__init__()
+        self.tool_format = tool_format
+        """agent.tool_format: as given, then as saved (docs/tool-formats.md)."""
         self.model = model
         self.spec = spec
         """The sandbox the shell is made like (None: no sandbox, mode llm)."""
@@ -62,6 +65,10 @@ class SetupScreen(ModalScreen[ModelConfig]):
                     yield Label(label)
                     yield Input(str(getattr(self.model, name) or ""), placeholder=hint, id=name,
                                 compact=True)
+            with Horizontal(classes="field"):
+                yield Label("Tool calls")
+                yield Select([(f, f) for f in FORMATS], value=self.tool_format, allow_blank=False,
+                             id="tool_format", compact=True)
             yield Static("", id="result")
             with Horizontal(classes="buttons"):
                 yield Button("Test (ctrl+t)", id="test", variant="primary", compact=True)
@@ -149,6 +156,10 @@ class SetupScreen(ModalScreen[ModelConfig]):
         try:
             path = save_model_setup(base_url=model.base_url, model=model.model,
                                     api_key_env=model.api_key_env)
+            chosen = str(self.query_one("#tool_format", Select).value)
+            if chosen != self.tool_format:
+                self.tool_format = chosen
+                save_settings({"agent.tool_format": chosen}, path)
         except Exception as exc:  # an unwritable config file: say so and stay
             self.query_one("#result", Static).update(plain(f"✘ could not save: {exc}"))
             return

@@ -239,3 +239,32 @@ def test_resume_after_kill_9_completes_every_group_once(tmp_path):
         group = by_group[record["group_id"]]
         assert text == dumps({**record, "advantage": group["advantages"][record["sample"]],
                               "zero_variance": group["zero_variance"]})
+
+
+def test_text_format_episodes_keep_what_the_model_wrote_and_read(tmp_path):
+    """hermes: the records hold the model's text as it wrote it and the `<tool_response>` turn it
+    read, so the token ids and loss mask mean what they do for native episodes."""
+    def policy(request):
+        if request.messages[-1]["role"] == "user" and "<tool_response>" in request.messages[-1]["content"]:
+            return reply('<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>')
+        return reply('Reading.\n<tool_call>\n{"name": "execute_bash", "arguments": {"command": '
+                     '"cat /testbed/documents/01-note.txt; echo heron > /testbed/output/answer.txt"}}\n</tool_call>')
+    tasks = write_tasks(tmp_path / "tasks.jsonl", ids=("t0",))
+    with FakeOpenAI(default=policy) as server:
+        config = config_for(server)
+        config.agent.tool_format = "hermes"
+        outcome = rollout(str(tasks), policy_url=server.base_url, model="m", n=1,
+                          output=tmp_path / "out", config=config, progress=None)
+        assert "tools" not in server.chat_requests[0].body
+    episode = outcome.episodes[0]
+    assert episode["reward"] == 1.0 and episode["tool_format"] == "hermes"
+    assert [m["role"] for m in episode["messages"]] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert "tool_calls" not in episode["messages"][2] and episode["messages"][2]["content"].startswith("Reading.")
+    first, second = episode["turns"]
+    assert bytes(first["completion_token_ids"]).decode() == episode["messages"][2]["content"] + "<|end|>"
+    env = bytes(second["environment_token_ids"]).decode()
+    assert env.startswith("<|user|><tool_response>\nThe word is heron.") and env.endswith("<|assistant|>")
+    assert second["loss_mask"] == [0] * len(env) + [1] * len(second["completion_token_ids"])
+    seq = episode["sequence"]
+    model_text = bytes(i for i, m in zip(seq["response_token_ids"], seq["loss_mask"]) if m).decode()
+    assert model_text.count("<tool_call>") == 2 and "heron." not in model_text.split("<|end|>")[1]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lis_tui.rl.textcalls import NO_CALL, AssistantError, parse_assistant
+from lis_tui.textcalls import NO_CALL, AssistantError, parse_assistant
 
 
 def calls(reply):
@@ -90,5 +90,5 @@ def test_what_is_no_assistant_message_is_a_client_error(bad):
 def test_a_nesting_bomb_in_a_block_is_a_format_error_not_a_crash():
     reply = parse_assistant('<tool_call>{"name": "execute_bash", "arguments": ' + "[" * 100_000 + "</tool_call>")
     assert reply.tool_calls == [] and "nested too deeply" in reply.format_error
-    fenced = parse_assistant('```json\n{"name": "execute_bash", "arguments": ' + "{\"a\": " * 100_000 + "\n```")
+    fenced = parse_assistant('```json\n{"name": "execute_bash", "arguments": ' + "{\"a\": " * 40_000 + "\n```")  # under MAX_BLOCK
     assert fenced.tool_calls == [] and "not valid JSON" in fenced.format_error

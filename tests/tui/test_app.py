@@ -414,6 +414,30 @@ def test_first_run_setup_tests_the_server_saves_and_the_task_starts(tmp_path, mo
     assert "qwen3" in saved and "127.0.0.1" in saved
 
 
+@pytest.mark.sandbox
+def test_setup_chooses_the_tool_format_saves_it_and_the_task_uses_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    script = [reply("```bash\necho 4 > /testbed/output/answer.txt\n```"), reply("```bash\nsubmit\n```")]
+
+    async def scenario():
+        with FakeOpenAI(script, models=["gemma"]) as server:
+            config = load_config(env={}, paths=[])
+            app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out",
+                             task="What is 2+2?", server_ports=())
+            async with app.run_test(size=(80, 24)) as pilot:
+                await wait_for(pilot, lambda: type(app.screen).__name__ == "SetupScreen"
+                               and app.focused is not None)
+                app.screen.query_one("#base_url").value = server.base_url
+                app.screen.query_one("#tool_format").value = "bash"
+                await pilot.press("ctrl+s")
+                await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
+                return texts(app, AnswerBlock)[0], server.chat_requests[0].body
+
+    answer, body = run(scenario())
+    assert "4" in answer and "tools" not in body and "```bash" in body["messages"][0]["content"]
+    assert 'tool_format = "bash"' in (tmp_path / "xdg" / "lis-tui" / "config.toml").read_text()
+
+
 def test_setup_says_what_is_wrong_when_the_server_is_down(tmp_path):
     async def scenario():
         config = load_config(env={}, paths=[])

@@ -46,11 +46,12 @@ KNOBS = (
          0),
     Knob("tool calls run per reply", "agent.tool_calls", "--tool-calls", "first"),
     Knob("observation format", "agent.observation", "--observation", "paper"),
+    Knob("tool call format", "agent.tool_format", "--tool-format", "native"),
     Knob("LLM-mode prompt and answer", "", "--llm-prompt", "paper"),
 )
 """In the order the header and summary.md show them."""
 EXPLAINED = {"paper": "the package's", "first": "first only", "all": "all",
-             "lis-tui": "lis-tui's"}
+             "native": "OpenAI tools", "lis-tui": "lis-tui's"}
 
 
 @dataclass(frozen=True)

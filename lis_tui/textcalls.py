@@ -5,6 +5,7 @@ Trainers that generate themselves often hold only the completion text. Two forma
   (a last block left open, as when `</tool_call>` was a stop string, counts too);
 - JSON in a fenced block (```json ... ``` or a bare ```): one call object or a list of them.
 `arguments` may be an object or a JSON string of one; `parameters` is taken as its other name.
+Both `env serve` and the agent's text tool formats (`lis_tui.tool_formats`) read replies here.
 
 A reply whose calls cannot be read runs none of them: its `format_error` says which block is
 wrong and how a call is written, and the agent sends that to the model instead of running
@@ -25,6 +26,10 @@ EXAMPLE = ('<tool_call>\n{"name": "execute_bash", "arguments": {"command": "ls /
            '</tool_call>')
 HOW = (f"Write each tool call as\n{EXAMPLE}\n(one block per call; several blocks run in order), "
        "or as an OpenAI tool call. The tools are execute_bash, str_replace_editor and submit.")
+MAX_BLOCK = 1 << 18
+"""Characters in one block read as JSON: a reply of megabytes of JSON is refused, not decoded."""
+MAX_CALLS = 32
+"""Calls one reply may make; more is refused whole (a loop the model fell into, not a plan)."""
 NO_CALL = ("Your reply called no tool, so nothing ran. Work on the task with `execute_bash` or "
            "`str_replace_editor`, and call `submit` once the answer is in /testbed/output/answer.txt. "
            + HOW)
@@ -98,6 +103,9 @@ def text_tool_calls(text: str, prefix: str = "call") -> tuple[list[ToolCall], st
         except ValueError as exc:
             where = f"{kind} {n} of {len(blocks)}" if len(blocks) > 1 else f"the {kind}"
             return [], f"Nothing ran: {where} could not be read as a tool call: {exc}. {HOW}"
+    if len(found) > MAX_CALLS:
+        return [], (f"Nothing ran: the reply makes {len(found)} tool calls; at most {MAX_CALLS} "
+                    f"run from one reply. Send fewer. {HOW}")
     return [ToolCall(f"{prefix}_{n}", c["name"], c["arguments"]) for n, c in enumerate(found)], ""
 
 
@@ -106,6 +114,8 @@ def _looks_like_call(block: str) -> bool:
 
 
 def _calls_in(block: str) -> list[dict]:
+    if len(block) > MAX_BLOCK:
+        raise ValueError(f"it is {len(block):,} characters long, over the limit of {MAX_BLOCK:,}")
     try:
         value = loads_model_json(block.strip())
     except ValueError as exc:
