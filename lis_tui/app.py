@@ -188,7 +188,9 @@ def _status(config: Config, spec: Any, command_approval: bool) -> Status:
 
 def _replay_status(doc: dict) -> Status:
     sandbox = doc.get("sandbox") or {}
-    return Status(model=str((doc.get("model") or {}).get("model") or "?"),
+    steps = [s for s in doc.get("steps") or [] if isinstance(s, dict)]
+    return Status(model=str((doc.get("model") or {}).get("model") or "(server default)"),
+                  elapsed=sum(float(s.get("duration") or 0) for s in steps),
                   rootfs=str(sandbox.get("rootfs", "no sandbox")), sandbox="replay",
                   network=str(sandbox.get("network", "off")),
                   max_steps=int((doc.get("agent") or {}).get("max_steps") or 0),

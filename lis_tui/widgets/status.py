@@ -38,6 +38,8 @@ class Status:
     """What the running step does now (`execute_bash ls`, `waiting for the model`); "" between."""
     run_dir: str = ""
     """Where this session's run is kept (trajectory.json, answer.txt, files/); "" before it is."""
+    elapsed: float = 0.0
+    """Seconds the task took so far: a replay's recorded time, where no clock runs."""
 
 
 class StatusBar(Static):
@@ -47,7 +49,7 @@ class StatusBar(Static):
         super().__init__(**kwargs)
         self.status = status
         self._started: float | None = None
-        self._elapsed = 0.0
+        self._elapsed = status.elapsed
         self._doing_since = time.monotonic()
 
     def on_mount(self) -> None:

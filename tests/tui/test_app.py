@@ -145,9 +145,9 @@ def test_command_approval(tmp_path, choice):
 
 def test_replay_shows_a_saved_run(tmp_path):
     doc = {"format": "lis-tui-trajectory/1", "id": "run-1", "task": "What is 2+2?",
-           "model": {"model": "m"}, "sandbox": {"rootfs": "host", "network": "off"},
+           "model": {"model": ""}, "sandbox": {"rootfs": "host", "network": "off"},
            "finish_reason": "submitted", "answer": "4", "steps": [
-               {"step": 1, "started": 0, "duration": 0.2, "model_duration": 0.1,
+               {"step": 1, "started": 0, "duration": 75.2, "model_duration": 0.1,
                 "text": "I will compute it.", "reasoning": "",
                 "usage": {"prompt_tokens": 10, "completion_tokens": 5},
                 "tool_calls": [{"id": "c1", "name": "execute_bash",
@@ -167,6 +167,8 @@ def test_replay_shows_a_saved_run(tmp_path):
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.pause()
             assert "What is 2+2?" in texts(app, TaskBlock)[0]
+            status = texts(app, StatusBar)[0]  # the server's own model, the recorded time
+            assert "(server default)" in status and "01:15" in status, status
             assert [v.output for v in app.screen.query(OutputView)] == ["4", "edited"]
             headers = texts(app, ".tool-header")
             assert "str_replace /testbed/a.py" in headers[1]
