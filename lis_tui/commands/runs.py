@@ -33,7 +33,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     from lis_tui.runs import default_places, list_runs  # noqa: PLC0415
 
-    places = default_places() + [Path(d).expanduser().absolute() for d in args.dir]
+    given = [Path(d).expanduser().absolute() for d in args.dir]
+    for place in given:
+        if not place.is_dir():
+            print(f"lis-tui runs: --dir {place}: {'not a folder' if place.exists() else 'no such folder'}; "
+                  "give the folder that holds the runs (a run's --output-dir parent)", file=sys.stderr)
+            return 2
+    places = default_places() + given
     runs = list_runs(places)
     shown = runs if args.limit <= 0 else runs[:args.limit]
     if args.json:

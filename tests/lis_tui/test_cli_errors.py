@@ -86,6 +86,8 @@ def test_a_run_directory_that_cannot_be_made_is_one_line(cli, tmp_path, afile):
     (["env", "serve", "--tasks", "/nonexistent", "--port", "0"], "no task file or directory"),
     (["env", "serve", "--allow-dir", "afile", "--port", "0"], "is not a folder"),
     (["sessions", "rm", "nope"], "no session 'nope'"),
+    (["runs", "--dir", "/nonexistent"], "no such folder"),
+    (["runs", "--dir", "afile"], "not a folder"),
 ])
 def test_every_command_given_a_bad_path_answers_one_line(cli, tmp_path, afile, argv, fix):
     done = cli(*argv)
