@@ -284,7 +284,11 @@ class AutoFormat:
         them: llama.cpp without --jinja answers 500); if so, switch to hermes."""
         if self.switched or self.accepted or status is None:
             return False
-        if status != 400 and "tool" not in message.lower():
+        text = message.lower()
+        about_tools = "tool" in text or "function" in text
+        # A 400 that names another cause (the context length, max_tokens) is not about `tools`.
+        other_cause = any(word in text for word in ("context", "too long", "max_tokens", "token"))
+        if not about_tools and (status != 400 or other_cause):
             return False
         self._switch("hermes", f"the model server answered {status} to a request with `tools`")
         return True

@@ -222,6 +222,13 @@ def test_auto_does_not_switch_on_a_400_once_tools_were_accepted(tmp_path):
     assert len(requests) == 2 and "tool_format_switch" not in trajectory
 
 
+def test_auto_does_not_switch_on_a_first_400_about_the_context_length(tmp_path):
+    script = [error(400, "This model's maximum context length is 4096 tokens; you asked for 9000")]
+    result, requests, trajectory = run(script, tmp_path, "auto")
+    assert result.finish_reason == "error" and "maximum context length" in result.message
+    assert len(requests) == 1 and "tool_format_switch" not in trajectory
+
+
 def test_native_and_auto_send_the_same_requests(tmp_path):
     def script():
         return [reply("looking"), reply(None, [call("execute_bash", {"command": f"echo 42 > {ANSWER}"}, id="c1")]),
