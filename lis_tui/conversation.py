@@ -121,7 +121,9 @@ class Conversation:
             if handle is not None:  # a question a background job left open closes with its task
                 handle.withdraw_questions()
         self.messages = agent.messages
-        if agent.format.name != "native":  # auto's switch holds for the follow-ups too
+        if agent.format.name != "native" or getattr(agent.format, "accepted", False):
+            # auto's choice holds for the follow-ups too: a text format it switched to, or native
+            # once the server took `tools` (a later 400 is then about something else)
             self._text_format = agent.format.name
         self._save_answer(finished)
         return finished
