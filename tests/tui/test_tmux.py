@@ -255,6 +255,7 @@ def test_a_running_command_s_output_shows_as_it_comes(tmp_path, size):
             assert "NET OFF" in status[0] and status[1].startswith("▶ step 1")  # no wrap
             shown = term.wait_for("tick-10", "exit 0", timeout=40)
             assert "all of it shows when it ends" not in shown  # the live view gave way
+            term.wait_for("Answer")  # the task has ended: ctrl+q quits without asking
             term.keys("C-q")
             wait_gone(term)
         finally:
