@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from isolation.extras import install_hint
 from lis_tui.bench.paper import instructions, judging, lenient, scorers
 from lis_tui.bench.paper.data import load_rows
+from lis_tui.bench.paper.llm_mode import DOCUMENT_SUITES
 from lis_tui.bench.tasks import Task, TaskError, tasks_from_items
 
 
@@ -165,9 +167,22 @@ def load_suite(name: str, data: str, scorer_name: str = "") -> list[Task]:
     prepare = other.prepare if other else chosen.prepare
     shared = [other.note if other else "", prepare(tasks) if prepare else ""]
     return [replace(t, reward=other.reward if other else chosen.reward, layout=chosen.layout,
-                    extra={**t.extra, "paper_suite": name,
+                    extra={**t.extra, "paper_suite": name, **null_documents(name, row),
                            **_note([*shared, "" if other else scorers.row_note(name, t)])})
-            for t in tasks]
+            for t, row in zip(tasks, rows)]
+
+
+def null_documents(name: str, row: dict) -> dict[str, list]:
+    """The documents the package's LLM mode inlines, when one of them is null (a Task keeps
+    only the others, as the package's sandbox mode does): {"llm_documents": [text or None]}."""
+    documents = row.get("documents") or row.get("input_files")
+    if name not in DOCUMENT_SUITES:
+        return {}
+    if isinstance(documents, str):  # a Task was made from it: it is JSON, or blank
+        documents = json.loads(documents) if documents.strip() else None
+    if not isinstance(documents, dict) or None not in documents.values():
+        return {}
+    return {"llm_documents": list(documents.values())}
 
 
 def _note(notes: list[str]) -> dict[str, str]:
