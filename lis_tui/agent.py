@@ -29,7 +29,7 @@ from lis_tui.events import (
     ToolFinished, ToolFormatChanged, ToolRecord, ToolStarted,
 )
 from lis_tui.model import ModelCancelled, ModelError, ToolCall
-from lis_tui.observation import PAPER_NUDGE, paper_observation, steps_remaining
+from lis_tui.observation import PAPER_NUDGE, paper_not_run, paper_observation, steps_remaining
 from lis_tui.model import ModelReply as Reply
 from lis_tui.prompts import Prompts, load_prompts, render
 from lis_tui.protocols import Model, Tools
@@ -286,7 +286,10 @@ class Agent:
         self.emit(ToolStarted(step, index, call, args))
         record = ToolRecord(call.id, call.name, call.arguments)
         decision = self._approve(step, call, args)
-        if isinstance(decision, Skip):
+        if args is None and self.config.bad_arguments == "nudge":  # JSON, not an object
+            text = paper_not_run(call.name)
+            record.submitted = call.name in ("submit", "finish")
+        elif isinstance(decision, Skip):
             record.approval = "skipped"
             reason = decision.reason or "no reason given"
             text = f"[The user chose not to run this command: {reason}. Take that into account.]"

@@ -217,11 +217,17 @@ NUDGE = ("\nYou forgot to use a function call in your response. \nYOU MUST USE A
 
 def test_a_tool_call_whose_arguments_are_not_json_is_taken_as_no_call(tmp_path):
     """The package's json.loads fails on such arguments, so its reply has no action: the call
-    is not answered and the user message says a function call was forgotten."""
+    is not answered and the user message says a function call was forgotten. JSON that is not
+    an object runs nothing and is answered with the frame around no output."""
     def model(request):
         if len(request.messages) == 2:
             return reply(tool_calls=[call("execute_bash", '{"command": "echo hi', id="bad")])
-        return two_calls(request)
+        if len(request.messages) == 4:
+            return reply(tool_calls=[call("execute_bash", '["echo hi"]', id="list")])
+        if len(request.messages) == 6:
+            return reply(tool_calls=[call("str_replace_editor", {
+                "command": "create", "path": "/testbed/answer.txt", "file_text": "\\boxed{4}"})])
+        return submit()
 
     out = tmp_path / "out"
     with FakeOpenAI(default=model) as server:
@@ -233,6 +239,9 @@ def test_a_tool_call_whose_arguments_are_not_json_is_taken_as_no_call(tmp_path):
     assert second[-2]["role"] == "assistant" and second[-2]["tool_calls"][0]["id"] == "bad"
     assert second[-1] == {"role": "user", "content": NUDGE + "\nSteps Remaining: 99"}
     assert not any(m["role"] == "tool" for m in second)
+    assert requests[2].messages[-1] == {
+        "role": "tool", "tool_call_id": "list",
+        "content": "Exit code: 0\nExecution output of \\[execute_bash]:\n\nSteps Remaining: 98"}
     assert results(out)["sandbox"]["reward"] == 1.0
 
 
