@@ -472,9 +472,11 @@ def shrunk_max_tokens(server_message: str, max_tokens: int) -> int | None:
     context = re.search(r"(?:maximum|context)[^\d]*(\d+)\s*tokens", server_message, re.I)
     prompt = re.search(r"(\d+)\s*tokens?\s*(?:from\s*(?:the\s*)?(?:input|messages?)|"
                        r"in\s*(?:the\s*)?(?:input|prompt|messages?))", server_message, re.I)
-    if context and prompt:
-        room = int(context.group(1)) - int(prompt.group(1)) - 100
-        return min(room, max_tokens) if MIN_REPLY_TOKENS <= room < max_tokens else None
+    context_tokens = int(context.group(1)) if context else 0
+    prompt_tokens = int(prompt.group(1)) if prompt else 0
+    if context_tokens and prompt_tokens:  # a 0 counts as not found there too
+        room = context_tokens - prompt_tokens - 100
+        return room if MIN_REPLY_TOKENS <= room < max_tokens else None
     return max(max_tokens // 2, MIN_REPLY_TOKENS) if max_tokens > MIN_REPLY_TOKENS else None
 
 
