@@ -261,6 +261,8 @@ def task_files(task: Task) -> list[tuple[str, str]]:
 def stage_files(sandbox: Sandbox, task: Task) -> None:
     """Put the task's input files and documents into /testbed with one tar inside the sandbox."""
     if not task.has_files:
+        if task.layout and task.extra.get("empty_input_dir"):  # all its files null: as there
+            sandbox.exec(["mkdir", "-p", task.layout.input_dir], timeout=30, cwd="/")
         return
     buffer = io.BytesIO()
     # A paper suite puts the row's files where the paper did (e.g. /testbed/documents)

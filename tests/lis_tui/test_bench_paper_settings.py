@@ -273,11 +273,15 @@ def test_a_prompt_too_long_is_asked_again_with_fewer_max_tokens_as_the_package_d
 
 
 def test_a_null_document_is_inlined_as_none_and_left_out_of_the_sandbox(tmp_path):
+    """As the package: `None` in the LLM prompt; in the sandbox no file, and a row whose files
+    are all null still gets its (empty) documents folder."""
     data = tmp_path / "pretrain.jsonl"
     data.write_text(json.dumps({
         "id": "d", "problem_statement": "Which letter comes first? (A) alpha (B) beta",
         "ground_truth": "A", "qa_type": "single",
-        "input_files": json.dumps({"a.txt": None, "b.txt": DOCS["b.txt"]})}) + "\n")
+        "input_files": json.dumps({"a.txt": None, "b.txt": DOCS["b.txt"]})}) + "\n" + json.dumps({
+        "id": "e", "problem_statement": "Empty? (A) yes (B) no", "ground_truth": "A",
+        "qa_type": "single", "input_files": {"a.txt": None}}) + "\n")
 
     def model(request):
         if not request.tool_names:
@@ -292,12 +296,16 @@ def test_a_null_document_is_inlined_as_none_and_left_out_of_the_sandbox(tmp_path
         _, err = proc.communicate(timeout=120)
         requests = server.chat_requests
     assert proc.returncode == 0, err
-    (llm,) = [r for r in requests if not r.tool_names]
-    assert llm.messages[0]["content"].startswith(
+    llm = sorted(r.messages[0]["content"] for r in requests if not r.tool_names)
+    assert llm[0].startswith(
         "BEGIN INPUT DOCUMENTS\n\nBEGIN DOCUMENT 1:\nNone\nEND DOCUMENT 1\n\nBEGIN DOCUMENT 2:\n"
         "Beta is the second letter.\nEND DOCUMENT 2\n\nEND INPUT DOCUMENTS")
-    listing = [m for m in requests[-1].messages if m["role"] == "tool"][0]["content"]
-    assert "b.txt" in listing and "a.txt" not in listing
+    assert llm[1].startswith("BEGIN INPUT DOCUMENTS\n\nBEGIN DOCUMENT 1:\nNone\nEND DOCUMENT 1\n"
+                             "\nEND INPUT DOCUMENTS")
+    listings = {"Empty" if "Empty?" in r.messages[1]["content"] else "first": r.tool_outputs[0]
+                for r in requests if r.tool_outputs}
+    assert "b.txt" in listings["first"] and "a.txt" not in listings["first"]
+    assert listings["Empty"].startswith("Exit code: 0\n")  # there, but empty
 
 
 def test_paper_suites_use_the_packages_prompts_when_it_is_here_and_say_so_when_not(

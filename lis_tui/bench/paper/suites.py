@@ -172,17 +172,24 @@ def load_suite(name: str, data: str, scorer_name: str = "") -> list[Task]:
             for t, row in zip(tasks, rows)]
 
 
-def null_documents(name: str, row: dict) -> dict[str, list]:
-    """The documents the package's LLM mode inlines, when one of them is null (a Task keeps
-    only the others, as the package's sandbox mode does): {"llm_documents": [text or None]}."""
-    documents = row.get("documents") or row.get("input_files")
-    if name not in DOCUMENT_SUITES:
-        return {}
-    if isinstance(documents, str):  # a Task was made from it: it is JSON, or blank
-        documents = json.loads(documents) if documents.strip() else None
-    if not isinstance(documents, dict) or None not in documents.values():
-        return {}
-    return {"llm_documents": list(documents.values())}
+def null_documents(name: str, row: dict) -> dict[str, Any]:
+    """What a Task, which keeps only the files that have text, loses of a row whose files
+    include null ones: the documents the package's LLM mode inlines (`llm_documents`, the
+    nulls as None) and whether its sandbox mode still makes the (empty) input folder."""
+    extra: dict[str, Any] = {}
+    files = _mapping(row.get("input_files"))
+    if files and all(text is None for text in files.values()):
+        extra["empty_input_dir"] = True
+    documents = _mapping(row.get("documents")) or files
+    if name in DOCUMENT_SUITES and documents and None in documents.values():
+        extra["llm_documents"] = list(documents.values())
+    return extra
+
+
+def _mapping(value: Any) -> dict | None:
+    if isinstance(value, str):  # a Task was made from it: it is JSON, or blank
+        value = json.loads(value) if value.strip() else None
+    return value if isinstance(value, dict) else None
 
 
 def _note(notes: list[str]) -> dict[str, str]:
