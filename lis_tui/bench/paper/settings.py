@@ -86,7 +86,7 @@ class RunSettings:
         head = (f"settings: paper ({PACKAGE}'s defaults for {suites or self.suite})" if not changed
                 else f"settings: custom for {suites or self.suite} ({', '.join(changed)}: not "
                 f"{PACKAGE}'s)")
-        return [head] + [f"{k.label}: {_value(k, v, p)}" + ("" if v == p or _missing(k, v) else
+        return [head] + [f"{k.label}: {_value(k, v)}" + ("" if v == p or _missing(k, v) else
                                                             f" (package: {_shown(p)})")
                          for k, v, p in self.rows]
 
@@ -116,7 +116,7 @@ def markdown(settings: list[RunSettings]) -> str:
     blocks = ["## Run settings\n"]
     for same in groups.values():
         head = same[0].lines(", ".join(s.suite for s in same))[0]
-        rows = "".join(f"| {k.label} | {_value(k, v, p)} | {_shown(p)} | {k.flag} |\n"
+        rows = "".join(f"| {k.label} | {_value(k, v)} | {_shown(p)} | {k.flag} |\n"
                        for k, v, p in same[0].rows)
         blocks.append(f"{head[0].upper()}{head[1:]}\n\n| setting | this run | {PACKAGE} | flag |\n"
                       f"|---|---|---|---|\n{rows}")
@@ -137,7 +137,7 @@ def _missing(knob: Knob, value: Any) -> bool:
     return knob.key == "agent.prompts" and value == ""
 
 
-def _value(knob: Knob, value: Any, package: Any) -> str:
+def _value(knob: Knob, value: Any) -> str:
     if _missing(knob, value):
         return f"{_shown(value)}; for the package's: {install_line()}"
     return _shown(value)
