@@ -10,8 +10,10 @@ and carries the finish reason. The agent never imports a UI: it reports through 
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import json
 import logging
+import re
 import threading
 import time
 from typing import Any, Callable, Union
@@ -27,7 +29,7 @@ from lis_tui.events import (
     ToolFinished, ToolFormatChanged, ToolRecord, ToolStarted,
 )
 from lis_tui.model import ModelCancelled, ModelError, ToolCall
-from lis_tui.observation import PAPER_NUDGE, paper_observation, steps_remaining
+from lis_tui.observation import PAPER_NUDGE, paper_not_run, paper_observation, steps_remaining
 from lis_tui.model import ModelReply as Reply
 from lis_tui.prompts import Prompts, load_prompts, render
 from lis_tui.protocols import Model, Tools
@@ -44,6 +46,7 @@ the whole file still goes to files/ under the export cap."""
 PROMPT_VALUES = {"working_dir": WORKING_DIR, "input_dir": INPUT_DIR, "output_dir": OUTPUT_DIR,
                  "input_note": "if the task has any", "network_note": "", "environment_note": ""}
 CommandApproval = Union[bool, Callable[[str], bool]]
+MIN_REPLY_TOKENS = 8192  # the paper's harness lowers max_tokens no further than this
 
 
 # -- control flow ---------------------------------------------------------------------------------
@@ -192,6 +195,9 @@ class Agent:
                              reply.usage, record.model_duration))
         if self.config.mode != "llm" and not reply.tool_calls:
             raise FormatError(reply.format_error or self._nudge())
+        if self.config.mode != "llm" and self.config.bad_arguments == "nudge" \
+                and not _is_json(reply.tool_calls[0].arguments):
+            raise FormatError(self._nudge())  # the paper's harness reads such a reply as no call
         return reply
 
     def _nudge(self) -> str:
@@ -201,7 +207,7 @@ class Agent:
     def _complete(self, on_delta: Any) -> Reply:
         for _ in range(2):  # a second try only after auto switched away from `tools`
             try:
-                return self.model.complete(self.messages, self._schemas(), on_delta)
+                return self._ask(on_delta)
             except ModelCancelled:
                 raise self._halted() from None
             except ModelError as exc:
@@ -209,6 +215,27 @@ class Agent:
                 if self.config.mode == "llm" or refused is None or not refused(exc.status, str(exc)):
                     raise Failed(str(exc)) from None
         raise AssertionError("auto switches once, so the second try is not refused again")
+
+    def _ask(self, on_delta: Any) -> Reply:
+        """One call; with `prompt_too_long = "shrink"` (sandbox mode), a prompt the server finds
+        too long is asked again with a lower max_tokens, as the paper's harness does."""
+        max_tokens = getattr(getattr(self.model, "config", None), "max_tokens", None)
+        for lowered in itertools.count():
+            try:
+                if not lowered:  # a model that is not a ModelClient never sees the keyword
+                    return self.model.complete(self.messages, self._schemas(), on_delta)
+                return self.model.complete(self.messages, self._schemas(), on_delta,
+                                           max_tokens=max_tokens)
+            except ModelError as exc:
+                if self.config.prompt_too_long != "shrink" or self.config.mode == "llm" \
+                        or not max_tokens or exc.status is None:
+                    raise
+                tried, max_tokens = max_tokens, shrunk_max_tokens(exc.detail, max_tokens)
+                if max_tokens is None:
+                    raise
+                self.emit(ModelRetry(self._step_no, lowered + 1, 0.0, "prompt too long; max_tokens "
+                                     f"{tried} -> {max_tokens} (agent.prompt_too_long)"))
+        raise AssertionError("unreachable")
 
     def _format_switched(self, new: Any, reason: str) -> None:
         """auto switched to a text format: its instructions go where the model will read them."""
@@ -259,7 +286,10 @@ class Agent:
         self.emit(ToolStarted(step, index, call, args))
         record = ToolRecord(call.id, call.name, call.arguments)
         decision = self._approve(step, call, args)
-        if isinstance(decision, Skip):
+        if args is None and self.config.bad_arguments == "nudge":  # JSON, not an object
+            text = paper_not_run(call.name)
+            record.submitted = call.name in ("submit", "finish")
+        elif isinstance(decision, Skip):
             record.approval = "skipped"
             reason = decision.reason or "no reason given"
             text = f"[The user chose not to run this command: {reason}. Take that into account.]"
@@ -429,6 +459,34 @@ class Agent:
 
 def _unrun(calls: list[ToolCall], text: str) -> list[tuple[ToolCall, str]]:
     return [(call, text) for call in calls]
+
+
+def shrunk_max_tokens(server_message: str, max_tokens: int) -> int | None:
+    """The max_tokens to ask again with after the server refused a prompt as too long, or None
+    to give up: llm-in-sandbox 0.2.0's rule (`Agent.model_query`). With the context length and
+    the prompt's tokens both in the message, what is left of the context less 100, when that is
+    at least 8192 and below `max_tokens`; without them, half, down to 8192."""
+    low = server_message.lower()
+    if "token" not in low or not any(word in low for word in ("exceed", "limit", "maximum")):
+        return None
+    context = re.search(r"(?:maximum|context)[^\d]*(\d+)\s*tokens", server_message, re.I)
+    prompt = re.search(r"(\d+)\s*tokens?\s*(?:from\s*(?:the\s*)?(?:input|messages?)|"
+                       r"in\s*(?:the\s*)?(?:input|prompt|messages?))", server_message, re.I)
+    context_tokens = int(context.group(1)) if context else 0
+    prompt_tokens = int(prompt.group(1)) if prompt else 0
+    if context_tokens and prompt_tokens:  # a 0 counts as not found there too
+        room = context_tokens - prompt_tokens - 100
+        return room if MIN_REPLY_TOKENS <= room < max_tokens else None
+    return max(max_tokens // 2, MIN_REPLY_TOKENS) if max_tokens > MIN_REPLY_TOKENS else None
+
+
+def _is_json(arguments: str) -> bool:
+    """Whether `json.loads` (the paper's harness's reading, not our lenient one) takes it."""
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return False
+    return True
 
 
 def decode_arguments(arguments: str) -> dict | None:

@@ -117,6 +117,10 @@ class AgentConfig:
     tool_format: str = field(default="auto", metadata={
         "choices": ("auto", "native", "hermes", "json", "bash")})
     """How tool calls travel: "native" (OpenAI tools), "hermes"/"json"/"bash" (written as text), or "auto" (docs/tool-formats.md)."""
+    bad_arguments: str = field(default="answer", metadata={"choices": ("answer", "nudge")})
+    """A tool call whose arguments are not JSON: "answer" it saying so, or "nudge" as if the reply called no tool (the paper harness's way)."""
+    prompt_too_long: str = field(default="fail", metadata={"choices": ("fail", "shrink")})
+    """The server refuses a prompt as too long: "fail" the run, or "shrink" max_tokens and ask again (the paper harness's way)."""
 
 
 @dataclass

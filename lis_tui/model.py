@@ -49,9 +49,12 @@ class RetryNotice:
 class ModelError(Exception):
     """The server gave no usable reply; the message names the server, its answer and a fix."""
 
-    def __init__(self, message: str, *, url: str, status: int | None = None, attempts: int = 1):
+    def __init__(self, message: str, *, url: str, status: int | None = None, attempts: int = 1,
+                 detail: str = ""):
         super().__init__(message)
         self.url, self.status, self.attempts = url, status, attempts
+        self.detail = detail
+        """What the server said, when it answered."""
 
 
 class ModelCancelled(Exception):
@@ -85,9 +88,11 @@ class ModelClient:
         return self.config.api_key or os.environ.get(self.config.api_key_env) or PLACEHOLDER_KEY
 
     def complete(self, messages: list[dict], tools: list[dict] | None = None,
-                 on_delta: OnDelta | None = None) -> ModelReply:
-        """One chat completion; streamed (with `on_delta` calls) when `on_delta` is given."""
+                 on_delta: OnDelta | None = None, max_tokens: int | None = None) -> ModelReply:
+        """One chat completion; streamed (with `on_delta` calls) when `on_delta` is given;
+        `max_tokens` replaces model.max_tokens for this call."""
         call = _Call(streaming=on_delta is not None and self.config.stream)
+        call.max_tokens = max_tokens
         self._call = call
         self._submit((call, list(messages), tools))
         try:
@@ -216,6 +221,8 @@ class ModelClient:
         # TypedDicts, about 0.4 ms a message (90 ms a call at 200 messages), to send the same JSON.
         # cast_to=object: the reply stays plain JSON; building the pydantic models cost ~1 ms a call.
         client, body = self._openai(), self._body(messages, tools, call.streaming)
+        if call.max_tokens is not None:
+            body["max_tokens"] = call.max_tokens
         if not call.streaming:
             data = client.post("/chat/completions", cast_to=object, body=body)
             # a server that labels its JSON text/plain comes back as a string
@@ -296,7 +303,8 @@ class ModelClient:
                        "is the server running? check model.base_url")
         else:
             message = f"model server {url} sent an unusable reply: {_describe(failure)}{tries}"
-        return ModelError(message, url=url, status=status, attempts=attempts)
+        detail = _server_message(failure) if isinstance(failure, openai.APIStatusError) else ""
+        return ModelError(message, url=url, status=status, attempts=attempts, detail=detail)
 
 
 class _Call:
@@ -309,6 +317,7 @@ class _Call:
         self.response: Any = None
         self.sent_deltas = False
         self.finished = False
+        self.max_tokens: int | None = None
 
     def cancel(self) -> None:
         self.cancelled.set()

@@ -42,6 +42,16 @@ def paper_observation(tool: str, result: ToolResult, bound: int) -> str:
     return "\n".join(parts)
 
 
+def paper_not_run(tool: str) -> str:
+    """The harness's answer to a call whose arguments are JSON but not an object: it runs
+    nothing and frames no output (a `submit` so called still finishes)."""
+    if tool in ("submit", "finish"):
+        return "<<< Finished >>>"
+    if tool in ("execute_bash", "bash"):
+        return f"Exit code: 0\nExecution output of \\[{tool}]:\n"
+    return f"Execution output of \\[{tool}]:\n"
+
+
 def steps_remaining(remaining: int) -> str:
     """The line added to the newest message before a model call."""
     if remaining > 0:

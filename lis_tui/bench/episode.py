@@ -148,6 +148,10 @@ def _drive(episode: Episode, ctx: EpisodeContext, listeners: Listeners) -> tuple
     task = episode.task
     config = replace(ctx.config.agent, mode=episode.mode, observation=observation_for(ctx.config, task))
     as_package = episode.mode == "llm" and task.extra.get("llm_prompt") == "paper"
+    prompts = ctx.config.agent.prompts
+    if episode.mode == "llm" and ctx.config.sources.get("agent.prompts") == "paper":
+        prompts = ""  # the paper's default prompts are its sandbox mode's; --llm-prompt rules here
+        config = replace(config, prompts=prompts)
     if task.layout and episode.mode == "llm":
         config = replace(config, max_context_tokens=0)  # the package's LLM mode has no such limit
     # A paper suite's trajectory limit counts the prompt alone, as the package's does.
@@ -165,7 +169,7 @@ def _drive(episode: Episode, ctx: EpisodeContext, listeners: Listeners) -> tuple
     if episode.mode == "llm":
         agent = make_agent(None, {})
         try:
-            finished = agent.run(_llm_task(task, ctx.config.agent.prompts, as_package))
+            finished = agent.run(_llm_task(task, prompts, as_package))
         finally:
             ctx.track("agents", agent, False)
         if as_package:  # the whole reply, as the package scores it
@@ -257,6 +261,8 @@ def task_files(task: Task) -> list[tuple[str, str]]:
 def stage_files(sandbox: Sandbox, task: Task) -> None:
     """Put the task's input files and documents into /testbed with one tar inside the sandbox."""
     if not task.has_files:
+        if task.layout and task.extra.get("empty_input_dir"):  # all its files null: as there
+            sandbox.exec(["mkdir", "-p", task.layout.input_dir], timeout=30, cwd="/")
         return
     buffer = io.BytesIO()
     # A paper suite puts the row's files where the paper did (e.g. /testbed/documents)

@@ -64,7 +64,7 @@ def add_parsers(sub) -> None:
     group.add_argument("--temperature", type=float, metavar="T", help="sampling temperature")
     group.add_argument("--prompts", metavar="FILE", help="a TOML file replacing built-in prompts, "
                        "or llm-in-sandbox:SUITE for that suite's prompts from the installed "
-                       "llm-in-sandbox package")
+                       "llm-in-sandbox package (paper suites: theirs when it is installed)")
     group.add_argument("--observation", choices=("lis-tui", "paper"), help="how tool results read: "
                        "ours, or the paper harness's (exit code, stdout and stderr apart, steps "
                        "left); paper suites default to paper")
@@ -76,6 +76,12 @@ def add_parsers(sub) -> None:
                        "row without a tool call; 0: no limit (default 3; paper suites: 0)")
     group.add_argument("--tool-calls", choices=("all", "first"), help="run every tool call of a "
                        "reply, or only the first as the paper's harness does (paper suites: first)")
+    group.add_argument("--bad-arguments", choices=("answer", "nudge"), help="a tool call whose "
+                       "arguments are not JSON: answered saying so, or taken as a reply without a "
+                       "tool call as the paper's harness does (paper suites: nudge)")
+    group.add_argument("--prompt-too-long", choices=("fail", "shrink"), help="the server refuses "
+                       "a prompt as too long: the episode fails, or max tokens is lowered and the "
+                       "call asked again as the paper's harness does (paper suites: shrink)")
     group.add_argument("--llm-prompt", choices=("paper", "lis-tui"), help="--mode llm of a paper "
                        "suite: the package's prompt, its whole reply the answer (default), or ours, "
                        "the answer after ANSWER:")
@@ -150,6 +156,8 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
                  "agent.tool_format": args.tool_format,
                  "agent.max_context_tokens": args.max_context_tokens,
                  "agent.tool_calls": args.tool_calls, "agent.max_no_action": args.max_no_action,
+                 "agent.bad_arguments": args.bad_arguments,
+                 "agent.prompt_too_long": args.prompt_too_long,
                  "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     config = load_config(args.profile, overrides)
     from lis_tui.prompts import load_prompts  # noqa: PLC0415

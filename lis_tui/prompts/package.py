@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import shlex
 import string
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,6 +23,13 @@ from lis_tui.config_file import ConfigError
 
 PREFIX = "llm-in-sandbox:"
 INSTALL = "pip install llm-in-sandbox"
+VERSION = "0.2.0"
+
+
+def install_line() -> str:
+    """The pip line that puts the package's prompts where lis-tui reads them, into this Python:
+    its files only (`--no-deps`: its litellm and docker are not needed to read them)."""
+    return f"{shlex.quote(sys.executable)} -m pip install --no-deps llm-in-sandbox=={VERSION}"
 _OURS = {"working_dir", "input_dir", "output_dir", "problem_statement"}
 _EMPTY = {"command_docs", "demo"}
 

@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from fakes.openai_server import FakeOpenAI, call, reply, submit
+from fakes.openai_server import FakeOpenAI, call, error, reply, submit
 from test_bench_runner import bench_cli
+from test_prompts_package import fake_package  # noqa: F401 (a fixture: the package's layout)
 
 pytestmark = pytest.mark.sandbox
 DOCS = {"b.txt": "Beta is the second letter.", "a.txt": "Alpha is the first."}
@@ -46,11 +47,11 @@ def results(out):
     return {r["mode"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
 
 
-def test_a_paper_suite_runs_with_the_packages_settings(tmp_path):
+def test_a_paper_suite_runs_with_the_packages_settings(tmp_path, fake_package):
     out = tmp_path / "out"
     with FakeOpenAI(default=two_calls) as server:
         proc = bench_cli("paper:math", server, out, str(math_rows(tmp_path)), "--mode", "both",
-                         "--concurrency", "1")
+                         "--concurrency", "1", path=[fake_package])
         _, err = proc.communicate(timeout=240)
         requests = server.chat_requests
     assert proc.returncode == 0, err
@@ -140,7 +141,11 @@ def test_a_documents_row_gets_the_packages_llm_prompt(tmp_path):
     assert request.body["max_tokens"] == 65536 and "tools" not in request.body
 
 
-def test_paper_all_writes_the_main_table_and_names_what_it_could_not_run(tmp_path):
+def test_paper_all_writes_the_main_table_and_names_what_it_could_not_run(tmp_path, fake_package):
+    benchmark = fake_package / "llm_in_sandbox" / "benchmark"
+    (benchmark / "chem").mkdir()
+    (benchmark / "chem" / "config.yaml").write_text(
+        (benchmark / "math" / "config.yaml").read_text())
     suites = tmp_path / "suites"
     (suites / "chem").mkdir(parents=True)
     (suites / "biomed").mkdir()  # a suite folder without its data file
@@ -162,7 +167,7 @@ def test_paper_all_writes_the_main_table_and_names_what_it_could_not_run(tmp_pat
 
     out = tmp_path / "out"
     with FakeOpenAI(default=answer) as server:
-        proc = bench_cli("paper:all", server, out, str(suites))
+        proc = bench_cli("paper:all", server, out, str(suites), path=[fake_package])
         _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err  # two entries could not run; the others did
     assert "algebra" in err and "names no paper suite" in err
@@ -174,7 +179,8 @@ def test_paper_all_writes_the_main_table_and_names_what_it_could_not_run(tmp_pat
                      md), md
     assert re.search(r"\| math \| 1 \| 100\.0 \| 100\.0 \| \+0\.0 \| .* \| 2\.0 \|", md), md
     assert "| algebra | 0 | - |" in md and "| biomed | 0 | - |" in md
-    assert "Settings: paper (llm-in-sandbox 0.2.0's defaults for chem, math)" in md
+    for suite in ("chem", "math"):  # each with its own prompts
+        assert f"Settings: paper (llm-in-sandbox 0.2.0's defaults for {suite})" in md
     for suite in ("math", "chem"):
         assert (out / suite / "results.jsonl").is_file() and (out / suite / "summary.md").is_file()
     page = (out / "report.html").read_text()
@@ -203,3 +209,143 @@ def test_a_task_file_keeps_lis_tuis_own_settings(tmp_path):
     assert not any("temperature" in r.body or "max_tokens" in r.body for r in requests)
     assert [m["tool_call_id"] for m in requests[1].messages if m["role"] == "tool"] == ["one", "two"]
     assert "settings:" not in err and "Settings" not in (out / "summary.md").read_text()
+
+
+NUDGE = ("\nYou forgot to use a function call in your response. \nYOU MUST USE A FUNCTION CALL IN "
+         "EACH RESPONSE.\n\nIMPORTANT: YOU SHOULD NEVER ASK FOR HUMAN HELP.\n")
+
+
+def test_a_tool_call_whose_arguments_are_not_json_is_taken_as_no_call(tmp_path):
+    """The package's json.loads fails on such arguments, so its reply has no action: the call
+    is not answered and the user message says a function call was forgotten. JSON that is not
+    an object runs nothing and is answered with the frame around no output."""
+    def model(request):
+        if len(request.messages) == 2:
+            return reply(tool_calls=[call("execute_bash", '{"command": "echo hi', id="bad")])
+        if len(request.messages) == 4:
+            return reply(tool_calls=[call("execute_bash", '["echo hi"]', id="list")])
+        if len(request.messages) == 6:
+            return reply(tool_calls=[call("str_replace_editor", {
+                "command": "create", "path": "/testbed/answer.txt", "file_text": "\\boxed{4}"})])
+        return submit()
+
+    out = tmp_path / "out"
+    with FakeOpenAI(default=model) as server:
+        proc = bench_cli("paper:math", server, out, str(math_rows(tmp_path)))
+        _, err = proc.communicate(timeout=120)
+        requests = server.chat_requests
+    assert proc.returncode == 0, err
+    second = requests[1].messages
+    assert second[-2]["role"] == "assistant" and second[-2]["tool_calls"][0]["id"] == "bad"
+    assert second[-1] == {"role": "user", "content": NUDGE + "\nSteps Remaining: 99"}
+    assert not any(m["role"] == "tool" for m in second)
+    assert requests[2].messages[-1] == {
+        "role": "tool", "tool_call_id": "list",
+        "content": "Exit code: 0\nExecution output of \\[execute_bash]:\n\nSteps Remaining: 98"}
+    assert results(out)["sandbox"]["reward"] == 1.0
+
+
+def test_a_prompt_too_long_is_asked_again_with_fewer_max_tokens_as_the_package_does(tmp_path):
+    """With the context and the prompt's tokens in the server's message: what is left less 100;
+    without: half, down to 8192; each model call starts again from 65,536."""
+    parsed = ("This model's maximum context length of 40000 tokens. You requested a total of "
+              "95536 tokens: 30000 tokens from the input messages and 65536 tokens for the "
+              "completion")
+    vllm = ("This model's maximum context length is 32768 tokens. However, you requested 98304 "
+            "tokens (32768 in the messages, 65536 in the completion).")
+
+    def model(request):
+        if not request.tool_outputs:
+            if request.body["max_tokens"] > 9900:
+                return error(400, parsed)
+            return reply(tool_calls=[call("str_replace_editor", {
+                "command": "create", "path": "/testbed/answer.txt", "file_text": "\\boxed{4}"})])
+        return error(400, vllm) if request.body["max_tokens"] > 16384 else submit()
+
+    out = tmp_path / "out"
+    with FakeOpenAI(default=model) as server:
+        proc = bench_cli("paper:math", server, out, str(math_rows(tmp_path)))
+        _, err = proc.communicate(timeout=120)
+        requests = server.chat_requests
+    assert proc.returncode == 0, err
+    assert [r.body["max_tokens"] for r in requests] == [65536, 9900, 65536, 32768, 16384]
+    assert results(out)["sandbox"]["reward"] == 1.0
+
+
+def test_a_null_document_is_inlined_as_none_and_left_out_of_the_sandbox(tmp_path):
+    """As the package: `None` in the LLM prompt; in the sandbox no file, and a row whose files
+    are all null still gets its (empty) documents folder."""
+    data = tmp_path / "pretrain.jsonl"
+    data.write_text(json.dumps({
+        "id": "d", "problem_statement": "Which letter comes first? (A) alpha (B) beta",
+        "ground_truth": "A", "qa_type": "single",
+        "input_files": json.dumps({"a.txt": None, "b.txt": DOCS["b.txt"]})}) + "\n" + json.dumps({
+        "id": "e", "problem_statement": "Empty? (A) yes (B) no", "ground_truth": "A",
+        "qa_type": "single", "input_files": {"a.txt": None}}) + "\n")
+
+    def model(request):
+        if not request.tool_names:
+            return reply("A")
+        if request.tool_outputs:
+            return submit()
+        return reply(tool_calls=[call("execute_bash", {"command": "ls /testbed/documents"})])
+
+    out = tmp_path / "out"
+    with FakeOpenAI(default=model) as server:
+        proc = bench_cli("paper:instruct_pretrain", server, out, str(data), "--mode", "both")
+        _, err = proc.communicate(timeout=120)
+        requests = server.chat_requests
+    assert proc.returncode == 0, err
+    llm = sorted(r.messages[0]["content"] for r in requests if not r.tool_names)
+    assert llm[0].startswith(
+        "BEGIN INPUT DOCUMENTS\n\nBEGIN DOCUMENT 1:\nNone\nEND DOCUMENT 1\n\nBEGIN DOCUMENT 2:\n"
+        "Beta is the second letter.\nEND DOCUMENT 2\n\nEND INPUT DOCUMENTS")
+    assert llm[1].startswith("BEGIN INPUT DOCUMENTS\n\nBEGIN DOCUMENT 1:\nNone\nEND DOCUMENT 1\n"
+                             "\nEND INPUT DOCUMENTS")
+    listings = {"Empty" if "Empty?" in r.messages[1]["content"] else "first": r.tool_outputs[0]
+                for r in requests if r.tool_outputs}
+    assert "b.txt" in listings["first"] and "a.txt" not in listings["first"]
+    assert listings["Empty"].startswith("Exit code: 0\n")  # there, but empty
+
+
+def test_paper_suites_use_the_packages_prompts_when_it_is_here_and_say_so_when_not(
+        tmp_path, fake_package):
+    system = {}
+
+    def model(request):
+        if len(request.messages) == 2:
+            system[request.messages[0]["content"][:25]] = True
+        return two_calls(request)
+
+    with FakeOpenAI(default=model) as server:
+        for name, path in (("with", [fake_package]), ("without", [])):
+            out = tmp_path / name
+            proc = bench_cli("paper:math", server, out, str(math_rows(tmp_path)), path=path)
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+            md = (out / "summary.md").read_text()
+            if path:
+                assert err.startswith("settings: paper (")
+                assert "sandbox-mode prompts: the package's (llm-in-sandbox:math)\n" in err
+            else:
+                assert err.startswith("settings: custom for math (sandbox-mode prompts "
+                                      "(--prompts): not llm-in-sandbox 0.2.0's)")
+                line = re.search(r"sandbox-mode prompts: lis-tui's; for the package's: (.*)", err)
+                assert line and line[1].endswith(" -m pip install --no-deps "
+                                                 "llm-in-sandbox==0.2.0"), err
+                assert f"| sandbox-mode prompts | lis-tui's; for the package's: {line[1]} |" in md
+    assert "You are a careful solver." in system and len(system) == 2
+
+
+@pytest.mark.parametrize("message, tried, then", [
+    ("maximum context length of 40000 tokens; 30000 tokens from the input messages", 65536, 9900),
+    ("maximum context length of 40000 tokens; 35000 tokens from the input messages", 65536, None),
+    ("maximum context length of 40000 tokens; 30000 tokens in the prompt", 9900, None),
+    ("This model's maximum context length is 32768 tokens (32768 in the messages)", 65536, 32768),
+    ("This model's maximum context length is 32768 tokens (32768 in the messages)", 12000, 8192),
+    ("This model's maximum context length is 32768 tokens (32768 in the messages)", 8192, None),
+    ("max_tokens must be at least 1", 65536, None),  # no "exceed", "limit" or "maximum"
+])
+def test_the_packages_rule_for_lowering_max_tokens(message, tried, then):
+    from lis_tui.agent import shrunk_max_tokens
+    assert shrunk_max_tokens(message, tried) == then

@@ -165,11 +165,12 @@ def write_tasks(path, count):
     return load_tasks(path)
 
 
-def bench_cli(tasks_file, server, out, *extra):
+def bench_cli(tasks_file, server, out, *extra, path=()):
     return subprocess.Popen(
         [sys.executable, "-m", "lis_tui.cli", "bench", str(tasks_file), "--output", str(out),
          "--base-url", server.base_url, "--model", "m", "--concurrency", "2", *extra],
-        cwd=out.parent, env={**os.environ, "PYTHONPATH": str(ROOT),
+        cwd=out.parent, env={**os.environ,
+                             "PYTHONPATH": os.pathsep.join([str(ROOT), *map(str, path)]),
                              "XDG_CONFIG_HOME": str(out.parent / "config"),
                              "LIS_SCRATCH": str(out.parent / "scratch")},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

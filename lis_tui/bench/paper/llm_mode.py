@@ -22,11 +22,13 @@ def package_prompt(task: Task) -> str:
     statement = task.problem_statement
     if suite == "math":
         return f"{statement}\n\n{STEP_BY_STEP}"
-    documents = task.documents or task.input_files  # the row's `documents` first, as there
+    # the row's `documents` first, as there; a null one is inlined as the word None, as there
+    documents = (task.extra.get("llm_documents")
+                 or list((task.documents or task.input_files).values()))
     if suite not in DOCUMENT_SUITES or not documents:
         return statement
     numbered = "\n\n".join(f"BEGIN DOCUMENT {n}:\n{text}\nEND DOCUMENT {n}"
-                           for n, text in enumerate(documents.values(), start=1))
+                           for n, text in enumerate(documents, start=1))
     return (f"BEGIN INPUT DOCUMENTS\n\n{numbered}\n\nEND INPUT DOCUMENTS\n\n"
             "Answer the following question using the input documents provided above.\n\n"
             f"START QUESTION\n\n{statement}\n\nEND QUESTION\n")

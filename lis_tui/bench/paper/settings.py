@@ -6,7 +6,9 @@ Read from llm-in-sandbox 0.2.0: `cli.run_benchmark`'s defaults (temperature from
 `max_response_len` 65,536 for its LLM mode; `max_token_limit` 65,536 for the whole trajectory,
 131,072 for long_context as that suite's README runs it), its agent (only a reply's first tool
 call runs; replies without one are answered and counted as steps, never a reason to stop; the
-observation frame of `lis_tui.observation`) and its LLM mode
+observation frame of `lis_tui.observation`; a tool call whose arguments are not JSON taken as
+no call; a prompt too long for the server asked again with a lower max_tokens; the suite's own
+prompts from the installed package, else ours and the settings say so) and its LLM mode
 (`lis_tui.bench.paper.llm_mode`). Its README suggests LLM_TEMPERATURE=0.7 for Qwen3 models:
 pass --temperature 0.7 for those, and the summary says the run was custom.
 """
@@ -15,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lis_tui.config import Config
+from lis_tui.config import Config, ConfigError
+from lis_tui.prompts.package import PREFIX, install_line, package_prompts
 
 PACKAGE = "llm-in-sandbox 0.2.0"
 LONG_TRAJECTORY = {"long_context": 131_072}
@@ -34,6 +37,8 @@ class Knob:
     def value_for(self, suite: str) -> Any:
         if self.key == "agent.max_context_tokens":
             return LONG_TRAJECTORY.get(suite, self.package)
+        if self.key == "agent.prompts":
+            return f"{PREFIX}{suite}"
         return self.package
 
 
@@ -47,11 +52,17 @@ KNOBS = (
     Knob("tool calls run per reply", "agent.tool_calls", "--tool-calls", "first"),
     Knob("observation format", "agent.observation", "--observation", "paper"),
     Knob("tool call format", "agent.tool_format", "--tool-format", "native"),
+    Knob("tool call whose arguments are not JSON", "agent.bad_arguments", "--bad-arguments",
+         "nudge"),
+    Knob("prompt too long for the server", "agent.prompt_too_long", "--prompt-too-long", "shrink"),
+    Knob("sandbox-mode prompts", "agent.prompts", "--prompts", PREFIX),
     Knob("LLM-mode prompt and answer", "", "--llm-prompt", "paper"),
 )
 """In the order the header and summary.md show them."""
 EXPLAINED = {"paper": "the package's", "first": "first only", "all": "all",
-             "native": "OpenAI tools", "lis-tui": "lis-tui's"}
+             "native": "OpenAI tools", "lis-tui": "lis-tui's", "": "lis-tui's",
+             "answer": "answered, saying what is wrong", "nudge": "as a reply without a tool call",
+             "fail": "the episode fails", "shrink": "lower max tokens and ask again"}
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,8 @@ class RunSettings:
         head = (f"settings: paper ({PACKAGE}'s defaults for {suites or self.suite})" if not changed
                 else f"settings: custom for {suites or self.suite} ({', '.join(changed)}: not "
                 f"{PACKAGE}'s)")
-        return [head] + [f"{k.label}: {_shown(v)}" + ("" if v == p else f" (package: {_shown(p)})")
+        return [head] + [f"{k.label}: {_value(k, v)}" + ("" if v == p or _missing(k, v) else
+                                                            f" (package: {_shown(p)})")
                          for k, v, p in self.rows]
 
 
@@ -87,6 +99,8 @@ def apply(config: Config, suite: str, flags: dict[str, Any]) -> RunSettings:
         package = knob.value_for(suite)
         given = flags.get(knob.flag)
         value = package if given is None else given
+        if knob.key == "agent.prompts" and given is None and not _readable(package):
+            value = ""  # ours; the header and summary say how to get the package's
         if knob.key:
             config.set(knob.key, value, "paper" if given is None else knob.flag)
         rows.append((knob, value, package))
@@ -102,14 +116,36 @@ def markdown(settings: list[RunSettings]) -> str:
     blocks = ["## Run settings\n"]
     for same in groups.values():
         head = same[0].lines(", ".join(s.suite for s in same))[0]
-        rows = "".join(f"| {k.label} | {_shown(v)} | {_shown(p)} | {k.flag} |\n"
+        rows = "".join(f"| {k.label} | {_value(k, v)} | {_shown(p)} | {k.flag} |\n"
                        for k, v, p in same[0].rows)
         blocks.append(f"{head[0].upper()}{head[1:]}\n\n| setting | this run | {PACKAGE} | flag |\n"
                       f"|---|---|---|---|\n{rows}")
     return "\n".join(blocks)
 
 
+def _readable(ref: str) -> bool:
+    """Whether the package's prompts for `ref` can be read here (it need not be importable)."""
+    try:
+        package_prompts(ref)
+    except ConfigError:
+        return False
+    return True
+
+
+def _missing(knob: Knob, value: Any) -> bool:
+    """The package's prompts were wanted but it is not installed here."""
+    return knob.key == "agent.prompts" and value == ""
+
+
+def _value(knob: Knob, value: Any) -> str:
+    if _missing(knob, value):
+        return f"{_shown(value)}; for the package's: {install_line()}"
+    return _shown(value)
+
+
 def _shown(value: Any) -> str:
+    if isinstance(value, str) and value.startswith(PREFIX):
+        return f"the package's ({value})"
     if value == 0 and not isinstance(value, bool) and isinstance(value, int):
         return "no limit"
     if isinstance(value, int) and not isinstance(value, bool):

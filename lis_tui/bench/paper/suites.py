@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from isolation.extras import install_hint
 from lis_tui.bench.paper import instructions, judging, lenient, scorers
 from lis_tui.bench.paper.data import load_rows
+from lis_tui.bench.paper.llm_mode import DOCUMENT_SUITES
 from lis_tui.bench.tasks import Task, TaskError, tasks_from_items
 
 
@@ -165,9 +167,29 @@ def load_suite(name: str, data: str, scorer_name: str = "") -> list[Task]:
     prepare = other.prepare if other else chosen.prepare
     shared = [other.note if other else "", prepare(tasks) if prepare else ""]
     return [replace(t, reward=other.reward if other else chosen.reward, layout=chosen.layout,
-                    extra={**t.extra, "paper_suite": name,
+                    extra={**t.extra, "paper_suite": name, **null_documents(name, row),
                            **_note([*shared, "" if other else scorers.row_note(name, t)])})
-            for t in tasks]
+            for t, row in zip(tasks, rows)]
+
+
+def null_documents(name: str, row: dict) -> dict[str, Any]:
+    """What a Task, which keeps only the files that have text, loses of a row whose files
+    include null ones: the documents the package's LLM mode inlines (`llm_documents`, the
+    nulls as None) and whether its sandbox mode still makes the (empty) input folder."""
+    extra: dict[str, Any] = {}
+    files = _mapping(row.get("input_files"))
+    if files and all(text is None for text in files.values()):
+        extra["empty_input_dir"] = True
+    documents = _mapping(row.get("documents")) or files
+    if name in DOCUMENT_SUITES and documents and None in documents.values():
+        extra["llm_documents"] = list(documents.values())
+    return extra
+
+
+def _mapping(value: Any) -> dict | None:
+    if isinstance(value, str):  # a Task was made from it: it is JSON, or blank
+        value = json.loads(value) if value.strip() else None
+    return value if isinstance(value, dict) else None
 
 
 def _note(notes: list[str]) -> dict[str, str]:
