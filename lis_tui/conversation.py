@@ -74,7 +74,9 @@ class Conversation:
         self._idle = threading.Event()
         self._idle.set()
         self._closing = False
-        self._text_format = ""
+        self._auto_chose = ""
+        """The tool format `auto` settled on in an earlier task (a text format, or native once the
+        server took `tools`); follow-ups start in it. "" until then."""
 
     @property
     def sandbox(self) -> Sandbox | None:
@@ -124,7 +126,7 @@ class Conversation:
         if agent.format.name != "native" or getattr(agent.format, "accepted", False):
             # auto's choice holds for the follow-ups too: a text format it switched to, or native
             # once the server took `tools` (a later 400 is then about something else)
-            self._text_format = agent.format.name
+            self._auto_chose = agent.format.name
         self._save_answer(finished)
         return finished
 
@@ -265,8 +267,8 @@ class Conversation:
 
     def _make_agent(self, listeners: Listeners) -> Agent:
         agent = self.config.agent
-        if agent.tool_format == "auto" and self._text_format:
-            agent = replace(agent, tool_format=self._text_format)
+        if agent.tool_format == "auto" and self._auto_chose:
+            agent = replace(agent, tool_format=self._auto_chose)
         return FollowUpAgent(self._client, self._toolbox, agent, listener=listeners,
                              prompts=self._prompts, prompt_values=api.prompt_values(self.spec),
                              command_approval=self.command_approval, stream=self.stream,
