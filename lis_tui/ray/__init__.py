@@ -10,6 +10,7 @@ is imported unless --ray (or `ray=`) is given, and Ray itself only then.
 """
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from dataclasses import dataclass
@@ -29,8 +30,8 @@ class RayOptions:
     """How a run uses a Ray cluster."""
 
     address: str = "auto"
-    """"auto": the cluster of RAY_ADDRESS or `ray start` on this machine, else a local one
-    started here; or a cluster's address (HOST:PORT, ray://HOST:PORT)."""
+    """"auto": the cluster of RAY_ADDRESS, or one this user started on this machine (`ray
+    start`; never another user's), else a local one started here; or a cluster's address (HOST:PORT, ray://HOST:PORT)."""
     cpus: float = 0.25
     """Ray CPUs each episode reserves (episodes mostly wait on the model: 4 per core by default)."""
     worker_cpus: float = 4.0
@@ -87,16 +88,23 @@ def connect(address: str, say: Callable[[str], None] = lambda line: None,
     quiet = {"log_to_driver": False, "logging_level": "WARNING"}
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
-        ray.init(address=address, **quiet)
+        target = address
+        if address == "auto":  # never Ray's "auto", which joins another user's cluster as well
+            from lis_tui.ray.local import own_cluster  # noqa: PLC0415
+
+            target = os.environ.get("RAY_ADDRESS") or own_cluster()
+            if target is None:
+                raise ConnectionError("no raylet of this user's runs here, and RAY_ADDRESS is unset")
+        ray.init(address=target, **quiet)
         return True
     except ConnectionError as exc:
         if address != "auto" or not start_local:
-            where = "on this machine or at RAY_ADDRESS" if address == "auto" else f"at {address}"
+            where = "of yours on this machine or at RAY_ADDRESS" if address == "auto" else f"at {address}"
             raise ClusterError(f"no Ray cluster {where} ({exc}). Fix: start one (ray start "
                                "--head), or give its address (HOST:PORT or RAY_ADDRESS)") from None
         from lis_tui.ray.local import start_local  # noqa: PLC0415
 
-        say("no Ray cluster found (RAY_ADDRESS, or `ray start --head` on this machine): "
+        say("no Ray cluster of yours found (RAY_ADDRESS, or `ray start --head` on this machine): "
             "starting a local one here (loopback only, token auth)")
         start_local(ray, **quiet)
         return True

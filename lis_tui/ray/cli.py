@@ -20,8 +20,9 @@ def add_ray_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("cluster (Ray: ./install.sh --ray in the lis-tui checkout)")
     group.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS", type=_address,
                        help="run the episodes on a Ray cluster, in workers on every node: `auto` (the "
-                            "default value) joins RAY_ADDRESS or the cluster `ray start` made on "
-                            "this machine, else starts Ray here; or HOST:PORT")
+                            "default value) joins RAY_ADDRESS or a cluster you started (`ray "
+                            "start`) on this machine, never another user's, else starts Ray "
+                            "here; or HOST:PORT")
     group.add_argument("--ray-cpus", type=float, metavar="CPUS",
                        help="Ray CPUs one episode takes (default 0.25: four per core)")
     group.add_argument("--ray-worker-cpus", type=float, metavar="CPUS",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import secrets
 import stat
 import tempfile
@@ -92,3 +93,33 @@ def _private(path: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+
+
+_GCS_FLAG = re.compile(rb"--gcs-address=([^\s\0]+)")
+
+
+def own_cluster() -> str | None:
+    """The GCS address of a Ray cluster of this user's on this machine (the newest, where there
+    are several), else None.
+
+    Ray's own `address="auto"` joins any cluster whose raylet it sees in the process list, another
+    user's included: our tasks, model credentials and code would then run as that user, and a
+    cluster someone else started could take them. Only raylets running as our uid count here."""
+    uid, found = os.getuid(), []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmdline = f.read()
+            if cmdline.split(b"\0", 1)[0].rsplit(b"/", 1)[-1] != b"raylet":
+                continue
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                started = int(f.read().rsplit(b")", 1)[1].split()[19])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if match := _GCS_FLAG.search(cmdline):
+            found.append((started, match.group(1).decode(errors="replace")))
+    return max(found)[1] if found else None

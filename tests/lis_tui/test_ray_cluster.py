@@ -286,7 +286,16 @@ def test_resume_after_the_driver_is_killed_runs_each_episode_once(env, tmp_path)
         proc.wait()
         first = keys(out)
         assert 2 <= len(first) < 10
-        wait_for(lambda: env.sandbox_processes() == [], 60, "the killed driver's sandboxes to go")
+        try:
+            # Ray ends a dead owner's actors (its workers), and their sandboxes die with them; how
+            # soon is Ray's: once, on a loaded CI machine, it took more than a minute.
+            wait_for(lambda: env.sandbox_processes() == [], 150, "the killed driver's sandboxes to go")
+        except AssertionError:
+            left = env.sandbox_processes()
+            tree = subprocess.run(["ps", "-o", "pid,ppid,stat,etimes,cmd", "-p", ",".join(left) or "1",
+                                   "--ppid", ",".join(left) or "1"], capture_output=True, text=True)
+            workers = subprocess.run(["pgrep", "-af", "ray::"], capture_output=True, text=True)
+            raise AssertionError(f"left: {tree.stdout}\nray workers: {workers.stdout}") from None
         resumed = bench_cli(env, tasks, server, out, "--resume")
         table, err = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, err

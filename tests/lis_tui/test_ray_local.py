@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -129,3 +131,52 @@ def test_a_private_folder_someone_else_could_open_is_refused(tmp_path, monkeypat
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     assert private_dir() == tmp_path / "tmp" / f"lis-ray-{os.getuid()}"
+
+
+def _raylet_lookalike(gcs: str, as_user: list[str]) -> subprocess.Popen:
+    """A process a process list shows as a raylet of the cluster at `gcs` (its argv[0], and the
+    flag Ray reads the address from), run by `as_user` (a setpriv prefix, or nobody else)."""
+    body = f"sleep 60; : --gcs-address={gcs}"  # bash forks sleep; its own cmdline keeps the flag
+    return subprocess.Popen([*as_user, "/bin/bash", "-c", f'exec -a /opt/ray/raylet/raylet /bin/bash -c "{body}"'],
+                            start_new_session=True)
+
+
+def _wait_seen(address: str) -> None:
+    from ray._private.services import find_gcs_addresses
+
+    for _ in range(100):
+        find_gcs_addresses.cache_clear()
+        if address in find_gcs_addresses():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"Ray's own finder never saw {address}")
+
+
+def test_auto_finds_a_cluster_of_ours_by_its_raylet(monkeypatch):
+    from lis_tui.ray.local import own_cluster
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    mine = _raylet_lookalike("127.0.0.1:9", [])
+    try:
+        _wait_seen("127.0.0.1:9")
+        assert own_cluster() == "127.0.0.1:9"
+    finally:
+        os.killpg(mine.pid, signal.SIGKILL)
+        mine.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs a process as another user: needs root")
+def test_auto_never_joins_another_users_cluster(monkeypatch):
+    from lis_tui.ray import ClusterError, connect
+    from lis_tui.ray.local import own_cluster
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    theirs = _raylet_lookalike("127.0.0.1:9", ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+    try:
+        _wait_seen("127.0.0.1:9")  # Ray's own "auto" would join it...
+        assert own_cluster() is None  # ...ours does not
+        with pytest.raises(ClusterError, match="no Ray cluster of yours on this machine or at RAY_ADDRESS"):
+            connect("auto", start_local=False)
+    finally:
+        os.killpg(theirs.pid, signal.SIGKILL)
+        theirs.wait()
