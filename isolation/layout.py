@@ -49,8 +49,9 @@ class RootPlan:
     """The `host` rootfs: user-site pip, npm under /root/.local, apt answered by a shim."""
     trust: bool = False
     """The sandbox CA's bundle is mounted at TRUST_BUNDLE (network credentials are configured)."""
-    tmpfs: list[tuple[str, int, int]] = field(default_factory=list)
-    """(mount point, bytes, inodes) of each writable tmpfs, for the first zygote to size."""
+    remounts: list[tuple[str, str]] = field(default_factory=list)
+    """(mount point, options) for the first zygote to remount with: each writable tmpfs with its
+    size and inode count, /dev/pts with its most ptys."""
 
     def environment(self, spec: SandboxSpec) -> dict[str, str]:
         env = {"PATH": PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",
@@ -91,7 +92,7 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | 
     # sandbox's own: a sysctl reads the namespaces of the process that opens it, not of the mount.
     # Every tmpfs is sized (tmpfs_sizes): /tmp, /run and /dev/shm (a tmpfs of its own, not a folder
     # in bwrap's /dev) as bwrap mounts them (--size came in 0.10); all of them again, with an inode
-    # count, by the first zygote (RootPlan.tmpfs), since bwrap cannot size its /dev or its root.
+    # count, by the first zygote (RootPlan.remounts), since bwrap cannot size its /dev or its root.
     sizes = tmpfs_sizes(spec.limits, host_root=root_dir is None)
     size = sizes.get if info.version >= (0, 10) else lambda _: None
     mounts += [Special("proc", "/proc"), Bind("/proc/sys", "/proc/sys"),
@@ -111,8 +112,10 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | 
     mounts += _testbed(spec, scratch, info)
     mounts += _masked_files(mounts, [f for c in spec.credentials or () for f in c.files])
     shell = "bash" if _has(check, "usr/bin/bash", "bin/bash") else "sh"
-    tmpfs = [(path, n, tmpfs_inodes(n)) for path, n in sizes.items() if n]
-    return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None, tmpfs=tmpfs)
+    remounts = [(path, f"size={n},nr_inodes={tmpfs_inodes(n)}") for path, n in sizes.items() if n]
+    if spec.limits.ptys:  # bwrap's devpts options, which a remount sets anew, and the cap
+        remounts.append(("/dev/pts", f"mode=620,ptmxmode=666,max={spec.limits.ptys}"))
+    return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None, remounts=remounts)
 
 
 ROOT_PROC = ("fs", "acpi", "scsi", "driver", "tty", "asound", "timer_list", "timer_stats", "sched_debug",

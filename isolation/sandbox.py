@@ -216,7 +216,7 @@ class Sandbox:
             rlimits = _rlimits(self.spec.limits)
             self._zygote = spawn.Zygote(None, None, rlimits, self.spec.nested_userns,
                                         self._cgroup.procs if self._cgroup else None, _sysctls(self.spec.limits),
-                                        self._root.tmpfs)
+                                        self._root.remounts)
             self.pid, self._pidfd = _early_child(info_r, self._proc.pid)
             if self._pidfd is not None:  # a checked pid only
                 self._admit_pid_1(rlimits)

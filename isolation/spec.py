@@ -74,6 +74,10 @@ class Limits:
     inotify_watches: int | None = 16384
     """inotify watches the sandbox may hold (its user namespace's max_inotify_watches), out of
     the user's fs.inotify.max_user_watches on the host."""
+    ptys: int | None = 64
+    """Pseudo-terminals the sandbox may hold at once (its /dev/pts's `max`). Every devpts but the
+    host's own shares kernel.pty.max less kernel.pty.reserve (4,096 - 1,024 by default): without
+    it, one sandbox could take them all from every other sandbox and container of the machine."""
 
     def export_bytes(self) -> int:
         """The export cap in force: `export_cap`, else `disk`, else EXPORT_CAP."""

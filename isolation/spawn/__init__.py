@@ -136,16 +136,17 @@ class Zygote:
 
     def __init__(self, ns_pidfd: int | None, open_root: Callable[[], int] | None, rlimits: list[tuple[int, int]] = (),
                  nested_userns: bool = False, cgroup: str | None = None, sysctl: list[tuple[str, int]] = (),
-                 tmpfs: list[tuple[str, int, int]] = ()) -> None:
+                 remounts: list[tuple[str, str]] = ()) -> None:
         """`ns_pidfd`: a pidfd of a process in the sandbox (its pid 1), the caller's, open for as
         long as this is used; `open_root`: returns a new descriptor of the sandbox's /, which each
         zygote's fork is handed and this closes (none is kept open between them). (None, None): a
         sandbox still starting, given later by set_root. `cgroup`: the sandbox's cgroup.procs, which each zygote
         enters before it joins (cgroup.py). Done once, by the first zygote that gets ready:
         `sysctl`, (name, value) of /proc/sys/user/ files to set in the sandbox's user namespace;
-        `tmpfs`, (mount point, bytes, inodes) of each tmpfs to size."""
+        `remounts`, (mount point, options) of each mount to remount with those options (tmpfs
+        sizes, the ptys' cap)."""
         self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns, "cgroup": cgroup,
-                      "sysctl": list(sysctl), "tmpfs": list(tmpfs)}
+                      "sysctl": list(sysctl), "remounts": list(remounts)}
         self._pidfd, self._open_root = ns_pidfd, open_root
         self._channel: socket.socket | None = None
         self._joining = False  # _channel's zygote was asked for by join_early; its answer is unread
@@ -168,7 +169,7 @@ class Zygote:
             try:
                 _, message, _ = _answer(self._channel)
                 self._pid = int(message.split()[1])
-                self._fork.update(sysctl=[], tmpfs=[])  # done for the sandbox: once is enough
+                self._fork.update(sysctl=[], remounts=[])  # done for the sandbox: once is enough
             except OSError:
                 self._channel.close()
                 self._channel = None
@@ -238,7 +239,7 @@ class Zygote:
                 finally:
                     os.close(root)
                 self._pid = int(message.split()[1])
-                self._fork.update(sysctl=[], tmpfs=[])
+                self._fork.update(sysctl=[], remounts=[])
             return self._channel
 
     def _call(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]]:

@@ -14,8 +14,8 @@ sandbox it forks a zygote, which:
    chroot, which still needs the capability it holds), then, chrooted, every capability it holds
    dropped.
 The sandbox's first zygote also, before any command ran, caps the sandbox's per-user counters
-(inotify) in its user namespace, joined alone first, and sizes every tmpfs, chrooted and still
-capable, loading the filter after that (see _bound_user_ns, _size_tmpfs).
+(inotify) in its user namespace, joined alone first, and sizes every tmpfs and caps the ptys,
+chrooted and still capable, loading the filter after that (see _bound_user_ns, _remount).
 Only then does it serve requests, starting each command with posix_spawn (vfork and exec: no
 Python runs in the child), and the command inherits all of the above. So nothing from the
 sandbox's filesystem is executed or loaded while a capability is held, and a command costs one
@@ -253,10 +253,10 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
     try:
         if request.get("cgroup"):  # first: once joined, the sandbox's cgroup namespace hides the way there
             _write_all(request["cgroup"], str(os.getpid()))
-        # the sandbox's first zygote only: sysctl (_bound_user_ns), tmpfs (_size_tmpfs)
-        sysctl, tmpfs = request.get("sysctl") or [], request.get("tmpfs") or []
+        # the sandbox's first zygote only: sysctl (_bound_user_ns), remounts (_remount)
+        sysctl, remounts = request.get("sysctl") or [], request.get("remounts") or []
         _join(fds[0], sysctl)
-        _confine_before_root(request, filtered=not tmpfs)
+        _confine_before_root(request, filtered=not remounts)
         loop = _serving(channel)  # now, not once the root came: the first command waits on what follows it
         if len(fds) == 1:  # joined while bwrap still builds the sandbox: its root comes once pid 1 runs
             payload, root = _recv(channel, 1)
@@ -267,8 +267,8 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
         os.chroot(".")
         for fd in fds:
             os.close(fd)
-        if tmpfs:
-            _size_tmpfs(tmpfs)
+        if remounts:
+            _remount(remounts)
             linux.install_seccomp(_FILTERS[request["nested_userns"]])
         _confine(request)
     except BaseException as exc:  # noqa: BLE001
@@ -329,15 +329,15 @@ def _bound_user_ns(sysctls: list) -> None:
 _KEPT_FLAGS = linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC  # statvfs's bits are these
 
 
-def _size_tmpfs(sizes: list) -> None:
-    """Remount each [path, bytes, inodes] tmpfs of the sandbox with that size and inode count:
-    bwrap cannot size its root or its /dev, nor give any tmpfs an inode count. Done once, by the
-    first zygote, chrooted, holding CAP_SYS_ADMIN in the sandbox's namespaces, before any command
-    ran (every path is a mount point bwrap made); a remount sets the mount's flags anew, so its
-    own are passed again."""
-    for path, size, inodes in sizes:
+def _remount(remounts: list) -> None:
+    """Remount each [path, options] of the sandbox with those options: each tmpfs with a size and
+    an inode count (bwrap cannot size its root or its /dev, nor give any tmpfs an inode count),
+    /dev/pts with its most ptys. Done once, by the first zygote, chrooted, holding CAP_SYS_ADMIN
+    in the sandbox's namespaces, before any command ran (every path is a mount point bwrap made);
+    a remount sets the mount's flags anew, so its own are passed again."""
+    for path, options in remounts:
         flags = os.statvfs(path).f_flag & _KEPT_FLAGS
-        linux.mount(None, path, linux.MS_REMOUNT | flags, f"size={size},nr_inodes={inodes}")
+        linux.mount(None, path, linux.MS_REMOUNT | flags, options)
 
 
 def _pid_of(pidfd: int) -> int:
@@ -369,7 +369,7 @@ def _confine_before_root(request: dict, filtered: bool = True) -> None:
         resource.setrlimit(resource_id, (value, value))
     linux.drop_bounding_set(_LAST_CAP)
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
-    if filtered:  # else after _size_tmpfs, whose mount calls a filter need not allow
+    if filtered:  # else after _remount, whose mount calls a filter need not allow
         linux.install_seccomp(_FILTERS[request["nested_userns"]])
 
 

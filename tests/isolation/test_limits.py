@@ -189,6 +189,37 @@ def test_one_sandbox_holding_every_per_user_counter_leaves_them_to_the_host_and_
     assert held["mqueue"][0] == 1 and held["mqueue"][1] in ("EMFILE", "ENOMEM"), held  # one queue of 80 KiB
 
 
+PTYS = """
+import errno, os, sys
+held = []
+try:
+    while len(held) < 500:
+        held.append(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY))
+    print(len(held), "none")
+except OSError as exc:
+    print(len(held), errno.errorcode[exc.errno])
+"""
+
+
+def test_one_sandbox_holding_every_pty_it_may_leaves_ptys_to_a_neighbour():
+    # Every devpts but the host's shares kernel.pty.max - kernel.pty.reserve (3,072): uncapped,
+    # one sandbox took them all, and no other sandbox or container could open a terminal.
+    with Sandbox() as hog, Sandbox() as neighbour:
+        holder = hog.popen(["python3", "-c", PTYS + "sys.stdout.flush(); sys.stdin.read()"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            held = holder.stdout.readline().decode().split()
+            beside = neighbour.exec(["python3", "-c", PTYS.replace("< 500", "< 1")])
+            shell_ok = Shell(neighbour, timeout=30)  # the shell tool's own pty, opened from the host side
+            with shell_ok as shell:
+                assert shell.run("echo ok").output.strip() == "ok"
+        finally:
+            holder.kill()
+            holder.wait()
+    assert held == [str(Limits().ptys), "ENOSPC"], held
+    assert beside.stdout.split() == ["1", "none"], beside
+
+
 def _python() -> str:
     """A python of the host's that can load librt (the test's own)."""
     import sys
