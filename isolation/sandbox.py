@@ -417,6 +417,12 @@ class Sandbox:
         """Why a limit stopped this sandbox whole (None while it was not): it runs nothing more."""
         return self._stopped
 
+    @property
+    def readable(self) -> bool:
+        """Its files can be read from here (read_file, export): it runs, or a limit stopped it and
+        it is not closed yet (then what it wrote under /testbed, see `_readable`)."""
+        return self.running or (bool(self._stopped) and not self._closing)
+
     def disk_note(self) -> str:
         """Once, after the disk limit (or a cgroup's memory limit) was reached: what happened and
         what to do (else "")."""
@@ -459,8 +465,8 @@ class Sandbox:
         resolve against the sandbox's root, never the host's (see inroot.py). Raises
         FileNotFoundError, IsADirectoryError, NotARegularFile (fifos, devices), PermissionError."""
         try:
-            with self._in_root() as root:
-                return read_in_root(root, path, limit)
+            with self._readable(path) as (root, inside):
+                return read_in_root(root, inside, limit)
         except InRootUnavailable:
             pass
         rc, out, err, _, _ = self._run([self.shell, "-c", SHELL_READ, "sh", path, str(limit)], 60, None, "/", None, limit)
@@ -472,8 +478,8 @@ class Sandbox:
         """A regular file's first `head` and last `tail` bytes and the count of those between,
         in bounded memory whatever its size (see `read_file` for how paths resolve)."""
         try:
-            with self._in_root() as root:
-                return read_ends_in_root(root, path, head, tail)
+            with self._readable(path) as (root, inside):
+                return read_ends_in_root(root, inside, head, tail)
         except InRootUnavailable:  # an old kernel: the head only, with the rest counted as cut
             data = self.read_file(path, head + tail + 1)
             return data[:head + tail], max(0, len(data) - head - tail), b""
@@ -512,9 +518,18 @@ class Sandbox:
         a scratch being removed, or through the descriptor's number once close freed it and a
         sibling sandbox's root or a host folder took it. A descriptor of its own, so even an
         operation that outlasts close's wait never uses a number that was reused."""
+        with self._file_op(self._open_running_root) as fd:
+            yield fd
+
+    def _open_running_root(self) -> int:
+        self._require_running()
+        return self._open_root()
+
+    @contextlib.contextmanager
+    def _file_op(self, opener) -> Iterator[int]:
+        """`opener()`'s descriptor, counted as a file operation under way until it is closed."""
         with self._file_ops:
-            self._require_running()
-            fd = self._open_root()
+            fd = opener()
             self._file_ops_running += 1
         try:
             yield fd
@@ -523,6 +538,31 @@ class Sandbox:
             with self._file_ops:
                 self._file_ops_running -= 1
                 self._file_ops.notify_all()
+
+    @contextlib.contextmanager
+    def _readable(self, path: str) -> Iterator[tuple[int, str]]:
+        """(root, path) for a host-side read of `path`: the sandbox's / while it runs. Once a limit
+        stopped it (every process killed, so its / is gone), what it wrote under /testbed stays
+        readable until close(): the answer and the output files a run, an episode or a review
+        copies out are not lost with it. That is the /testbed layer on the host (without a
+        workspace, /testbed itself; with one, what the sandbox wrote over it), read with `path`
+        resolved inside that folder alone, as inside the sandbox's root; any other path is refused."""
+        if not self._stopped:
+            with self._in_root() as root:
+                yield root, path
+            return
+        inside = os.path.normpath("/" + path.lstrip("/"))
+        if inside != "/testbed" and not inside.startswith("/testbed/"):
+            raise SandboxError(self._not_running())
+        with self._file_op(self._open_remains) as layer:
+            yield layer, inside[len("/testbed"):] or "/"
+
+    def _open_remains(self) -> int:
+        if self._closing or self._pidfd is None:
+            raise SandboxError(self._not_running())
+        from .layout import testbed_layers  # noqa: PLC0415
+
+        return os.open(testbed_layers(self.spec, self.layers)[1], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
     def spawn_pty(self, argv: list[str], cwd: str = "/testbed", env_extra: dict[str, str] | None = None,
                   dimensions: tuple[int, int] = (24, 200), echo: bool = False,
@@ -601,8 +641,8 @@ class Sandbox:
         from .hostwalk import RefusedPaths  # noqa: PLC0415
 
         dest = Path(host_dir)
-        with self._in_root() as root:
-            copied = copy_out(root, src, dest, force=force, links=links, allow_outside_links=allow_outside_links,
+        with self._readable(src) as (root, inside):
+            copied = copy_out(root, inside, dest, force=force, links=links, allow_outside_links=allow_outside_links,
                               limit=self.spec.limits.export_bytes() if limit is None else limit)
         if copied.refused:
             raise RefusedPaths(f"exported {len(copied.files)} file(s) from {src} to {dest}", copied.refused)

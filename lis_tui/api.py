@@ -150,7 +150,7 @@ def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: st
                 finished = _drive(make_agent(toolbox), task, sandbox)
             finally:
                 toolbox.close()
-            files = export_output(sandbox, out / "files") if sandbox.running else {}
+            files = export_output(sandbox, out / "files") if sandbox.readable else {}
             return finished, files
     except (SandboxError, ShellError) as exc:
         return f"the sandbox failed: {exc}", {}

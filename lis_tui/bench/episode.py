@@ -288,7 +288,7 @@ def _under_testbed(path: str) -> str:
 
 
 def _answer(sandbox: Sandbox, task: Task, finished: RunFinished) -> str:
-    if (task.answer_file == "answer.txt" and not task.layout) or not sandbox.running:
+    if (task.answer_file == "answer.txt" and not task.layout) or not sandbox.readable:
         return finished.answer
     path = task.layout.answer_path if task.layout else f"{OUTPUT_DIR}/{task.answer_file}"
     try:

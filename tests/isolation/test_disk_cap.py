@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from isolation import Limits, Sandbox, SandboxSpec, diskcap
+from isolation import Limits, Sandbox, SandboxError, SandboxSpec, diskcap
+from isolation.hostwalk import RefusedPaths
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(300)]
 MiB = 1 << 20
@@ -102,3 +103,35 @@ def test_the_inode_cap_stops_a_sandbox_that_has_no_disk_limit():
             time.sleep(0.05)
         assert holder.poll() is not None  # killed, with the whole sandbox
         assert "limit of 1,000 files and directories was reached" in told + (sb.stopped or "")
+
+
+@pytest.mark.parametrize("with_workspace", [False, True])
+def test_what_a_stopped_sandbox_wrote_under_testbed_stays_readable_until_close(tmp_path, with_workspace):
+    # The answer and the output files used to go with the sandbox: every read needed its / alive.
+    spec = SandboxSpec(limits=Limits(disk=20 * MiB), workspace=tmp_path / "ws" if with_workspace else None)
+    if with_workspace:
+        (tmp_path / "ws").mkdir()
+    sb = Sandbox(spec).start()
+    try:
+        sb.exec("mkdir -p /testbed/output/sub && echo 42 > /testbed/output/answer.txt && echo kept > "
+                "/testbed/output/sub/notes.md && ln -s /etc/hostname /testbed/output/link")
+        stopped(sb.exec(FILL.format(target="/testbed/f$i"), timeout=120), "20 MiB")
+        assert sb.stopped and sb.readable
+        assert sb.read_file("/testbed/output/answer.txt") == b"42\n"
+        assert sb.read_file_ends("/testbed/output/sub/notes.md", 10, 0)[0] == b"kept\n"
+        with pytest.raises(FileNotFoundError):  # a link resolves in what the sandbox wrote, never the host
+            sb.read_file("/testbed/output/link")
+        for outside in ("/etc/hostname", "/testbed/../etc/hostname", "/tmp/x"):
+            with pytest.raises(SandboxError, match="stopped"):
+                sb.read_file(outside)
+        with pytest.raises(SandboxError, match="stopped"):  # nothing is written or run any more
+            sb.write_file("/testbed/output/more.txt", b"x")
+        with pytest.raises(RefusedPaths, match="link"):  # the rest is copied
+            sb.export("/testbed/output", tmp_path / "out", links=False)
+        assert (tmp_path / "out" / "answer.txt").read_text() == "42\n"
+        assert (tmp_path / "out" / "sub" / "notes.md").read_text() == "kept\n"
+    finally:
+        sb.close()
+    assert not sb.readable
+    with pytest.raises(SandboxError):
+        sb.read_file("/testbed/output/answer.txt")

@@ -345,7 +345,8 @@ def test_import_lis_tui_stays_light():
 
 
 def test_a_sandbox_stopped_by_its_disk_cap_ends_the_run_and_says_how_to_raise_it(tmp_path):
-    fill = bash("for i in $(seq 400); do head -c 1M /dev/zero > /testbed/f$i; sleep 0.02; done; echo finished")
+    fill = bash("echo 42 > /testbed/output/answer.txt; echo kept > /testbed/output/notes.md; "
+                "for i in $(seq 400); do head -c 1M /dev/zero > /testbed/f$i; sleep 0.02; done; echo finished")
     with FakeOpenAI([reply(tool_calls=[fill, bash("echo next", id="next")])], default=submit()) as server:
         config = config_for(server)
         config.set("sandbox.disk", "20M", "the test")
@@ -358,6 +359,8 @@ def test_a_sandbox_stopped_by_its_disk_cap_ends_the_run_and_says_how_to_raise_it
     assert "disk limit of 20 MiB was reached" in told and "finished" not in told
     unrun = [m for m in trajectory["messages"] if m.get("tool_call_id") == "next"]
     assert unrun[0]["content"].startswith("Not run: the sandbox was stopped: its disk limit"), unrun
+    # what it wrote before the cap is kept: the answer, and the output files
+    assert result.answer == "42" and (result.output_dir / "files" / "notes.md").read_text() == "kept\n"
 
 
 def test_a_sparse_answer_file_is_read_a_megabyte_deep_and_kept_sparse_in_files(tmp_path):
