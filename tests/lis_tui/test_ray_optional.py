@@ -70,7 +70,7 @@ def test_doctor_over_a_cluster_that_is_not_there_says_how_to_start_one(tmp_path)
                           capture_output=True, timeout=120,
                           env={**env, "PYTHONPATH": str(ROOT), "RAY_TMPDIR": str(tmp_path)})
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "no Ray cluster on this machine or at RAY_ADDRESS" in done.stderr
+    assert "no Ray cluster of yours on this machine or at RAY_ADDRESS" in done.stderr
     assert "ray start --head" in done.stderr
 
 
