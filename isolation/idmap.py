@@ -22,7 +22,9 @@ import fcntl
 import functools
 import os
 import platform
+import signal
 import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -274,10 +276,22 @@ def _bind(src: str, target: str, userns: int) -> None:
         os.close(tree)
 
 
-@functools.lru_cache(maxsize=1)
+_userns_lock = threading.Lock()
+
+
 def _userns(ids: SubIds) -> int:
-    """A user namespace that maps 0 to the subordinate ids, for idmapped mounts: made once, by a
-    fork that only unshares and waits while we write its maps (root may write any map)."""
+    """A user namespace that maps 0 to the subordinate ids, for idmapped mounts, made once per
+    process. Under a lock: the two launching threads' first starts would each fork a maker, and
+    each maker would hold the other's pipes, so that neither ever saw its own close (a hang)."""
+    with _userns_lock:
+        return _made_userns(ids)
+
+
+@functools.lru_cache(maxsize=1)
+def _made_userns(ids: SubIds) -> int:
+    """A fork that only unshares and waits while we write its maps (root may write any map), then
+    is killed: its end never waits on a pipe's close, which any process forked meanwhile could
+    delay. It waits on `done` only to die with us, should we die first."""
     ready_r, ready_w = os.pipe()
     done_r, done_w = os.pipe()
     pid = os.fork()
@@ -300,6 +314,7 @@ def _userns(ids: SubIds) -> int:
                 f.write(f"0 {first} 1\n")
         return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
+        os.kill(pid, signal.SIGKILL)  # ours until reaped: the pid is not reused before waitpid
         os.close(ready_r)
         os.close(done_w)
         os.waitpid(pid, 0)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
+import sys
 import threading
 import uuid
 
@@ -186,3 +188,52 @@ def test_bwrap_is_started_as_the_subordinate_ids_and_the_thread_gets_roots_back(
     thread.join()
     assert got["child"] == [str(ids.uid), str(ids.gid), str(ids.gid)]  # no group of root's
     assert got["after"] == got["before"] and got["after"][0] == (0, 0, 0)
+
+
+CONCURRENT_FIRST_STARTS = """
+import os, threading
+from isolation import Sandbox
+real_fork, before, after = os.fork, threading.Barrier(2), threading.Barrier(2)
+def meet(barrier):
+    try:
+        barrier.wait(timeout=1)
+    except threading.BrokenBarrierError:  # no second maker came: one at a time, as it should be
+        pass
+def unlucky_fork():  # the schedule CI once met: both launching threads make their pipes, then fork
+    meet(before)
+    pid = real_fork()
+    if pid:
+        meet(after)
+    return pid
+os.fork = unlucky_fork  # only idmap's namespace maker forks without exec in this process
+out, errors, go = [], [], threading.Barrier(8)
+def start(i):
+    try:
+        go.wait()
+        with Sandbox() as sb:
+            out.append(sb.exec(f"echo {i}; id -u").stdout.split())
+    except Exception as exc:
+        errors.append(repr(exc))
+threads = [threading.Thread(target=start, args=(i,)) for i in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sorted(out), errors)
+"""
+
+
+@in_sandbox
+@as_root
+def test_eight_first_starts_at_once_as_root_all_run():
+    """A fresh process's first starts, all at once: both launching threads make the idmap's user
+    namespace (CI once hung a bench run there: each maker held the other's pipe open)."""
+    proc = subprocess.Popen([sys.executable, "-c", CONCURRENT_FIRST_STARTS], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the namespace makers it forked too
+        out, _ = proc.communicate()
+        pytest.fail(f"8 concurrent first starts as root hung for 60 s: {out}")
+    assert proc.returncode == 0, out
+    assert out.strip() == str(sorted([str(i), "0"] for i in range(8))) + " []", out
