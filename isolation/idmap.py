@@ -22,6 +22,7 @@ import fcntl
 import functools
 import os
 import platform
+import select
 import signal
 import stat
 import threading
@@ -307,8 +308,10 @@ def _made_userns(ids: SubIds) -> int:
     os.close(ready_w)
     os.close(done_r)
     try:
-        if os.read(ready_r, 1) != b"x":
-            raise SandboxError("could not make a user namespace for root's subordinate ids")
+        # bounded: a fork of a threaded process could block on a lock some other thread held
+        if not select.select([ready_r], [], [], 30)[0] or os.read(ready_r, 1) != b"x":
+            raise SandboxError("could not make a user namespace for root's subordinate ids (its maker died "
+                               f"or did not answer in 30 s). Fix: run lis-tui as an ordinary user, or set {SWITCH}=0.")
         for name, first in (("uid_map", ids.uid), ("gid_map", ids.gid)):
             with open(f"/proc/{pid}/{name}", "w") as f:
                 f.write(f"0 {first} 1\n")
