@@ -63,7 +63,9 @@ def check_userns(bwrap_path: str | None) -> list[Check]:
                             "sudo sysctl -w user.max_user_namespaces=15000 && echo user.max_user_namespaces=15000 "
                             "| sudo tee /etc/sysctl.d/60-lis-tui.conf"))
     if _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
-        checks.append(Check("apparmor", "fail" if os.geteuid() else "warn",
+        # root's sandboxes run as its subordinate id (idmap.py), as unprivileged as anyone's
+        unprivileged = os.geteuid() != 0 or os.environ.get("LIS_ROOT_IDMAP", "1") != "0"
+        checks.append(Check("apparmor", "fail" if unprivileged else "warn",
                             "AppArmor restricts unprivileged user namespaces (Ubuntu 23.10+)", _apparmor_fix(bwrap_path)))
     if not checks:
         checks.append(Check("user namespaces", "ok", "unprivileged user namespaces are allowed"))
@@ -248,9 +250,19 @@ def check_rootfs() -> Check:
 def check_user() -> list[Check]:
     if os.geteuid() != 0:
         return []
-    return [Check("user", "warn", "running as root: uid 0 in a sandbox is the host's root, and the kernel "
-                  "does not apply process-count limits to root",
-                  "run lis-tui as an ordinary user; it needs no privileges")]
+    from .idmap import SUBUID, SWITCH, mapped  # noqa: PLC0415
+
+    try:
+        ids = mapped()
+    except SandboxError as exc:
+        return [Check("user", "fail", str(exc))]
+    if ids is None:
+        return [Check("user", "warn", f"running as root with {SWITCH}=0: uid 0 in a sandbox is the host's root, "
+                      "and the kernel does not apply process-count limits to root",
+                      f"unset {SWITCH}, or run lis-tui as an ordinary user; it needs no privileges")]
+    return [Check("user", "warn", f"running as root: sandboxes run as root's subordinate uid {ids.uid} and gid "
+                  f"{ids.gid} ({SUBUID}), not as the host's root; root's own folders reach them through "
+                  "idmapped mounts", "run lis-tui as an ordinary user; it needs no privileges")]
 
 
 def run_checks() -> list[Check]:

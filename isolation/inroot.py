@@ -20,6 +20,8 @@ import posixpath
 import stat
 import struct
 
+from .idmap import as_sandbox_root, sandbox_owner
+
 _SYS_OPENAT2 = 437  # the same number on every architecture (it is in the shared syscall table)
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_IN_ROOT = 0x10
@@ -72,6 +74,11 @@ def write_in_root(root_fd: int, path: str, data: bytes, mode: int, exclusive: bo
     """Write `data` to `path` under `root_fd`, creating missing parent directories. An existing
     regular file is rewritten in place (its mode, owner and hard links stay); a new one gets `mode`;
     `exclusive` refuses any existing path (FileExistsError), a symlink too."""
+    with as_sandbox_root():
+        _write_in_root(root_fd, path, data, mode, exclusive)
+
+
+def _write_in_root(root_fd: int, path: str, data: bytes, mode: int, exclusive: bool) -> None:
     fd = None if exclusive else _open_existing(root_fd, path)
     created = fd is None
     if created:
@@ -104,7 +111,8 @@ def open_pty_in_root(root_fd: int) -> tuple[int, int]:
     """(master, slave) of a new pty from the sandbox's own devpts, so that the sandbox finds its
     terminal under /dev/pts (ttyname works). The sandbox cannot make device nodes, so a /dev/ptmx
     it replaced is a link or a plain file, refused by the device check."""
-    master = _open(root_fd, "/dev/ptmx", os.O_RDWR)
+    with as_sandbox_root():  # the pty is the sandbox root's, as if it had opened it
+        master = _open(root_fd, "/dev/ptmx", os.O_RDWR)
     try:
         st = os.fstat(master)
         if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != PTMX:
@@ -194,10 +202,12 @@ def _unsupported(root_fd: int) -> bool:
 
 def _sandbox_may(st: os.stat_result, user_bit: int) -> bool:
     """Whether the mode bits grant the sandbox's root `user_bit` (S_IRUSR, S_IWUSR or S_IXUSR, or
-    the group or other bit of the same kind); its uid and gid 0 are our euid and egid."""
-    if st.st_uid == os.geteuid():
+    the group or other bit of the same kind); its uid and gid 0 are our euid and egid (a root
+    caller's subordinate ids: idmap.py)."""
+    uid, gid = sandbox_owner()
+    if st.st_uid == uid:
         return bool(st.st_mode & user_bit)
-    if st.st_gid == os.getegid():
+    if st.st_gid == gid:
         return bool(st.st_mode & (user_bit >> 3))
     return bool(st.st_mode & (user_bit >> 6))
 

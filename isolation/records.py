@@ -31,6 +31,7 @@ import threading
 import time
 from pathlib import Path
 
+from .idmap import sandbox_owner
 from .rootfs.safe import remove_tree
 from .spec import SandboxError
 
@@ -328,13 +329,14 @@ def _sweep_record(root: Path, path: Path, pgid: str) -> bool:
 
 
 def _kill_marked(marker: bytes) -> None:
-    """SIGKILL every process of ours with `marker` as a whole word of its argv."""
-    uid = os.getuid()
+    """SIGKILL every process of ours with `marker` as a whole word of its argv (a root caller's
+    sandboxes run as its subordinate id: idmap.py)."""
+    uids = {os.getuid(), sandbox_owner()[0]}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
-            if entry.stat().st_uid != uid:
+            if entry.stat().st_uid not in uids:
                 continue
             with open(f"/proc/{entry.name}/cmdline", "rb") as f:
                 if marker in f.read().split(b"\0"):

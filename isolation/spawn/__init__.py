@@ -136,7 +136,7 @@ class Zygote:
 
     def __init__(self, ns_pidfd: int | None, open_root: Callable[[], int] | None, rlimits: list[tuple[int, int]] = (),
                  nested_userns: bool = False, cgroup: str | None = None, sysctl: list[tuple[str, int]] = (),
-                 remounts: list[tuple[str, str]] = ()) -> None:
+                 remounts: list[tuple[str, str]] = (), take_uid_0: bool = False) -> None:
         """`ns_pidfd`: a pidfd of a process in the sandbox (its pid 1), the caller's, open for as
         long as this is used; `open_root`: returns a new descriptor of the sandbox's /, which each
         zygote's fork is handed and this closes (none is kept open between them). (None, None): a
@@ -144,9 +144,11 @@ class Zygote:
         enters before it joins (cgroup.py). Done once, by the first zygote that gets ready:
         `sysctl`, (name, value) of /proc/sys/user/ files to set in the sandbox's user namespace;
         `remounts`, (mount point, options) of each mount to remount with those options (tmpfs
-        sizes, the ptys' cap)."""
+        sizes, the ptys' cap). `take_uid_0`: we are root and the sandbox's uid 0 is another id
+        (idmap.py): the zygote drops root's groups and takes the sandbox's uid and gid 0."""
         self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns, "cgroup": cgroup,
-                      "sysctl": list(sysctl), "remounts": list(remounts)}
+                      "sysctl": list(sysctl), "remounts": list(remounts),
+                      "take_uid_0": take_uid_0}
         self._pidfd, self._open_root = ns_pidfd, open_root
         self._channel: socket.socket | None = None
         self._joining = False  # _channel's zygote was asked for by join_early; its answer is unread

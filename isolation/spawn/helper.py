@@ -253,6 +253,8 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
     try:
         if request.get("cgroup"):  # first: once joined, the sandbox's cgroup namespace hides the way there
             _write_all(request["cgroup"], str(os.getpid()))
+        if request["take_uid_0"]:
+            os.setgroups([])  # root's groups, here where we may still drop them (the sandbox denies setgroups)
         # the sandbox's first zygote only: sysctl (_bound_user_ns), remounts (_remount)
         sysctl, remounts = request.get("sysctl") or [], request.get("remounts") or []
         _join(fds[0], sysctl)
@@ -263,6 +265,12 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
             if not payload or not root:  # the start failed, or our owner is gone
                 os._exit(0)
             fds.append(root[0])
+        if request["take_uid_0"]:
+            # Joining kept the host's root, which the sandbox does not map: its commands would run
+            # as that. Its uid 0 is root's subordinate id (idmap.py), mapped once pid 1 runs (an
+            # early zygote joins before bwrap writes the map); the capabilities stay.
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
         os.fchdir(fds[1])
         os.chroot(".")
         for fd in fds:
