@@ -115,8 +115,6 @@ class Sandbox:
 
     @property
     def running(self) -> bool:
-        if self._pidfd is not None and self._err_fd is None:  # started: pid 1's life is the sandbox's
-            return not ready([self._pidfd], 0)
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> Sandbox:
@@ -198,8 +196,13 @@ class Sandbox:
         filter_fd = os.memfd_create("lis-seccomp", os.MFD_CLOEXEC)
         os.write(filter_fd, _filter_program(self.spec.nested_userns))
         os.lseek(filter_fd, 0, os.SEEK_SET)
+        argv = bwrap.sandbox_argv(info.path, self._root.mounts, hostname=self.spec.hostname,
+                                  info_fd=info_w, block_fd=block_r, seccomp_fd=filter_fd,
+                                  command=[*KEEPER[self._root.shell], self._record.marker])
         try:
-            self._proc = self._start_bwrap(info, hold_r, ready_w, info_w, filter_fd, block_r)
+            # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
+            self._proc = _popen_from_lasting_thread(argv, stdin=hold_r, stdout=ready_w, stderr=self._err_fd, env={},
+                                                    pass_fds=(info_w, filter_fd, block_r), start_new_session=True)
         except BaseException:
             os.close(block_w)
             raise
@@ -215,9 +218,6 @@ class Sandbox:
                                         self._cgroup.procs if self._cgroup else None, _sysctls(self.spec.limits),
                                         self._root.tmpfs)
             self.pid, self._pidfd = _early_child(info_r, self._proc.pid)
-            if self._pidfd is not None and self._proc.poll() is not None:  # bwrap's pid was its own only while it lived
-                os.close(self._pidfd)  # (the helper reaps it: a later process may have its number)
-                self._pidfd = None
             if self._pidfd is not None:  # a checked pid only
                 self._admit_pid_1(rlimits)
                 os.write(block_w, b"x")
@@ -232,30 +232,9 @@ class Sandbox:
             self._zygote.set_root(self._pidfd, self._open_root)
             os.close(self._err_fd)
             self._err_fd = None
-            if isinstance(self._proc, spawn.Launched):  # from here on pid 1's pidfd answers for the sandbox
-                self._proc.release()
         finally:
             for fd in (ready_r, info_r, block_w):  # block_w: bwrap goes on (or fails) without pid 1's limits
                 os.close(fd)
-
-    def _start_bwrap(self, info: bwrap.BwrapInfo, hold_r: int, ready_w: int, info_w: int, filter_fd: int,
-                     block_r: int) -> subprocess.Popen | spawn.Launched:
-        """bwrap, with an empty environment (its own /proc/PID/environ must hold nothing of ours),
-        in a session of its own: started by the spawn helper, whose fork copies a few descriptors
-        where ours copies three per live sandbox; by us for a caller that owns the host's device
-        nodes (root), whose launching thread protects them (see _popen_from_lasting_thread)."""
-        command = [*KEEPER[self._root.shell], self._record.marker]
-        if _host_nodes_exposed():
-            argv = bwrap.sandbox_argv(info.path, self._root.mounts, hostname=self.spec.hostname, info_fd=info_w,
-                                      block_fd=block_r, seccomp_fd=filter_fd, command=command)
-            return _popen_from_lasting_thread(argv, stdin=hold_r, stdout=ready_w, stderr=self._err_fd, env={},
-                                              pass_fds=(info_w, filter_fd, block_r), start_new_session=True)
-        argv = bwrap.sandbox_argv(info.path, self._root.mounts, hostname=self.spec.hostname, info_fd=3,
-                                  block_fd=5, seccomp_fd=4, command=command)
-        try:
-            return spawn.launch(argv, [hold_r, ready_w, self._err_fd, info_w, filter_fd, block_r])
-        except spawn.SpawnError as exc:
-            raise SandboxError(f"could not start bwrap ({info.path}): {exc.strerror}") from None
 
     def _admit_pid_1(self, rlimits: list[tuple[int, int]]) -> None:
         """Before bwrap's child executes anything (it waits on --block-fd): every command's limits,
@@ -347,16 +326,11 @@ class Sandbox:
                     signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            if isinstance(self._proc, subprocess.Popen):
-                try:
-                    os.killpg(self._proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            else:  # through its pidfd while we hold it (the helper reaps it: its pid may be reused); released,
-                self._proc.kill()  # it ends once its pid 1 has, as bwrap does
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             self._proc.wait()
-            if isinstance(self._proc, spawn.Launched):
-                self._proc.release()
             if self._pidfd is not None:
                 ready([self._pidfd], 10)  # init exits only after every process in it is gone
                 os.close(self._pidfd)
@@ -717,8 +691,7 @@ def _early_child(info_r: int, bwrap_pid: int) -> tuple[int | None, int | None]:
 
     A pidfd names this process and no later one that reuses its pid, and tells when it is gone.
     Opened before pid 1 runs, it is checked to name bwrap's child: that child could have died
-    and its pid been reused in between, and bwrap forks no other (the caller checks that bwrap
-    still lived after this, so that its pid named it)."""
+    and its pid been reused in between, and bwrap (our child, not reaped) forks no other."""
     data = b""
     while ready([info_r], START_TIMEOUT) and (chunk := os.read(info_r, 4096)):
         data += chunk

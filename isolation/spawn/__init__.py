@@ -45,8 +45,8 @@ class _Helper:
         # Its own session, so a Ctrl-C meant for lis-tui's foreground job does not kill it; an
         # empty environment and no terminal, so nothing of ours (an API key, the user's tty) is
         # in any process it forks.
-        # Its socket as its stdin, a low number whatever ours is (it moves it, and a fork there copies a short table).
-        self.proc = subprocess.Popen([sys.executable, "-I", "-S", script, "0"], stdin=theirs,
+        self.proc = subprocess.Popen([sys.executable, "-I", "-S", script, str(theirs.fileno())],
+                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={},
                                      start_new_session=True)
         theirs.close()
@@ -127,45 +127,6 @@ def _answer(ours: socket.socket) -> tuple[socket.socket, bytes, list[int]]:
             raise _Gone(0, "the sandbox's spawner is gone")
         raise SpawnError(0, message[2:].decode(errors="replace"))
     return ours, message, got
-
-
-def launch(argv: list[str], fds: list[int]) -> Launched:
-    """Start `argv` (a sandbox's bwrap) from the helper, with `fds` as its descriptors 0, 1, 2,
-    3, ..., an empty environment and a session of its own (helper.py `_launch` says why there).
-    Its parent-death signal follows the helper, which ends when we do."""
-    reply, message, got = _ask(_helper_send, {"op": "launch", "argv": list(argv)}, fds)
-    reply.close()
-    return Launched(int(message.split()[1]), got[0])
-
-
-class Launched:
-    """A process the helper started for us and reaps: signalled and waited for through its pidfd
-    (its pid may be reused once it is reaped), its status unknown. `release()` closes the pidfd
-    (one descriptor less per live sandbox); kill and wait then do nothing."""
-
-    def __init__(self, pid: int, pidfd: int) -> None:
-        self.pid, self.pidfd = pid, pidfd
-
-    def poll(self) -> int | None:
-        """None while it runs, else -1 (its status goes to the helper)."""
-        return None if self.pidfd >= 0 and not ready([self.pidfd], 0) else -1
-
-    def kill(self) -> None:
-        if self.pidfd >= 0:
-            try:
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self.pidfd >= 0 and not ready([self.pidfd], timeout):
-            raise subprocess.TimeoutExpired(str(self.pid), timeout)
-        return -1
-
-    def release(self) -> None:
-        if self.pidfd >= 0:
-            os.close(self.pidfd)
-            self.pidfd = -1
 
 
 class Zygote:

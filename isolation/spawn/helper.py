@@ -64,7 +64,6 @@ class _State:
         self.zygotes: set[int] = set()
         self.handoffs: dict[int, socket.socket] = {}  # fd -> a zygote's handoff socket
         self.spare: tuple[int, socket.socket, socket.socket] | None = None  # pid, control, handoff
-        self.launched: set[int] = set()  # bwraps started for our owner: reaped here, reported to nobody
 
 
 _keyring_error: OSError | None = None  # why the helper has no keyring of its own: each zygote says so
@@ -86,15 +85,9 @@ def main(channel_fd: int) -> None:
     # and every page that touches is copied, per sandbox. Everything is imported by now.
     _seal_imports()
     gc.freeze()  # what the collector would touch stays shared with the forks
-    # Passed to us as stdin: moved to a close-on-exec descriptor, so that no process we start
-    # holds it (a zygote keeps 0, 1 and 2), and stdin becomes /dev/null again.
-    channel = socket.socket(fileno=os.dup(channel_fd))
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, channel_fd)
-    os.close(null)
     state = _State()
     _fork_spare(state)
-    _serve(channel, _helper_request, state, idle=None)
+    _serve(socket.socket(fileno=channel_fd), _fork_zygote, state, idle=None)
 
 
 def _serving(channel: socket.socket) -> tuple[select.poll, int]:
@@ -164,8 +157,6 @@ def _reap(state: _State) -> None:
             reply.close()
         elif pid in state.zygotes:
             state.zygotes.discard(pid)
-        elif pid in state.launched:
-            state.launched.discard(pid)
         else:
             state.unclaimed[pid] = status  # handed off, its handoff not read yet
 
@@ -187,39 +178,7 @@ def _send(reply: socket.socket, message: bytes, fds: list[int] = ()) -> None:
         pass
 
 
-# ---- the helper: a zygote per sandbox, and its bwrap ------------------------------------------
-
-def _helper_request(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
-    if request["op"] == "launch":
-        return _launch(request, fds, reply, state)
-    return _fork_zygote(request, fds, reply, state, poller)
-
-
-def _launch(request: dict, fds: list[int], reply: socket.socket, state: _State) -> bool:
-    """Start a sandbox's bwrap with `fds` as its descriptors 0, 1, 2, 3, ..., an empty
-    environment and a session of its own; answer "P pid" with a pidfd. From here, not from our
-    owner: a fork copies the forking process's descriptor table and the child closes it all, which
-    costs milliseconds in an owner that holds thousands (three per live sandbox); this process
-    holds a few. bwrap's --die-with-parent then follows this process, which ends when our owner
-    does (its end of our channel closes). We reap it; its status goes to nobody (the owner waits
-    on its pidfd, and on its pid 1)."""
-    # Copies above every target first, so that no dup2 below overwrites a descriptor still to be placed.
-    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, len(fds)) for fd in fds]
-    try:
-        pid = os.posix_spawn(request["argv"][0], request["argv"], {},
-                             file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(moved)],
-                             setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD))
-    finally:
-        for fd in moved:
-            os.close(fd)
-    state.launched.add(pid)
-    pidfd = os.pidfd_open(pid)  # our child, not reaped yet: it is this process
-    try:
-        _send(reply, f"P {pid}".encode(), [pidfd])
-    finally:
-        os.close(pidfd)
-    return False
-
+# ---- the helper: a zygote per sandbox -----------------------------------------------------------
 
 def _fork_zygote(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
     """fds: the pidfd of the sandbox's pid 1 and its root directory; `reply` becomes the channel.

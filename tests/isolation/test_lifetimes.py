@@ -131,8 +131,7 @@ OWNER = textwrap.dedent("""
 
 def test_a_sandbox_dies_with_its_owner_at_once_without_a_sweep():
     # bwrap's parent-death signal is the only tie that a sandbox cannot cut: its owner's SIGKILL
-    # must take bwrap and pid 1 down by itself, whoever forked bwrap (the spawn helper, which
-    # ends when its owner does, or the owner), before any later start sweeps.
+    # must take bwrap and pid 1 down by itself, before any later start sweeps.
     owner = subprocess.Popen([sys.executable, "-c", OWNER], env={**os.environ, "PYTHONPATH": ROOT},
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

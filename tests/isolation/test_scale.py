@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from isolation import Sandbox, records, spawn
+from isolation import Sandbox, records
 from isolation.spawn.helper import IDLE
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -49,31 +49,6 @@ def test_an_idle_sandbox_holds_at_most_3_descriptors_in_this_process():
     records.wait_released()
     after = _open_fds()
     assert set(after.items()) <= set(before.items()), (before, after)  # closed: nothing of theirs stays open
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root's bwrap is forked by lis-tui's own launcher thread (hostnodes.py)")
-def test_bwrap_is_forked_by_a_process_that_holds_few_descriptors():
-    # A fork copies the forking process's descriptor table and the child closes it all: forked
-    # from a process holding 3 per live sandbox, each start cost milliseconds more at thousands live.
-    ours = [os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC) for _ in range(500)]  # as ~170 live sandboxes hold
-    try:
-        with Sandbox() as sb:
-            # FDSize: the slots of a table; a fork sizes the copy by the forking process's open
-            # descriptors, and neither closing them nor exec shrinks it.
-            tables = _fd_table_size(sb._proc.pid), _fd_table_size(os.getpid())
-            with open(f"/proc/{sb._proc.pid}/stat", "rb") as f:
-                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
-            assert sb.exec("echo ok").stdout == "ok\n"
-    finally:
-        for fd in ours:
-            os.close(fd)
-    assert parent == spawn._helper.proc.pid and tables[1] >= 512
-    assert tables[0] <= 64, f"bwrap's descriptor table has {tables[0]} slots: its fork copied a big one"
-
-
-def _fd_table_size(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("FDSize:"))
 
 
 # Starts sandboxes at a lowered descriptor limit until one is refused, then counts what is left of

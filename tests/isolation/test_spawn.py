@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from isolation import Sandbox, SandboxError, spawn
+from isolation import Sandbox, spawn
 from isolation.spawn.helper import IDLE
 
 pytestmark = pytest.mark.sandbox
@@ -39,22 +39,11 @@ def test_a_killed_helper_is_replaced():
     with Sandbox() as sb:
         assert sb.exec("true").exit_code == 0
         helper = spawn._helper.proc
-        launched = isinstance(sb._proc, spawn.Launched)  # bwrap is the helper's child (not for root)
         os.kill(helper.pid, signal.SIGKILL)
         helper.wait()
-        if launched:  # bwrap's parent-death signal follows the helper: the sandbox ends with it
-            deadline = time.monotonic() + 10
-            while sb.running and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not sb.running
-            with pytest.raises(SandboxError, match="not running"):
-                sb.exec("true")
-        else:
-            sb._zygote.close()  # its zygote went with its helper's socket
-            assert sb.exec("echo back").stdout == "back\n"
-    with Sandbox() as sb:
+        sb._zygote.close()  # its zygote went with its helper's socket
         assert sb.exec("echo back").stdout == "back\n"
-    assert spawn._helper.proc.pid != helper.pid
+        assert spawn._helper.proc.pid != helper.pid
 
 
 def _state(pid: int) -> str:
