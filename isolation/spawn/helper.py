@@ -312,32 +312,18 @@ def _bound_user_ns(sysctls: list) -> None:
     """Set the sandbox's per-user counters (/proc/sys/user/max_inotify_*, ...): the kernel counts
     them per user namespace, and a new one starts unlimited, so the sandbox could otherwise take
     all of the user's on the host. The file shows the namespace of the process that opens it, and
-    writing it takes CAP_SYS_RESOURCE there, which we hold just after joining.
-
-    `user` is looked up once: each user namespace that looks it up in our /proc leaves a dentry
-    of its own there, and the kernel compares a new lookup with every one of them (three times,
-    under a global lock: about 12 ms a start at 4,300 live sandboxes, for two lookups). The files in
-    it are this namespace's own, and cheap to find."""
-    if not sysctls:
-        return
-    try:
-        user = os.open("/proc/sys/user", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:  # a kernel before 4.9: doctor says so
-        return
-    try:
-        for name, value in sysctls:
-            try:
-                fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC, dir_fd=user)
-            except OSError as exc:  # a container's read-only /proc/sys: doctor says so
-                if exc.errno in (errno.EROFS, errno.ENOENT):
-                    return
-                raise
-            try:
-                os.write(fd, str(value).encode())
-            finally:
-                os.close(fd)
-    finally:
-        os.close(user)
+    writing it takes CAP_SYS_RESOURCE there, which we hold just after joining."""
+    for name, value in sysctls:
+        try:
+            fd = os.open(f"/proc/sys/user/{name}", os.O_WRONLY | os.O_CLOEXEC)
+        except OSError as exc:  # a container's read-only /proc/sys, a kernel before 4.9: doctor says so
+            if exc.errno in (errno.EROFS, errno.ENOENT):
+                return
+            raise
+        try:
+            os.write(fd, str(value).encode())
+        finally:
+            os.close(fd)
 
 
 _KEPT_FLAGS = linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC  # statvfs's bits are these
