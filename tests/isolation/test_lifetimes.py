@@ -121,6 +121,34 @@ def test_kill_9_during_start_leaves_nothing_after_the_next_start(tmp_path, monke
     assert not [p.name for p in scratch.iterdir() if p.name != "empty" and p != ours], list(scratch.iterdir())
 
 
+OWNER = textwrap.dedent("""
+    import os, sys
+    from isolation import Sandbox
+    sb = Sandbox().start()
+    assert sb.exec("true").exit_code == 0
+    print(sb._record.marker, sb._proc.pid, sb.pid, flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_a_sandbox_dies_with_its_owner_at_once_without_a_sweep():
+    # bwrap's parent-death signal is the only tie that a sandbox cannot cut: its owner's SIGKILL
+    # must take bwrap and pid 1 down by itself, before any later start sweeps.
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], env={**os.environ, "PYTHONPATH": ROOT},
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        marker, bwrap_pid, pid_1 = owner.stdout.readline().split()
+        assert _cmdline(int(bwrap_pid)) and _cmdline(int(pid_1)), "the sandbox runs"
+        assert len(_ours_marked(marker)) >= 2  # bwrap and pid 1
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 10
+    while _ours_marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _ours_marked(marker), [_cmdline(p) for p in _ours_marked(marker)]
+
+
 def _cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
