@@ -30,6 +30,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 from .idmap import sandbox_owner
 from .rootfs.safe import remove_tree
@@ -331,7 +332,17 @@ def _sweep_record(root: Path, path: Path, pgid: str) -> bool:
 def _kill_marked(marker: bytes) -> None:
     """SIGKILL every process of ours with `marker` as a whole word of its argv (a root caller's
     sandboxes run as its subordinate id: idmap.py)."""
-    uids = {os.getuid(), sandbox_owner()[0]}
+    for pid, cmdline in processes_of({os.getuid(), sandbox_owner()[0]}):
+        if marker in cmdline.split(b"\0"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # gone meanwhile
+
+
+def processes_of(uids: set[int]) -> Iterator[tuple[int, bytes]]:
+    """(pid, raw /proc/PID/cmdline) of every process whose uid is in `uids`; those gone meanwhile
+    are left out."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -339,10 +350,10 @@ def _kill_marked(marker: bytes) -> None:
             if entry.stat().st_uid not in uids:
                 continue
             with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            pass  # gone meanwhile
+                cmdline = f.read()
+        except OSError:
+            continue
+        yield int(entry.name), cmdline
 
 
 def _kill_group(pgid: int) -> None:

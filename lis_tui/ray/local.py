@@ -105,21 +105,16 @@ def own_cluster() -> str | None:
     Ray's own `address="auto"` joins any cluster whose raylet it sees in the process list, another
     user's included: our tasks, model credentials and code would then run as that user, and a
     cluster someone else started could take them. Only raylets running as our uid count here."""
-    uid, found = os.getuid(), []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
+    from isolation.records import processes_of  # noqa: PLC0415
+
+    found = []
+    for pid, cmdline in processes_of({os.getuid()}):
+        if cmdline.split(b"\0", 1)[0].rsplit(b"/", 1)[-1] != b"raylet" or not (match := _GCS_FLAG.search(cmdline)):
             continue
         try:
-            if entry.stat().st_uid != uid:
-                continue
-            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                cmdline = f.read()
-            if cmdline.split(b"\0", 1)[0].rsplit(b"/", 1)[-1] != b"raylet":
-                continue
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
+            with open(f"/proc/{pid}/stat", "rb") as f:
                 started = int(f.read().rsplit(b")", 1)[1].split()[19])
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
-        if match := _GCS_FLAG.search(cmdline):
-            found.append((started, match.group(1).decode(errors="replace")))
+        found.append((started, match.group(1).decode(errors="replace")))
     return max(found)[1] if found else None
