@@ -43,6 +43,18 @@ def math_rows(tmp_path):
     return data
 
 
+def run_math(tmp_path, model):
+    """`bench paper:math` of one row through the CLI against `model`, which must succeed: its
+    output folder and the requests the server got."""
+    out = tmp_path / "out"
+    with FakeOpenAI(default=model) as server:
+        proc = bench_cli("paper:math", server, out, str(math_rows(tmp_path)))
+        _, err = proc.communicate(timeout=120)
+        requests = server.chat_requests
+    assert proc.returncode == 0, err
+    return out, requests
+
+
 def results(out):
     return {r["mode"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
 
@@ -113,12 +125,7 @@ def test_replies_without_a_tool_call_get_the_packages_message_and_never_stop_the
             return reply("Let me think about it.")
         return two_calls(request)
 
-    out = tmp_path / "out"
-    with FakeOpenAI(default=talker) as server:
-        proc = bench_cli("paper:math", server, out, str(math_rows(tmp_path)))
-        _, err = proc.communicate(timeout=120)
-        requests = server.chat_requests
-    assert proc.returncode == 0, err
+    out, requests = run_math(tmp_path, talker)
     assert results(out)["sandbox"]["reward"] == 1.0 and len(requests) == 6
     nudge = ("\nYou forgot to use a function call in your response. \nYOU MUST USE A FUNCTION "
              "CALL IN EACH RESPONSE.\n\nIMPORTANT: YOU SHOULD NEVER ASK FOR HUMAN HELP.\n")
@@ -229,12 +236,7 @@ def test_a_tool_call_whose_arguments_are_not_json_is_taken_as_no_call(tmp_path):
                 "command": "create", "path": "/testbed/answer.txt", "file_text": "\\boxed{4}"})])
         return submit()
 
-    out = tmp_path / "out"
-    with FakeOpenAI(default=model) as server:
-        proc = bench_cli("paper:math", server, out, str(math_rows(tmp_path)))
-        _, err = proc.communicate(timeout=120)
-        requests = server.chat_requests
-    assert proc.returncode == 0, err
+    out, requests = run_math(tmp_path, model)
     second = requests[1].messages
     assert second[-2]["role"] == "assistant" and second[-2]["tool_calls"][0]["id"] == "bad"
     assert second[-1] == {"role": "user", "content": NUDGE + "\nSteps Remaining: 99"}
@@ -262,12 +264,7 @@ def test_a_prompt_too_long_is_asked_again_with_fewer_max_tokens_as_the_package_d
                 "command": "create", "path": "/testbed/answer.txt", "file_text": "\\boxed{4}"})])
         return error(400, vllm) if request.body["max_tokens"] > 16384 else submit()
 
-    out = tmp_path / "out"
-    with FakeOpenAI(default=model) as server:
-        proc = bench_cli("paper:math", server, out, str(math_rows(tmp_path)))
-        _, err = proc.communicate(timeout=120)
-        requests = server.chat_requests
-    assert proc.returncode == 0, err
+    out, requests = run_math(tmp_path, model)
     assert [r.body["max_tokens"] for r in requests] == [65536, 9900, 65536, 32768, 16384]
     assert results(out)["sandbox"]["reward"] == 1.0
 
