@@ -67,7 +67,7 @@ def main() -> None:
         host += start_exec_close(SandboxSpec(), 1)
         ours += start_exec_close(spec, 1)
     with Sandbox(spec) as sb:
-        fresh_upper = tree_size(sb.layers / "upper")
+        fresh_upper = tree_size(sb.writable / "upper")
     isolated, left, took = many_writing(spec, args.many)
     ratio = p50(ours) / p50(host)
     print(f"\nrootfs {root} ({tree_size(root.parent) / 1e6:.0f} MB in the store), {args.runs} runs\n")

@@ -209,16 +209,21 @@ def _lstat_mode(path: str) -> int | None:
 
 
 def sandbox_argv(bwrap: str, mounts: list[Mount], *, hostname: str, info_fd: int, block_fd: int,
-                 seccomp_fd: int, command: list[str]) -> list[str]:
+                 seccomp_fd: int, command: list[str], userns_block_fd: int | None = None) -> list[str]:
     """The full bwrap command line for a sandbox whose first process, pid 1, is `command`.
 
     `--as-pid-1`: no bwrap process of ours stays inside (it would be a host binary, holding our
     environment, that the sandbox could reach through /proc/1). `--cap-drop ALL`: bwrap run by
     root keeps every capability for the command otherwise; `--cap-add KEEPER_CAP`: see there.
-    `block_fd`: pid 1 is exec'd only once a byte can be read there (its limits are set by then)."""
+    `block_fd`: pid 1 is exec'd only once a byte can be read there (its limits are set by then).
+    `userns_block_fd`: bwrap's child builds nothing until a byte can be read there, and the
+    caller writes its uid and gid maps (Sandbox._map_ids), so that the writable layers' tmpfs can
+    be mounted in its mount namespace first."""
     argv = [bwrap, "--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session", "--clearenv",
             "--cap-drop", "ALL", "--cap-add", KEEPER_CAP, "--hostname", hostname, "--uid", "0", "--gid", "0",
             "--info-fd", str(info_fd), "--block-fd", str(block_fd), "--seccomp", str(seccomp_fd)]
+    if userns_block_fd is not None:
+        argv += ["--unshare-user", "--userns-block-fd", str(userns_block_fd)]
     for mount in mounts:
         argv += mount.to_args()
     return argv + ["--", *command]

@@ -1,22 +1,32 @@
-"""The disk cap: what a sandbox's writable layers hold, measured while it runs.
+"""The disk cap: a tmpfs of the limit's size under the writable layers, or a walk of them.
 
-Rootless, there is no quota to set on a directory, so one thread per process walks the writable
-layers of every sandbox that has a disk or inode limit, round-robin, and spends at most a tenth of
-a core doing it: a pass that took t seconds is followed by a pause of max(1 s, 9 t). A sandbox
-found over its limit is stopped whole, pid 1 included (`Sandbox._stop`): `Sandbox.disk_note()` says
-so to whoever ran the command under way (the shell tool tells the model), and every later command
-fails with the same reason, naming the limit and how to raise it. Between two passes a fast writer
-can overshoot by what it writes in a few seconds; the cap bounds a runaway, it is not a quota (and
-not the kernel's wall: an early warning).
+Where it can (`on_tmpfs`), the sandbox's writable layers (the overlay's upper, /testbed, /root)
+are folders of a tmpfs of its own, sized to the disk limit with the inode limit as its inode
+count, mounted in its mount namespace before bwrap builds it (Sandbox._mount_layers). That is
+the kernel's bound: a write past it fails with ENOSPC inside, whatever the path, the directory's
+mode, a deleted file held open or a sparse file's holes (blocks held are counted). The sandbox
+runs on: after each command, while the tmpfs is full, `Sandbox.disk_note()` says so, naming the
+limit and how to raise it, and the model can make room. The tmpfs is memory (and swap), as much as
+the sandbox writes; it goes when the sandbox closes. No walk runs for such a sandbox.
 
-What is counted: allocated blocks (a sparse file costs what it holds, not its length) and inodes
-(every name, directories too, hard links once) under the writable layers, directories the sandbox
-shut with their mode included (hostwalk._Usage opens them for the read); and the deleted files
-its processes still hold open on those layers (their /proc/PID/fd, found by pid namespace with
-one look at /proc per pass for every sandbox).
+Elsewhere (a kept session, whose layers stay on disk for its next run; a kernel before 6.6;
+LIS_DISK_TMPFS=0) one thread per process walks the writable layers of every sandbox that has a
+disk or inode limit, round-robin, and spends at most a tenth of a core doing it: a pass that took
+t seconds is followed by a pause of max(1 s, 9 t). A sandbox found over its limit is stopped
+whole, pid 1 included (`Sandbox._stop`): `Sandbox.disk_note()` says so to whoever ran the command
+under way (the shell tool tells the model), and every later command fails with the same reason,
+naming the limit and how to raise it. Between two passes a fast writer can overshoot by what it
+writes in a few seconds: an early warning, not the kernel's wall.
+
+What the walk counts: allocated blocks (a sparse file costs what it holds, not its length) and
+inodes (every name, directories too, hard links once) under the writable layers, directories the
+sandbox shut with their mode included (hostwalk._Usage opens them for the read); and the deleted
+files its processes still hold open on those layers (their /proc/PID/fd, found by pid namespace
+with one look at /proc per pass for every sandbox).
 """
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import threading
@@ -30,6 +40,24 @@ DUTY = 0.1
 _watched: weakref.WeakSet = weakref.WeakSet()
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
+
+
+def on_tmpfs(spec) -> bool:
+    """Whether the sandbox's writable layers live in a tmpfs of their own, the size of its disk
+    limit and with its inode count (see above): whenever there is a disk limit, but for a kept
+    session (its layers stay on disk for its next run), on a kernel whose tmpfs keeps the user
+    xattrs an overlay's upper needs (6.6), and unless LIS_DISK_TMPFS=0."""
+    return bool(spec.limits.disk) and not spec.session and os.environ.get("LIS_DISK_TMPFS", "1") != "0" \
+        and _kernel() >= (6, 6)
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel() -> tuple[int, int]:
+    try:
+        major, minor = os.uname().release.split(".")[:2]
+        return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+    except ValueError:
+        return (0, 0)
 
 
 def watch(sandbox) -> None:
@@ -66,7 +94,7 @@ def usage(sandbox, by_ns: dict[str, list[int]] | None = None) -> tuple[int, int]
     files its processes keep open on them; None when that cannot be measured just now."""
     found = sandbox.writable_usage()
     pid = sandbox.pid
-    if found is None or pid is None:
+    if found is None or pid is None or sandbox._on_tmpfs:  # a tmpfs's count has them already
         return found
     try:
         ns, dev = os.readlink(f"/proc/{pid}/ns/pid"), os.stat(sandbox.layers).st_dev

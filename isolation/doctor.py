@@ -162,13 +162,19 @@ def check_limits() -> Check:
     """What each sandbox may use unless [sandbox] in the config or flags say otherwise."""
     from .spec import Limits, tmpfs_sizes  # noqa: PLC0415
 
+    from .diskcap import on_tmpfs  # noqa: PLC0415
+    from .spec import SandboxSpec  # noqa: PLC0415
+
     limits = Limits()
     tmpfs = ", ".join(f"{path} {_size(n)}" for path, n in tmpfs_sizes(limits, host_root=True).items())
+    disk = ("a tmpfs of that size holds the writable layers, the kernel's bound: writes past it fail, and it is "
+            "memory" if on_tmpfs(SandboxSpec(limits=limits)) else
+            "measured by a walk, which stops the sandbox past either: LIS_DISK_TMPFS=0, or a kernel before 6.6")
     return Check("limits", "ok", f"on every process, pid 1 included: memory {_size(limits.memory)} per process, "
                  f"files up to {_size(limits.file_size)}, {limits.processes} processes, {limits.open_files} open "
                  f"files, {limits.pending_signals} queued signals, {_size(limits.message_queues)} of message "
-                 f"queues; disk {_size(limits.disk)} and {limits.inodes or 0:,} files (the sandbox is stopped "
-                 f"past either); in memory {tmpfs} "
+                 f"queues; disk {_size(limits.disk)} and {limits.inodes or 0:,} files ({disk}; a kept session's "
+                 f"are on disk, under the walk); in memory {tmpfs} "
                  "(/ under the host rootfs; the masks over host secrets read-only)",
                  "change them in [sandbox] of the config (memory, disk, inodes, tmp_size) or with --memory, --disk")
 

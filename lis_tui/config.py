@@ -84,8 +84,8 @@ class SandboxConfig:
     """Memory one process may use: "4G", "512M", "none"; "auto" is 4 GiB or half the RAM."""
     tmp_size: str = "1G"
     """What /tmp may hold (it lives in memory): "1G", "256M", "none" (the kernel's default)."""
-    disk: str = "10G"
-    """What the sandbox's files may take on disk, checked while it runs: "10G", "none"."""
+    disk: str = "auto"
+    """What the sandbox's files may hold, in a tmpfs (memory): "10G", "none"; "auto": 10G or half the RAM."""
     inodes: int = 1_000_000
     """Files and directories the sandbox may make, checked with `disk`; 0: no cap."""
     export_cap: str = "auto"
@@ -454,13 +454,14 @@ def parse_size(text: str, what: str) -> int | None:
 
 def sandbox_limits(config: Config):
     """The Limits that [sandbox] asks for."""
-    from isolation.spec import Limits, default_memory  # noqa: PLC0415
+    from isolation.spec import Limits, default_disk, default_memory  # noqa: PLC0415
 
-    memory = config.sandbox.memory
+    memory, disk = config.sandbox.memory, config.sandbox.disk
     return Limits(memory=default_memory() if str(memory).strip().lower() == "auto"
                   else parse_size(memory, "sandbox.memory"),
                   tmp_size=parse_size(config.sandbox.tmp_size, "sandbox.tmp_size"),
-                  disk=parse_size(config.sandbox.disk, "sandbox.disk"), inodes=config.sandbox.inodes or None,
+                  disk=default_disk() if str(disk).strip().lower() == "auto" else parse_size(disk, "sandbox.disk"),
+                  inodes=config.sandbox.inodes or None,
                   export_cap=None if str(config.sandbox.export_cap).strip().lower() == "auto"
                   else parse_size(config.sandbox.export_cap, "sandbox.export_cap"))
 

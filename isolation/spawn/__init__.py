@@ -176,20 +176,33 @@ class Zygote:
                 self._channel.close()
                 self._channel = None
 
-    def join_early(self, ns_pidfd: int) -> None:
+    def join_early(self, ns_pidfd: int, layers: tuple[str, str] | None = None) -> int | None:
         """Have a zygote join the namespaces of `ns_pidfd` now, while bwrap still builds the
         sandbox (it then waits, capable but running only our code, for set_root), so that the
-        helper's and the zygote's work overlaps bwrap's instead of following it."""
+        helper's and the zygote's work overlaps bwrap's instead of following it.
+
+        `layers`: (mount point, options) of a tmpfs the zygote mounts first, in the sandbox's
+        mount namespace, for its writable layers; then this waits for it and returns a descriptor
+        of its root (the caller's), and any failure raises SpawnError, naming it. Without
+        `layers`, a failure is left for the first command to meet and tell."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        request = {**self._fork, "layers": list(layers)} if layers else self._fork
         try:
-            _helper_send(self._fork, [theirs.fileno(), ns_pidfd])  # no root: it waits for set_root
+            _helper_send(request, [theirs.fileno(), ns_pidfd])  # no root: it waits for set_root
         except OSError:
             ours.close()
-            return  # the first command asks again, the usual way, and says what is wrong
+            if layers:
+                raise
+            return None  # the first command asks again, the usual way, and says what is wrong
         finally:
             theirs.close()
+        root = None
+        if layers:
+            ours, _, got = _answer(ours)  # "L" and the tmpfs's root, or an error (raised, channel closed)
+            root = got[0]
         with self._lock:
             self._channel, self._joining = ours, True
+        return root
 
     def set_root(self, ns_pidfd: int, open_root: Callable[[], int]) -> None:
         """The sandbox's pid 1 (now running) and how to open its /, for every zygote from now on;

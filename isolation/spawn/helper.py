@@ -258,6 +258,8 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
         # the sandbox's first zygote only: sysctl (_bound_user_ns), remounts (_remount)
         sysctl, remounts = request.get("sysctl") or [], request.get("remounts") or []
         _join(fds[0], sysctl)
+        if request.get("layers"):  # the sandbox's writable layers' own tmpfs, before bwrap mounts them
+            _send(channel, b"L", [_mount_layers(*request["layers"])])
         _confine_before_root(request, filtered=not remounts)
         loop = _serving(channel)  # now, not once the root came: the first command waits on what follows it
         if len(fds) == 1:  # joined while bwrap still builds the sandbox: its root comes once pid 1 runs
@@ -346,6 +348,15 @@ def _remount(remounts: list) -> None:
     for path, options in remounts:
         flags = os.statvfs(path).f_flag & _KEPT_FLAGS
         linux.mount(None, path, linux.MS_REMOUNT | flags, options)
+
+
+def _mount_layers(target: str, options: str) -> int:
+    """Mount a tmpfs with `options` (its size and inode count) on `target` in the sandbox's mount
+    namespace, joined while bwrap waits to build it, and return a descriptor of its root. The
+    writable layers bwrap then mounts (the overlay's upper, /testbed, /root) are folders in it, so
+    the kernel holds them to its size: a walk of them is only the early warning."""
+    linux.mount("tmpfs", target, linux.MS_NOSUID | linux.MS_NODEV, options, fstype="tmpfs")
+    return os.open(target, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
 def _pid_of(pidfd: int) -> int:

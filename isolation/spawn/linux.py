@@ -76,11 +76,12 @@ def unshare(flags: int) -> None:
     _check(_unshare(flags), "unshare")
 
 
-def mount(source: str | None, target: str, flags: int, data: str | None = None) -> None:
-    """mount(2) with no file system type: binds, remounts (`data`: the file system's options),
-    propagation changes."""
+def mount(source: str | None, target: str, flags: int, data: str | None = None, fstype: str | None = None) -> None:
+    """mount(2): binds, remounts (`data`: the file system's options), propagation changes, or a
+    new file system of `fstype`."""
     options = ctypes.c_char_p(data.encode()) if data is not None else None
-    _check(_mount(source and source.encode(), target.encode(), None, flags, options), f"mount {target}")
+    _check(_mount(source and source.encode(), target.encode(), fstype and fstype.encode(), flags, options),
+           f"mount {target}")
 
 
 def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:

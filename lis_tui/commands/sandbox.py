@@ -33,8 +33,8 @@ def add_sandbox_flags(parser: argparse.ArgumentParser) -> None:
                        help="memory one process inside may use, e.g. 2G or none (default: [sandbox] memory, "
                             "else 4 GiB or half the RAM)")
     group.add_argument("--disk", metavar="SIZE",
-                       help="what the sandbox's files may take on disk, e.g. 2G or none (default: [sandbox] "
-                            "disk, else 10G)")
+                       help="what the sandbox's files may hold, e.g. 2G or none: a tmpfs of that size, so "
+                            "memory (default: [sandbox] disk, else 10G or half the RAM)")
     group.add_argument("--export-cap", metavar="SIZE",
                        help="data one export copies out of /testbed/output (files/, review, MCP), holes not "
                             "counted, e.g. 20G (default: [sandbox] export_cap, else the disk limit)")

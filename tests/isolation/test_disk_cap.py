@@ -1,8 +1,11 @@
-"""What the disk cap's walk used to miss (issue 24, part 3's early warning), with real sandboxes.
+"""The disk cap, with real sandboxes (issue 24, part 3).
 
-Each writer below runs for real and is stopped at the cap (the note reaches the command, the rest
-of its loop never runs); on the code before, each wrote its 300 MB (or 200,000 files) and finished.
-The measure tests show the walk's numbers without a watcher in the way (no disk limit: `usage`)."""
+With a disk limit the writable layers live in a tmpfs of that size and inode count: each writer
+below runs for real into the kernel's wall ("No space left on device"), the note reaches the
+command, and the sandbox runs on (room made, writes work again). On the code before, the walk
+missed each of them: they wrote their 300 MB (or 200,000 files) and finished. The walk stays for
+a kept session's layers, on disk (LIS_DISK_TMPFS=0 here), stopping the sandbox past its limit; the
+measure tests show its numbers without a watcher in the way (no disk limit: `usage`)."""
 from __future__ import annotations
 
 import os
@@ -26,12 +29,25 @@ def stopped(result, limit: str) -> None:
     assert f"limit of {limit}" in result.stderr and "start it with a larger limit" in result.stderr
 
 
+def walled(sb, result, limit: str, room: str) -> None:
+    """The writer met the kernel's wall, was told why, and the sandbox runs on: once `room` is
+    made, the note is gone and writes work again."""
+    assert "No space left on device" in result.stderr, result.stderr[-2000:]
+    assert f"disk is full: its limit of {limit} is reached" in result.stderr and "--disk SIZE" in result.stderr \
+        or f"disk is full: its limit of {limit} is reached" in result.stderr and "inodes in [sandbox]" in result.stderr
+    assert not sb.stopped and sb.running
+    used, inodes = sb.writable_usage()
+    assert used <= sb.spec.limits.disk and inodes <= (sb.spec.limits.inodes or inodes)
+    again = sb.exec(f"{room} && echo more > /testbed/after && cat /testbed/after")
+    assert (again.exit_code, again.stdout, again.stderr) == (0, "more\n", "")
+
+
 def test_a_directory_the_sandbox_shut_with_its_mode_is_measured_and_keeps_its_mode():
     with Sandbox(UNWATCHED) as sb:
         r = sb.exec("mkdir -p /testbed/a/b && head -c 30M /dev/zero > /testbed/a/b/f && head -c 30M /dev/zero "
                     "> /testbed/a/g && chmod 0000 /testbed/a/b && chmod 0300 /testbed/a")
         assert r.exit_code == 0, r.stderr
-        shut = sb.layers / "testbed" / "a"
+        shut = sb.writable / "testbed" / "a"
         if os.geteuid() != 0:  # root reads it anyway (CAP_DAC_READ_SEARCH); we cannot, by path
             with pytest.raises(PermissionError):
                 os.listdir(shut)
@@ -41,11 +57,12 @@ def test_a_directory_the_sandbox_shut_with_its_mode_is_measured_and_keeps_its_mo
         assert sb.exec("stat -c %a /testbed/a /testbed/a/b").stdout.split() == ["300", "0"]
 
 
-def test_a_writer_in_a_shut_directory_is_stopped_at_the_cap():
+def test_a_writer_in_a_shut_directory_meets_the_kernels_wall():
     with Sandbox(SandboxSpec(limits=Limits(disk=40 * MiB))) as sb:
         r = sb.exec("mkdir /testbed/shut && chmod 0300 /testbed/shut && "
-                    + FILL.format(target="/testbed/shut/f$i"), timeout=120)
-        stopped(r, "40 MiB")
+                    "for i in $(seq 300); do head -c 1M /dev/zero >/testbed/shut/f$i || exit 1; done; echo finished",
+                    timeout=120)
+        walled(sb, r, "40 MiB", "chmod 0700 /testbed/shut && rm -rf /testbed/shut")
 
 
 def test_deleted_files_held_open_count_on_the_layers_and_not_on_tmpfs():
@@ -54,7 +71,7 @@ def test_deleted_files_held_open_count_on_the_layers_and_not_on_tmpfs():
                            "head -c 20M /dev/zero >&4; head -c 40M /dev/zero >&5; rm /testbed/held /root/held "
                            "/tmp/held; echo ready; exec sleep 60"], stdout=-1)
         assert holder.stdout.readline() == b"ready\n"
-        assert not (sb.layers / "testbed" / "held").exists()  # gone from the tree the walk reads
+        assert not (sb.writable / "testbed" / "held").exists()  # gone from the tree the walk reads
         used, inodes = diskcap.usage(sb)
         assert 50 * MiB <= used < 60 * MiB  # 30 + 20 MiB held on the layers; /tmp's 40 MiB is memory
         holder.kill()
@@ -62,35 +79,44 @@ def test_deleted_files_held_open_count_on_the_layers_and_not_on_tmpfs():
         assert diskcap.usage(sb)[0] < MiB
 
 
-def test_a_writer_to_a_deleted_file_is_stopped_at_the_cap():
+def test_a_writer_to_a_deleted_file_meets_the_kernels_wall():
     with Sandbox(SandboxSpec(limits=Limits(disk=40 * MiB))) as sb:
-        r = sb.exec("exec 3>/testbed/held && rm /testbed/held && " + FILL.format(target="&3"), timeout=120)
-        stopped(r, "40 MiB")
+        holder = sb.popen(["sh", "-c", "exec 3>/testbed/held && rm /testbed/held && head -c 300M /dev/zero >&3; "
+                           "echo written; exec sleep 60"], stdout=-1, stderr=-1)
+        assert holder.stdout.readline() == b"written\n"
+        r = sb.exec("echo x > /testbed/x")  # the deleted file, still held, fills the disk
+        assert r.exit_code != 0 and "disk is full: its limit of 40 MiB is reached" in r.stderr
+        holder.kill()
+        holder.wait()
+        assert b"No space left on device" in holder.stderr.read()
+        walled(sb, r, "40 MiB", "true")  # the file went with the process that held it
 
 
-def test_200000_empty_files_are_stopped_at_the_inode_cap():
+def test_200000_empty_files_meet_the_inode_cap():
     with Sandbox(SandboxSpec(limits=Limits(disk=1 << 30, inodes=50_000))) as sb:
-        r = sb.exec("mkdir /testbed/many && cd /testbed/many && python3 -c 'import time\n"
-                    "for n in range(200):\n    [open(f\"{n}-{i}\", \"w\").close() for i in range(1000)]\n"
-                    "    time.sleep(0.05)' && echo finished", timeout=180)
-        stopped(r, "50,000 files and directories")
-        assert len(os.listdir(sb.layers / "testbed" / "many")) < 200_000  # the sandbox is stopped: look from here
+        r = sb.exec("mkdir /testbed/many && cd /testbed/many && python3 -c '\n"
+                    "for n in range(200):\n    [open(f\"{n}-{i}\", \"w\").close() for i in range(1000)]' "
+                    "&& echo finished", timeout=180)
+        assert len(os.listdir(sb.writable / "testbed" / "many")) < 50_000
+        walled(sb, r, "50,000 files and directories", "rm -rf /testbed/many")
 
 
 def test_sparse_files_count_their_blocks_not_their_length():
     with Sandbox(SandboxSpec(limits=Limits(disk=40 * MiB))) as sb:
         assert sb.exec("truncate -s 1G /testbed/s1 /testbed/s2 /testbed/s3").exit_code == 0
-        holder = sb.popen(["sleep", "60"])
-        diskcap.check(sb)  # 3 GiB long, 0 bytes held: under the cap
-        assert holder.poll() is None and "limit" not in sb.exec("true").stderr
-        # now 60 MiB of it is data (the watcher may stop dd itself; dd's stderr then has the note)
-        told = sb.exec("dd if=/dev/zero of=/testbed/s2 bs=1M count=60 conv=notrunc status=none").stderr
-        diskcap.check(sb)
-        deadline = time.monotonic() + 10
-        while holder.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert holder.poll() is not None  # killed, with the whole sandbox
-        assert "disk limit of 40 MiB was reached" in told + (sb.stopped or "")
+        assert sb.writable_usage()[0] < MiB and "limit" not in sb.exec("true").stderr  # 3 GiB long, nothing held
+        r = sb.exec("dd if=/dev/zero of=/testbed/s2 bs=1M count=60 conv=notrunc status=none")  # now 60 MiB of data
+        walled(sb, r, "40 MiB", "rm /testbed/s2")
+
+
+def test_the_walk_stops_a_sandbox_whose_layers_stay_on_disk(monkeypatch):
+    monkeypatch.setenv("LIS_DISK_TMPFS", "0")  # as a kept session's are
+    with Sandbox(SandboxSpec(limits=Limits(disk=40 * MiB))) as sb:
+        assert sb.writable == sb.layers
+        r = sb.exec("mkdir /testbed/shut && chmod 0300 /testbed/shut && "
+                    + FILL.format(target="/testbed/shut/f$i"), timeout=120)
+        stopped(r, "40 MiB")
+        assert sb.stopped
 
 
 def test_the_inode_cap_stops_a_sandbox_that_has_no_disk_limit():
@@ -106,8 +132,10 @@ def test_the_inode_cap_stops_a_sandbox_that_has_no_disk_limit():
 
 
 @pytest.mark.parametrize("with_workspace", [False, True])
-def test_what_a_stopped_sandbox_wrote_under_testbed_stays_readable_until_close(tmp_path, with_workspace):
+def test_what_a_stopped_sandbox_wrote_under_testbed_stays_readable_until_close(tmp_path, with_workspace,
+                                                                               monkeypatch):
     # The answer and the output files used to go with the sandbox: every read needed its / alive.
+    monkeypatch.setenv("LIS_DISK_TMPFS", "0")  # the walk stops it (a tmpfs's wall leaves it running)
     spec = SandboxSpec(limits=Limits(disk=20 * MiB), workspace=tmp_path / "ws" if with_workspace else None)
     if with_workspace:
         (tmp_path / "ws").mkdir()

@@ -40,7 +40,7 @@ def make_sparse(sb: Sandbox) -> str:
     """The three 1 GiB files and `mixed`, shown sparse in the sandbox's layer; mixed's sha256."""
     r = sb.exec(SPARSE, timeout=60)
     assert r.exit_code == 0, r.stderr
-    layer = sb.layers / "testbed" / "output"
+    layer = sb.writable / "testbed" / "output"
     for name in ("s1", "s2", "s3"):
         assert os.stat(layer / name).st_size == GiB and on_disk(layer / name) < MiB
     assert on_disk(layer / "mixed") < MiB
@@ -69,7 +69,7 @@ def test_a_dense_file_over_the_export_cap_is_refused_by_name_and_the_rest_is_cop
     with Sandbox(SandboxSpec(limits=Limits(export_cap=20 * MiB))) as sb:
         mixed = make_sparse(sb)
         assert sb.exec("head -c 30M /dev/zero > /testbed/output/dense").exit_code == 0
-        assert on_disk(sb.layers / "testbed" / "output" / "dense") >= 30 * MiB
+        assert on_disk(sb.writable / "testbed" / "output" / "dense") >= 30 * MiB
         with pytest.raises(RefusedPaths) as refused:
             sb.export("/testbed/output", tmp_path / "exported")
         (line,) = refused.value.refused

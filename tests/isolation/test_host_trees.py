@@ -108,7 +108,7 @@ def test_a_host_symlink_in_the_workspace_is_never_walked_through(tmp_path, canar
         r = sb.exec("rm data && mkdir data && rm -rf o && mkdir o && echo mine > o/m.txt && mv o data/sub && "
                     "echo x > data/dir2")
         assert r.exit_code == 0, r.stderr
-        upper = sb.layers / "ws-upper"
+        upper = sb.writable / "ws-upper"
         assert (upper / "data").is_dir() and not (upper / "data").is_symlink()
         assert opaque(upper / "data" / "sub") and (upper / "data" / "dir2").is_file()
         found = kinds(bounded(sb.changes))
@@ -136,7 +136,7 @@ def test_sandbox_made_links_go_only_by_name_and_out_only_when_allowed(tmp_path, 
         r = sb.exec(f"ln -s {canary}/secret.txt sshkey && ln -s a.txt inside && ln -s ../../etc up && "
                     "echo n > new.txt")
         assert r.exit_code == 0, r.stderr
-        assert os.readlink(sb.layers / "ws-upper" / "sshkey") == f"{canary}/secret.txt"
+        assert os.readlink(sb.writable / "ws-upper" / "sshkey") == f"{canary}/secret.txt"
         found = kinds(bounded(sb.changes))
         assert found["sshkey"] == ("added", f"symlink -> {canary}/secret.txt")
         assert found["inside"] == ("added", "symlink -> a.txt")
@@ -162,7 +162,7 @@ def test_a_directory_the_host_cannot_read_is_named_and_the_rest_goes_on(tmp_path
     ws.mkdir()
     with Sandbox(SandboxSpec(workspace=ws)) as sb:
         r = sb.exec("mkdir secret && echo x > secret/f && chmod 000 secret && echo n > n.txt")
-        assert r.exit_code == 0 and stat.S_IMODE(os.lstat(sb.layers / "ws-upper" / "secret").st_mode) == 0
+        assert r.exit_code == 0 and stat.S_IMODE(os.lstat(sb.writable / "ws-upper" / "secret").st_mode) == 0
         found = [(c.path, c.kind, c.detail) for c in bounded(sb.changes)]
         if os.geteuid() == 0:  # root reads it anyway
             assert ("secret/f", "added", "") in found
@@ -209,7 +209,7 @@ def test_a_2500_level_tree_is_reviewed_applied_exported_and_removed(tmp_path, ca
 
 def test_a_crashed_owners_deep_scratch_is_swept_by_the_next_start(tmp_path):
     env = {**os.environ, "LIS_SCRATCH": str(tmp_path / "scratch"), "XDG_STATE_HOME": str(tmp_path / "state"),
-           "XDG_CONFIG_HOME": str(tmp_path / "config")}
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "LIS_DISK_TMPFS": "0"}  # layers on disk, as a session's
     script = ("import sys; from isolation import Sandbox; sb = Sandbox().start(); "
               f"r = sb.exec({DEEP!r}, timeout=300); print(r.exit_code, r.stdout.strip(), flush=True); "
               "sys.stdin.read()")
@@ -241,7 +241,7 @@ def test_fifos_never_block_review_apply_export_or_close(tmp_path, canary):
         r = sb.exec("mkfifo pipe && mkdir output && mkfifo output/pipe && echo o > output/o.txt && "
                     "rm keep.txt && mkfifo keep.txt && chmod 600 hostpipe && test -p pipe && test -p keep.txt")
         assert r.exit_code == 0, r.stderr
-        assert stat.S_ISFIFO(os.lstat(sb.layers / "ws-upper" / "output" / "pipe").st_mode)
+        assert stat.S_ISFIFO(os.lstat(sb.writable / "ws-upper" / "output" / "pipe").st_mode)
         found = kinds(bounded(sb.changes))
         assert found["pipe"] == ("added", "fifo (special files are never applied)")
         assert found["keep.txt"] == ("type", "file -> fifo (special files are never applied)")
@@ -270,7 +270,7 @@ def test_close_removes_a_fifo_and_a_deep_tree_without_a_workspace(tmp_path):
     with Sandbox() as sb:
         r = sb.exec(f"mkfifo /testbed/pipe && cd /testbed && {DEEP}", timeout=300)
         assert (r.exit_code, r.stdout.strip()) == (0, str(DEPTH))
-        assert stat.S_ISFIFO(os.lstat(sb.layers / "testbed" / "pipe").st_mode)
+        assert stat.S_ISFIFO(os.lstat(sb.writable / "testbed" / "pipe").st_mode)
         assert kinds(bounded(sb.changes))["pipe"] == ("added", "fifo (special files are never applied)")
         layers = sb.layers
         bounded(sb.close)

@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from isolation import Limits, Sandbox, SandboxSpec
+from isolation import Limits, Sandbox, SandboxSpec, idmap
 
 pytestmark = pytest.mark.sandbox
 
@@ -110,7 +110,8 @@ def test_no_new_privs_and_no_capabilities(sandbox):
 def test_sandbox_is_uid_0_inside_but_the_invoking_user_outside(sandbox):
     assert sandbox.exec("id -u").stdout.strip() == "0"
     sandbox.exec("touch /testbed/owned")
-    assert os.stat(sandbox._record.dir / "testbed" / "owned").st_uid == os.getuid()
+    # the caller's uid (a root caller's: its subordinate id, idmap.py), in the layers' tmpfs
+    assert os.stat(sandbox.writable / "testbed" / "owned").st_uid == idmap.sandbox_owner()[0]
 
 
 class _Hello(BaseHTTPRequestHandler):

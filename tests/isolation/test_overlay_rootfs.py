@@ -24,7 +24,7 @@ def _tree_bytes(path) -> int:
 def test_a_fresh_upper_is_empty_until_the_sandbox_writes(spec):
     with Sandbox(spec) as sb:
         assert sb.exec("cat /etc/debian_version").exit_code == 0
-        upper = sb.layers / "upper"
+        upper = sb.writable / "upper"
         assert _tree_bytes(upper) == 0
         sb.exec("echo hi > /etc/motd-lis")
         assert _tree_bytes(upper) > 0

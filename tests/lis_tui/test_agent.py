@@ -344,7 +344,26 @@ def test_import_lis_tui_stays_light():
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
-def test_a_sandbox_stopped_by_its_disk_cap_ends_the_run_and_says_how_to_raise_it(tmp_path):
+def test_a_full_disk_is_told_to_the_model_which_makes_room_and_goes_on(tmp_path):
+    # issue 24: the layers are a tmpfs of the disk limit; past it the kernel refuses, nothing is killed
+    fill = bash("echo 42 > /testbed/output/answer.txt; "
+                "for i in $(seq 400); do head -c 1M /dev/zero > /testbed/f$i || break; done; echo finished")
+    room = bash("rm /testbed/f*; echo room > /testbed/output/notes.md; cat /testbed/output/notes.md", id="room")
+    with FakeOpenAI([reply(tool_calls=[fill]), reply(tool_calls=[room])], default=submit()) as server:
+        config = config_for(server)
+        config.set("sandbox.disk", "20M", "the test")
+        result = run_task("fill the disk", config=config, output_dir=tmp_path / "out")
+    assert (result.finish_reason, result.exit_code) == ("submitted", 0), result.message
+    steps = json.loads(result.trajectory_path.read_text())["steps"]
+    told, after = steps[0]["tool_calls"][0]["output"], steps[1]["tool_calls"][0]["output"]
+    assert "No space left on device" in told and "disk is full: its limit of 20 MiB is reached" in told
+    assert "--disk SIZE" in told and "finished" in told  # the shell went on: only the writes failed
+    assert "room" in after and "disk is full" not in after
+    assert result.answer == "42" and (result.output_dir / "files" / "notes.md").read_text() == "room\n"
+
+
+def test_a_sandbox_stopped_by_its_disk_cap_ends_the_run_and_says_how_to_raise_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIS_DISK_TMPFS", "0")  # the walk's cap, a kept session's: past it the sandbox is stopped
     fill = bash("echo 42 > /testbed/output/answer.txt; echo kept > /testbed/output/notes.md; "
                 "for i in $(seq 400); do head -c 1M /dev/zero > /testbed/f$i; sleep 0.02; done; echo finished")
     with FakeOpenAI([reply(tool_calls=[fill, bash("echo next", id="next")])], default=submit()) as server:

@@ -35,7 +35,7 @@ def planted(config) -> dict:
 
 
 DEFAULTS = {"base_url": "https://api.openai.com/v1", "key_env": "OPENAI_API_KEY", "mode": "off",
-            "nested": False, "disk": "10G"}
+            "nested": False, "disk": "auto"}
 TAKEN = {"base_url": "http://127.0.0.1:9/v1", "key_env": "HOST_SECRET", "mode": "on",
          "nested": True, "disk": "none"}
 

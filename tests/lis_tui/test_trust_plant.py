@@ -63,7 +63,7 @@ def test_a_planted_project_config_takes_no_effect_until_the_person_trusts_it(tmp
         assert f"  {project}/lis-tui.toml  (ignored: not trusted; it may come from a sandbox;" in shown.stdout
         assert setting(shown.stdout, "model.base_url") == f'model.base_url "{honest.base_url}" # {user}'
         for key, value in (("model.api_key_env", '"OPENAI_API_KEY"'), ("network.mode", '"off"'),
-                           ("sandbox.nested_userns", "false"), ("sandbox.disk", '"10G"')):
+                           ("sandbox.nested_userns", "false"), ("sandbox.disk", '"auto"')):
             assert setting(shown.stdout, key) == f"{key} {value} # default"
 
         ran = lis(project, env, "run", "--rootfs", "host", "--output-dir", "out", "say hi")
