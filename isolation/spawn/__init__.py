@@ -151,7 +151,8 @@ class Zygote:
                       "take_uid_0": take_uid_0}
         self._pidfd, self._open_root = ns_pidfd, open_root
         self._channel: socket.socket | None = None
-        self._joining = False  # _channel's zygote was asked for by join_early; its answer is unread
+        self._joining = False  # _channel's zygote was asked for by ask_early; its answer is unread
+        self._layers = False  # and it mounts the writable layers' tmpfs first
         self._lock = threading.Lock()
         self._pid: int | None = None
 
@@ -176,33 +177,49 @@ class Zygote:
                 self._channel.close()
                 self._channel = None
 
-    def join_early(self, ns_pidfd: int, layers: tuple[str, str] | None = None) -> int | None:
-        """Have a zygote join the namespaces of `ns_pidfd` now, while bwrap still builds the
-        sandbox (it then waits, capable but running only our code, for set_root), so that the
-        helper's and the zygote's work overlaps bwrap's instead of following it.
+    def ask_early(self, layers: tuple[str, str] | None = None) -> None:
+        """Have the helper start the sandbox's first zygote now, before its pid 1 exists: it waits
+        for join_early's pidfd, so that the helper's work overlaps bwrap's start.
 
-        `layers`: (mount point, options) of a tmpfs the zygote mounts first, in the sandbox's
-        mount namespace, for its writable layers; then this waits for it and returns a descriptor
-        of its root (the caller's), and any failure raises SpawnError, naming it. Without
-        `layers`, a failure is left for the first command to meet and tell."""
+        `layers`: (mount point, options) of a tmpfs that zygote mounts first, in the sandbox's
+        mount namespace, for its writable layers; join_early then waits for it and returns a
+        descriptor of its root, and any failure raises SpawnError, naming it. Without `layers`,
+        a failure is left for the first command to meet and tell."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         request = {**self._fork, "layers": list(layers)} if layers else self._fork
         try:
-            _helper_send(request, [theirs.fileno(), ns_pidfd])  # no root: it waits for set_root
+            _helper_send(request, [theirs.fileno()])  # no pidfd yet, no root: it waits for both
         except OSError:
             ours.close()
             if layers:
                 raise
-            return None  # the first command asks again, the usual way, and says what is wrong
+            return  # the first command asks again, the usual way, and says what is wrong
         finally:
             theirs.close()
-        root = None
-        if layers:
-            ours, _, got = _answer(ours)  # "L" and the tmpfs's root, or an error (raised, channel closed)
-            root = got[0]
         with self._lock:
-            self._channel, self._joining = ours, True
-        return root
+            self._channel, self._joining, self._layers = ours, True, bool(layers)
+
+    def join_early(self, ns_pidfd: int) -> int | None:
+        """The pidfd of the sandbox's pid 1 to be, for ask_early's zygote: it joins the namespaces
+        now, while bwrap still builds the sandbox (it then waits, capable but running only our
+        code, for set_root). With layers, the descriptor of their tmpfs's root."""
+        with self._lock:
+            channel, layers = (self._channel, self._layers) if self._joining else (None, False)
+        if channel is None:
+            return None
+        try:
+            socket.send_fds(channel, [b"P"], [ns_pidfd])
+            if not layers:
+                return None
+            _, _, got = _answer(channel)  # "L" and the tmpfs's root, or an error (raised, channel closed)
+        except OSError:
+            if not layers:
+                return None  # its answer (or none) says so, and the usual way takes over
+            with self._lock:
+                channel.close()
+                self._channel, self._joining = None, False
+            raise
+        return got[0]
 
     def set_root(self, ns_pidfd: int, open_root: Callable[[], int]) -> None:
         """The sandbox's pid 1 (now running) and how to open its /, for every zygote from now on;

@@ -251,6 +251,10 @@ def _take_handoff(state: _State, fd: int, poller) -> None:
 
 def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: socket.socket) -> None:
     try:
+        if not fds:  # asked for before the sandbox's pid 1 existed: its pidfd comes now
+            payload, fds = _recv(channel, 1)
+            if not payload or not fds:  # the start failed, or our owner is gone
+                os._exit(0)
         if request.get("cgroup"):  # first: once joined, the sandbox's cgroup namespace hides the way there
             _write_all(request["cgroup"], str(os.getpid()))
         if request["take_uid_0"]:
