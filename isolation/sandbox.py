@@ -254,15 +254,16 @@ class Sandbox:
                                       command=[*KEEPER[self._root.shell], self._record.marker],
                                       userns_block_fd=layers_r)
             passed = (info_w, filter_fd, block_r) + ((layers_r,) if layers_r is not None else ())
-            # The sandbox's first zygote, asked for now: the helper readies it while bwrap starts.
             rlimits = _rlimits(self.spec.limits)
             self._zygote = spawn.Zygote(None, None, rlimits, self.spec.nested_userns,
                                         self._cgroup.procs if self._cgroup else None, _sysctls(self.spec.limits),
                                         self._root.remounts, take_uid_0=ids is not None)
-            try:
-                self._zygote.ask_early(self._layers_tmpfs(ids) if layers_r is not None else None)
-            except spawn.SpawnError as exc:
-                raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. Run `lis-tui doctor`.") from None
+            if layers_r is not None:  # bwrap's child will wait for its mount: the helper readies it meanwhile
+                try:
+                    self._zygote.ask_early(self._layers_tmpfs(ids))
+                except spawn.SpawnError as exc:
+                    raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. "
+                                       "Run `lis-tui doctor`.") from None
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
             self._proc = _popen_from_lasting_thread(argv, prepare, stdin=_lifeline(), stdout=ready_w,
                                                     stderr=self._err_fd, env={}, pass_fds=passed,
@@ -283,8 +284,9 @@ class Sandbox:
             self.pid, self._pidfd = _early_child(info_r, self._proc.pid)
             if self._pidfd is not None:  # a checked pid only
                 self._admit_pid_1(rlimits)
-                if layers_w is None:
+                if layers_w is None:  # the zygote joins while bwrap builds the sandbox, not before
                     os.write(block_w, b"x")
+                    self._zygote.ask_early()
                     self._zygote.join_early(self._pidfd)
                 else:
                     self._mount_layers(ids)

@@ -51,6 +51,7 @@ import linux  # noqa: E402
 import seccomp  # noqa: E402
 
 IDLE = 1.0  # seconds a zygote waits for work before it exits
+SPARE_AFTER = 0.005  # seconds the helper waits, idle, before it forks the next spare
 _FILTERS = {nested: linux.SeccompProgram(seccomp.program(nested_userns=nested)) for nested in (False, True)}
 _LAST_CAP = linux.last_cap()
 
@@ -107,8 +108,13 @@ def _serve(channel: socket.socket, handle, state: _State, idle: float | None,
     one); reap children as they end. `loop`: what _serving made for it, if it was made earlier."""
     poller, wake_r = loop or _serving(channel)
     while True:
-        events = poller.poll(None if idle is None else idle * 1000)
+        helper = idle is None  # else a zygote, which forks no spares
+        wait = SPARE_AFTER if helper and state.spare is None else idle
+        events = poller.poll(None if wait is None else wait * 1000)
         if not events:
+            if helper:
+                _fork_spare(state)
+                continue
             return  # idle: the caller hands off what runs
         for fd, _ in events:
             if fd == wake_r:
@@ -182,7 +188,11 @@ def _send(reply: socket.socket, message: bytes, fds: list[int] = ()) -> None:
 
 def _fork_zygote(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
     """fds: the pidfd of the sandbox's pid 1 and its root directory; `reply` becomes the channel.
-    The spare forked earlier becomes the zygote, and a new spare is forked while it joins."""
+    The spare forked earlier becomes the zygote; the next spare is forked once the helper has
+    been idle for SPARE_AFTER (not while this zygote joins, whose sandbox waits for it), or now,
+    when a request comes first."""
+    if state.spare is None:
+        _fork_spare(state)
     pid, control, handoff = state.spare
     try:
         socket.send_fds(control, [json.dumps(request).encode()], [reply.fileno(), *fds])
@@ -195,7 +205,7 @@ def _fork_zygote(request: dict, fds: list[int], reply: socket.socket, state: _St
     state.zygotes.add(pid)
     state.handoffs[handoff.fileno()] = handoff
     poller.register(handoff, select.POLLIN)
-    _fork_spare(state)
+    state.spare = None
     return False  # the zygote has `reply` now; ours is closed
 
 
