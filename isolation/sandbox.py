@@ -264,9 +264,11 @@ class Sandbox:
                 except spawn.SpawnError as exc:
                     raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. "
                                        "Run `lis-tui doctor`.") from None
-            # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
+            # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours. bwrap
+            # holds info_r too, so that naming its child cannot fail if we die just now (the write
+            # would kill it, and its child, still waiting to be let go, would wait forever).
             self._proc = _popen_from_lasting_thread(argv, prepare, stdin=_lifeline(), stdout=ready_w,
-                                                    stderr=self._err_fd, env={}, pass_fds=passed,
+                                                    stderr=self._err_fd, env={}, pass_fds=(*passed, info_r),
                                                     start_new_session=True)
         except BaseException:
             for fd in (ready_r, info_r, block_w, layers_w):
@@ -277,6 +279,9 @@ class Sandbox:
             for fd in (ready_w, info_w, filter_fd, block_r, layers_r):
                 if fd is not None:
                     os.close(fd)
+        # bwrap's group, for the helper to kill if we die now: bwrap's parent-death signal would
+        # take bwrap but not its child, were that still waiting for bwrap to let it go.
+        spawn.end_with_us(self._proc.pid)
         self._record.set_pgid(self._proc.pid)
         try:
             # bwrap names its child as soon as it has cloned it, before it builds the mounts: the
@@ -434,6 +439,7 @@ class Sandbox:
                 os.killpg(self._proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            spawn.end_with_us(self._proc.pid, live=False)  # before the wait: the number is bwrap's till then
             self._proc.wait()
             if self._pidfd is not None:
                 ready([self._pidfd], 10)  # init exits only after every process in it is gone

@@ -65,6 +65,7 @@ class _State:
         self.zygotes: set[int] = set()
         self.handoffs: dict[int, socket.socket] = {}  # fd -> a zygote's handoff socket
         self.spare: tuple[int, socket.socket, socket.socket] | None = None  # pid, control, handoff
+        self.groups: set[int] = set()  # the process groups of our owner's live sandboxes (bwrap's)
 
 
 _keyring_error: OSError | None = None  # why the helper has no keyring of its own: each zygote says so
@@ -88,7 +89,19 @@ def main(channel_fd: int) -> None:
     gc.freeze()  # what the collector would touch stays shared with the forks
     state = _State()
     _fork_spare(state)
-    _serve(socket.socket(fileno=channel_fd), _fork_zygote, state, idle=None)
+    _serve(socket.socket(fileno=channel_fd), _serve_owner, state, idle=None)
+    _end_groups(state)
+
+
+def _end_groups(state: _State) -> None:
+    """Our owner is gone: kill what is left of its sandboxes, bwrap's process group each. Each
+    sandbox's pid 1 ends with its owner (the pipe it reads), but a bwrap child that died waiting
+    to be let go by its parent, killed with the owner (parent-death signal), would wait forever."""
+    for group in state.groups:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass  # gone already
 
 
 def _serving(channel: socket.socket) -> tuple[select.poll, int]:
@@ -185,6 +198,14 @@ def _send(reply: socket.socket, message: bytes, fds: list[int] = ()) -> None:
 
 
 # ---- the helper: a zygote per sandbox -----------------------------------------------------------
+
+def _serve_owner(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
+    """A request of our owner's: a zygote, or a sandbox's process group to end with it (or not)."""
+    if request["op"] == "group":
+        (state.groups.add if request["live"] else state.groups.discard)(request["group"])
+        return False
+    return _fork_zygote(request, fds, reply, state, poller)
+
 
 def _fork_zygote(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
     """fds: the pidfd of the sandbox's pid 1 and its root directory; `reply` becomes the channel.

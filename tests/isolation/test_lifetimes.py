@@ -149,6 +149,32 @@ def test_a_sandbox_dies_with_its_owner_at_once_without_a_sweep():
     assert not _ours_marked(marker), [_cmdline(p) for p in _ours_marked(marker)]
 
 
+KILLED_WHILE_BWRAP_WAITS = textwrap.dedent("""
+    import os, signal, time
+    from isolation import Sandbox
+    from isolation.sandbox import Sandbox as S
+    def die(self, ids):  # bwrap's parent has armed its parent-death signal and waits to let its child go
+        print(self._record.marker, flush=True)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    S._mount_layers = die
+    Sandbox().start()
+""")
+
+
+def test_an_owner_killed_while_bwrap_waits_to_let_its_child_go_leaves_nothing():
+    # bwrap's parent dies with its owner (parent-death signal) and its child, which still waited
+    # for it, would wait forever, pid 1 of its own namespaces: the spawn helper kills bwrap's group.
+    owner = subprocess.run([sys.executable, "-c", KILLED_WHILE_BWRAP_WAITS], env={**os.environ, "PYTHONPATH": ROOT},
+                           capture_output=True, text=True, timeout=60)
+    assert owner.returncode == -signal.SIGKILL, owner.stderr
+    marker = owner.stdout.split()[0]
+    deadline = time.monotonic() + 10
+    while _ours_marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _ours_marked(marker), [_cmdline(p) for p in _ours_marked(marker)]
+
+
 def _cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -240,7 +266,9 @@ def test_sandboxes_started_at_once_hold_no_descriptor_of_ours_and_close_ends_the
             sb.close()
     for seen in fds:
         assert seen and all(link.startswith(("pipe:", "/dev/null")) for link in seen), seen
-        assert len(seen) <= 4, seen  # stdin, stdout, stderr (and the shell's own script fd)
+        # stdin, stdout, stderr, the read end of its own info pipe (bwrap holds it, so that
+        # naming its child cannot fail: Sandbox._launch), and the shell's own script fd
+        assert len(seen) <= 5, seen
     assert all(str(canary) not in " ".join(seen) for seen in fds)
     deadline = time.monotonic() + 10
     while any(_ours_marked(m) for m in markers) and time.monotonic() < deadline:
