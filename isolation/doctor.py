@@ -160,10 +160,8 @@ def check_containment() -> list[Check]:
 
 def check_limits() -> Check:
     """What each sandbox may use unless [sandbox] in the config or flags say otherwise."""
-    from .spec import Limits, tmpfs_sizes  # noqa: PLC0415
-
     from .diskcap import on_tmpfs  # noqa: PLC0415
-    from .spec import SandboxSpec  # noqa: PLC0415
+    from .spec import Limits, SandboxSpec, tmpfs_sizes  # noqa: PLC0415
 
     limits = Limits()
     tmpfs = ", ".join(f"{path} {_size(n)}" for path, n in tmpfs_sizes(limits, host_root=True).items())

@@ -39,11 +39,11 @@ from .spec import SandboxError
 log = logging.getLogger(__name__)
 NEW_RECORD_GRACE = 30.0
 """Seconds an unnamed record (`.ID.new`) is left to its maker before a sweep takes it as dead."""
-# The directories a start makes in a scratch (layout.plan), deepest first. Most sandboxes leave
-# them empty, and removing one by name is one rmdir, where the walk costs a dozen calls.
-_USUAL_LAYERS = ("rw/testbed/output", "rw/testbed/input", "rw/testbed/documents", "rw/testbed", "rw/root",
-                 "rw/upper", "rw/work", "rw/ws-upper", "rw/ws-work", "rw", "testbed/output", "testbed/input", "testbed/documents", "testbed", "root", "upper", "work/work",
-                 "work", "ws-upper", "ws-work/work", "ws-work", "empty")
+# The directories a start makes in a scratch (layout.plan's folders, or the mount point of their
+# tmpfs, which holds them), deepest first. Most sandboxes leave them empty, and removing one by
+# name is one rmdir, where the walk costs a dozen calls.
+_USUAL_LAYERS = ("rw", "testbed/output", "testbed/input", "testbed/documents", "testbed", "root", "upper",
+                 "work/work", "work", "ws-upper", "ws-work/work", "ws-work", "empty")
 
 
 def state_dir() -> Path:

@@ -253,7 +253,6 @@ class Sandbox:
                                       info_fd=info_w, block_fd=block_r, seccomp_fd=filter_fd,
                                       command=[*KEEPER[self._root.shell], self._record.marker],
                                       userns_block_fd=layers_r)
-            passed = (info_w, filter_fd, block_r) + ((layers_r,) if layers_r is not None else ())
             rlimits = _rlimits(self.spec.limits)
             self._zygote = spawn.Zygote(None, None, rlimits, self.spec.nested_userns,
                                         self._cgroup.procs if self._cgroup else None, _sysctls(self.spec.limits),
@@ -268,7 +267,9 @@ class Sandbox:
             # holds info_r too, so that naming its child cannot fail if we die just now (the write
             # would kill it, and its child, still waiting to be let go, would wait forever).
             self._proc = _popen_from_lasting_thread(argv, prepare, stdin=_lifeline(), stdout=ready_w,
-                                                    stderr=self._err_fd, env={}, pass_fds=(*passed, info_r),
+                                                    stderr=self._err_fd, env={},
+                                                    pass_fds=[fd for fd in (info_w, info_r, filter_fd, block_r, layers_r)
+                                                              if fd is not None],
                                                     start_new_session=True)
         except BaseException:
             for fd in (ready_r, info_r, block_w, layers_w):

@@ -33,8 +33,8 @@ def walled(sb, result, limit: str, room: str) -> None:
     """The writer met the kernel's wall, was told why, and the sandbox runs on: once `room` is
     made, the note is gone and writes work again."""
     assert "No space left on device" in result.stderr, result.stderr[-2000:]
-    assert f"disk is full: its limit of {limit} is reached" in result.stderr and "--disk SIZE" in result.stderr \
-        or f"disk is full: its limit of {limit} is reached" in result.stderr and "inodes in [sandbox]" in result.stderr
+    assert f"disk is full: its limit of {limit} is reached" in result.stderr
+    assert "--disk SIZE" in result.stderr or "inodes in [sandbox]" in result.stderr  # how to raise it
     assert not sb.stopped and sb.running
     used, inodes = sb.writable_usage()
     assert used <= sb.spec.limits.disk and inodes <= (sb.spec.limits.inodes or inodes)
