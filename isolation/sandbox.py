@@ -242,6 +242,10 @@ class Sandbox:
                 os.close(fd)
             raise
         try:
+            # The marker's processes, for the helper to kill if we die from now on: bwrap's
+            # parent-death signal takes bwrap but not its child, were that still waiting for bwrap
+            # to let it go.
+            spawn.end_with_us(self._record.marker)
             os.write(filter_fd, _filter_program(self.spec.nested_userns))
             os.lseek(filter_fd, 0, os.SEEK_SET)
             mounts, prepare, path, ids = self._root.mounts, None, info.path, idmap.mapped()
@@ -280,9 +284,6 @@ class Sandbox:
             for fd in (ready_w, info_w, filter_fd, block_r, layers_r):
                 if fd is not None:
                     os.close(fd)
-        # bwrap's group, for the helper to kill if we die now: bwrap's parent-death signal would
-        # take bwrap but not its child, were that still waiting for bwrap to let it go.
-        spawn.end_with_us(self._proc.pid)
         self._record.set_pgid(self._proc.pid)
         try:
             # bwrap names its child as soon as it has cloned it, before it builds the mounts: the
@@ -440,7 +441,6 @@ class Sandbox:
                 os.killpg(self._proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            spawn.end_with_us(self._proc.pid, live=False)  # before the wait: the number is bwrap's till then
             self._proc.wait()
             if self._pidfd is not None:
                 ready([self._pidfd], 10)  # init exits only after every process in it is gone
@@ -459,6 +459,8 @@ class Sandbox:
             os.close(self._err_fd)
             self._err_fd = None
         if self._record is not None:
+            if self._proc is not None:
+                spawn.end_with_us(self._record.marker, live=False)
             self._record.release()
             self._record = None
         if self._session is not None:

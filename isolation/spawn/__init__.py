@@ -129,16 +129,17 @@ def _answer(ours: socket.socket) -> tuple[socket.socket, bytes, list[int]]:
     return ours, message, got
 
 
-def end_with_us(group: int, live: bool = True) -> None:
-    """Have the spawn helper kill process group `group` (a sandbox's bwrap) if this process dies
-    while it lives (`live=False`: it was closed). Best effort: without a helper, nothing."""
+def end_with_us(marker: str, live: bool = True) -> None:
+    """Have the spawn helper kill every process with `marker` (a sandbox's, in the argv of its bwrap
+    and pid 1) if this process dies while it lives (`live=False`: it was closed). Told before bwrap
+    starts, so no moment is left uncovered. Best effort: without a helper, nothing."""
     with _helper_lock:
         helper = _helper if _helper is not None and _helper.alive() else None
     if helper is None and not live:  # none to forget it: none would kill it
         return
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        _helper_send({"op": "group", "group": group, "live": live}, [theirs.fileno()])
+        _helper_send({"op": "marker", "marker": marker, "live": live}, [theirs.fileno()])
     except OSError:
         pass
     finally:

@@ -65,7 +65,7 @@ class _State:
         self.zygotes: set[int] = set()
         self.handoffs: dict[int, socket.socket] = {}  # fd -> a zygote's handoff socket
         self.spare: tuple[int, socket.socket, socket.socket] | None = None  # pid, control, handoff
-        self.groups: set[int] = set()  # the process groups of our owner's live sandboxes (bwrap's)
+        self.markers: set[bytes] = set()  # our owner's live sandboxes' markers (records.Record.marker)
 
 
 _keyring_error: OSError | None = None  # why the helper has no keyring of its own: each zygote says so
@@ -90,18 +90,25 @@ def main(channel_fd: int) -> None:
     state = _State()
     _fork_spare(state)
     _serve(socket.socket(fileno=channel_fd), _serve_owner, state, idle=None)
-    _end_groups(state)
+    _end_sandboxes(state)
 
 
-def _end_groups(state: _State) -> None:
-    """Our owner is gone: kill what is left of its sandboxes, bwrap's process group each. Each
-    sandbox's pid 1 ends with its owner (the pipe it reads), but a bwrap child that died waiting
-    to be let go by its parent, killed with the owner (parent-death signal), would wait forever."""
-    for group in state.groups:
+def _end_sandboxes(state: _State) -> None:
+    """Our owner is gone: kill every process that carries one of its sandboxes' markers. Each
+    sandbox's pid 1 ends with its owner (the pipe it reads), but a bwrap child that was still
+    waiting to be let go by its parent, killed with the owner (parent-death signal), would wait
+    forever."""
+    if not state.markers:
+        return
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
         try:
-            os.killpg(group, signal.SIGKILL)
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                if state.markers.intersection(f.read().split(b"\0")):
+                    os.kill(int(entry.name), signal.SIGKILL)
         except OSError:
-            pass  # gone already
+            pass  # gone meanwhile, or not ours
 
 
 def _serving(channel: socket.socket) -> tuple[select.poll, int]:
@@ -200,9 +207,9 @@ def _send(reply: socket.socket, message: bytes, fds: list[int] = ()) -> None:
 # ---- the helper: a zygote per sandbox -----------------------------------------------------------
 
 def _serve_owner(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
-    """A request of our owner's: a zygote, or a sandbox's process group to end with it (or not)."""
-    if request["op"] == "group":
-        (state.groups.add if request["live"] else state.groups.discard)(request["group"])
+    """A request of our owner's: a zygote, or a sandbox's marker, whose processes end with it (or not)."""
+    if request["op"] == "marker":
+        (state.markers.add if request["live"] else state.markers.discard)(request["marker"].encode())
         return False
     return _fork_zygote(request, fds, reply, state, poller)
 
