@@ -73,7 +73,7 @@ def cycle_cost(cycles: int) -> tuple[float, float]:
 def scale(count: int, levels: list[int], cycles: int) -> None:
     live: list[Sandbox] = []
     Sandbox().start().close()  # warm up: bwrap probe, sweep, the spawn helper
-    rss0 = rss_kib()
+    rss0, available0 = rss_kib(), capacity._available_mib()
     rates, flat, stopped = [], [], None
     marks = sorted({*levels, *range(1000, count + 1, 1000), count})
     for mark in marks:
@@ -96,6 +96,7 @@ def scale(count: int, levels: list[int], cycles: int) -> None:
     pss = sum(pss_kib(p) for p in procs)
     fds = len(os.listdir("/proc/self/fd"))
     grown = rss_kib() - rss0
+    available = capacity._available_mib()
     n = len(live)
     start = time.perf_counter()
     for sb in live:
@@ -128,6 +129,9 @@ def scale(count: int, levels: list[int], cycles: int) -> None:
     print(f"| processes per sandbox (idle) | {len(procs) / max(n, 1):.2f} |")
     print(f"| PSS per sandbox, its processes (idle) | {pss / max(n, 1) / 1024:.2f} MiB |")
     print(f"| this process's RSS growth per sandbox | {grown / max(n, 1):.1f} KiB |")
+    if available0 is not None and available is not None:
+        print(f"| the machine's MemAvailable drop per sandbox (the kernel's part too) | "
+              f"{(available0 - available) / max(n, 1):.2f} MiB |")
     print(f"| descriptors of this process, all live | {fds:,} |")
     print(f"| close all | {close_s:.1f} s ({close_s / max(n, 1) * 1000:.2f} ms each) |")
 

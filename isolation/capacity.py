@@ -1,7 +1,8 @@
 """How many sandboxes this process, user and machine can hold, and a clear refusal before a limit is hit.
 
-Each live sandbox costs, in the process that holds it, 3 descriptors (its pid 1's pidfd, the pipe
-that keeps pid 1 alive while we live, the socket to its zygote); on the machine, 2 processes
+Each idle sandbox costs, in the process that holds it, 1 descriptor (the root of its layers'
+tmpfs; none with its layers on disk: its pid 1's pidfd and its root are opened per use, and its
+zygote's socket is closed once that zygote exits idle); on the machine, 2 processes
 (bwrap and pid 1; a command's zygote for a second after it) and one namespace of each kind of
 this user's; and about 1.1 MiB of memory idle (0.4 in their processes, the rest the kernel's).
 `check_headroom` walks nothing that grows with the number live, and reads /proc at most once a
@@ -16,7 +17,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-FDS_PER_SANDBOX = 3
+from .spawn import channels_open
+
+FDS_PER_SANDBOX = 1
 PIDS_PER_SANDBOX = 2
 MIB_PER_SANDBOX = 1.1
 START_FDS = 32  # descriptors a start opens for a moment (pipes, memfds, sockets, the Popen's own)
@@ -76,13 +79,14 @@ _baseline: int | None = None  # descriptors open at this process's first start, 
 
 def _fds_in_use() -> int:
     """About how many descriptors this process has open, without counting them one by one: what
-    was open at its first start plus its sandboxes', or the lowest free number, whichever is more."""
+    was open at its first start plus its sandboxes' and their zygotes' channels still open, or the
+    lowest free number, whichever is more."""
     global _baseline
     if _baseline is None:
-        _baseline = len(os.listdir("/proc/self/fd")) - FDS_PER_SANDBOX * live()
+        _baseline = len(os.listdir("/proc/self/fd")) - FDS_PER_SANDBOX * live() - channels_open()
     fd = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
     os.close(fd)
-    return max(fd, _baseline + FDS_PER_SANDBOX * live())
+    return max(fd, _baseline + FDS_PER_SANDBOX * live() + channels_open())
 
 
 def check_headroom() -> None:
@@ -119,7 +123,8 @@ def _headroom_problem() -> str | None:
     used = _fds_in_use()
     if used + START_FDS > soft:
         return (f"cannot start another sandbox: {used} of this process's {soft} descriptors (RLIMIT_NOFILE) are "
-                f"in use, {live()} live sandboxes at {FDS_PER_SANDBOX} each; raise the limit "
+                f"in use, {live()} live sandboxes at {FDS_PER_SANDBOX} each idle and {channels_open()} for zygotes "
+                f"used in the last second; raise the limit "
                 f"(`ulimit -n {_suggest(soft, hard)}`{_hard_note(hard)}) or close sandboxes")
     threads, available, limits, starts = _machine_now()
     for name, fix in (("kernel/pid_max", "kernel.pid_max=4194304"), ("kernel/threads-max", None)):

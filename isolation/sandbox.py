@@ -95,7 +95,6 @@ class Sandbox:
         self._file_ops = threading.Condition()  # host-side file operations under way (_in_root)
         self._file_ops_running = 0
         self._closing = False
-        self._pidfd: int | None = None
         self._err_fd: int | None = None  # bwrap's stderr, while it starts
         self._zygote: spawn.Zygote | None = None  # starts every command inside
         self._cgroup: cgroup.SandboxCgroup | None = None  # where the machine delegates cgroup v2
@@ -258,7 +257,7 @@ class Sandbox:
                                       command=[*KEEPER[self._root.shell], self._record.marker],
                                       userns_block_fd=layers_r)
             rlimits = _rlimits(self.spec.limits)
-            self._zygote = spawn.Zygote(None, None, rlimits, self.spec.nested_userns,
+            self._zygote = spawn.Zygote(rlimits, self.spec.nested_userns,
                                         self._cgroup.procs if self._cgroup else None, _sysctls(self.spec.limits),
                                         self._root.remounts, take_uid_0=ids is not None)
             if layers_r is not None:  # bwrap's child will wait for its mount: the helper readies it meanwhile
@@ -285,18 +284,19 @@ class Sandbox:
                 if fd is not None:
                     os.close(fd)
         self._record.set_pgid(self._proc.pid)
+        pidfd = None  # pid 1's, for the start only: none is kept (one descriptor less per idle sandbox)
         try:
             # bwrap names its child as soon as it has cloned it, before it builds the mounts: the
             # zygote joins the namespaces meanwhile, and is confined once pid 1 runs (set_root).
-            self.pid, self._pidfd = _early_child(info_r, self._proc.pid)
-            if self._pidfd is not None:  # a checked pid only
+            self.pid, pidfd = _early_child(info_r, self._proc)
+            if pidfd is not None:  # a checked pid only
                 self._admit_pid_1(rlimits)
                 if layers_w is None:  # the zygote joins while bwrap builds the sandbox, not before
                     os.write(block_w, b"x")
                     self._zygote.ask_early()
-                    self._zygote.join_early(self._pidfd)
+                    self._zygote.join_early(pidfd)
                 else:
-                    self._mount_layers(ids)
+                    self._mount_layers(ids, pidfd)
                     os.write(layers_w, b"x")
                     os.write(block_w, b"x")
             ok = ready([ready_r], START_TIMEOUT) and os.read(ready_r, 1) == b"x"
@@ -304,17 +304,17 @@ class Sandbox:
                 self._proc.kill()
                 self._proc.wait()
                 raise SandboxError(_explain_start_failure(_read_some(self._err_fd), info))
-            if self._pidfd is None:
+            if pidfd is None:
                 raise SandboxError(f"bwrap reported no child pid, or its child was gone at once ({self.pid})")
-            self._zygote.set_root(self._pidfd, self._open_root)
+            self._zygote.set_root(self._open_pid_1)
             os.close(self._err_fd)
             self._err_fd = None
         finally:  # block_w, layers_w: bwrap goes on (or fails) without pid 1's limits, maps or layers
-            for fd in (ready_r, info_r, block_w, layers_w):
+            for fd in (ready_r, info_r, block_w, layers_w, pidfd):
                 if fd is not None:
                     os.close(fd)
 
-    def _mount_layers(self, ids: idmap.SubIds | None) -> None:
+    def _mount_layers(self, ids: idmap.SubIds | None, pidfd: int) -> None:
         """While bwrap's child waits (--userns-block-fd): write its uid and gid maps (bwrap does not,
         then), have the early zygote mount a tmpfs of the disk and inode limits over the layers'
         folder in its mount namespace, and make there the folders the mounts need. The
@@ -328,7 +328,7 @@ class Sandbox:
                 with open(f"/proc/{self.pid}/{name}", "w") as f:
                     f.write(text)
             try:
-                self._rw_fd = self._zygote.join_early(self._pidfd)
+                self._rw_fd = self._zygote.join_early(pidfd)
                 if self._rw_fd is None:
                     raise spawn.SpawnError(0, "its zygote was gone")
             except spawn.SpawnError as exc:
@@ -363,19 +363,31 @@ class Sandbox:
             self._proc.wait()
             raise
 
+    def _open_pid_1(self) -> tuple[int, int]:
+        """New descriptors of the sandbox's pid 1 (a pidfd) and of its /; none is kept between
+        uses: one descriptor less per idle sandbox. The pidfd is checked to name bwrap's child
+        (_checked_pidfd), and the root, opened by pid, is its own since pid 1 was alive after."""
+        pidfd = _checked_pidfd(self.pid, self._proc) if self.pid is not None and self._proc is not None else None
+        if pidfd is None:
+            raise SandboxError(self._not_running())
+        try:
+            root = os.open(f"/proc/{self.pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            os.close(pidfd)
+            raise SandboxError(self._not_running()) from None
+        try:
+            signal.pidfd_send_signal(pidfd, 0)
+        except OSError:
+            os.close(pidfd)
+            os.close(root)
+            raise SandboxError(self._not_running()) from None
+        return pidfd, root
+
     def _open_root(self) -> int:
-        """A new descriptor of the sandbox's / (none is kept: one less per idle sandbox). Opened by
-        pid, then checked against the pidfd: pid 1 alive after the open means the pid was its own."""
-        try:
-            fd = os.open(f"/proc/{self.pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            raise SandboxError(self._not_running()) from None
-        try:
-            signal.pidfd_send_signal(self._pidfd, 0)
-        except OSError:
-            os.close(fd)
-            raise SandboxError(self._not_running()) from None
-        return fd
+        """A new descriptor of the sandbox's / (see _open_pid_1)."""
+        pidfd, root = self._open_pid_1()
+        os.close(pidfd)
+        return root
 
     def set_network(self, mode: str) -> None:
         """Change the network mode while the sandbox runs, no restart; `off` closes open connections.
@@ -431,10 +443,12 @@ class Sandbox:
             self.network = None
         if self._proc is not None:
             # Killing the pid namespace's init takes every process in it down, and bwrap only exits
-            # once that init is gone: after the wait, nothing of the sandbox runs.
-            if self._pidfd is not None:
+            # once that init is gone: after the wait, nothing of the sandbox runs. (No pidfd: pid 1
+            # is gone already, or dies of bwrap's death, its parent-death signal.)
+            pidfd = _checked_pidfd(self.pid, self._proc) if self.pid is not None else None
+            if pidfd is not None:
                 try:
-                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             try:
@@ -442,10 +456,9 @@ class Sandbox:
             except ProcessLookupError:
                 pass
             self._proc.wait()
-            if self._pidfd is not None:
-                ready([self._pidfd], 10)  # init exits only after every process in it is gone
-                os.close(self._pidfd)
-                self._pidfd = None
+            if pidfd is not None:
+                ready([pidfd], 10)  # init exits only after every process in it is gone
+                os.close(pidfd)
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
@@ -547,14 +560,19 @@ class Sandbox:
         next command's caller once (disk_note), and in the error of every later one. close()
         still has to be called."""
         with self._close_lock:
-            if self._pidfd is None or self._stopped:
+            if self.pid is None or self._proc is None or self._stopped:
                 return
             self._stopped = why
             self._disk_note = f"the sandbox was stopped: {why}."
+            pidfd = _checked_pidfd(self.pid, self._proc)
+            if pidfd is None:  # gone already
+                return
             try:  # the pid namespace's init: the kernel takes every other process in it along
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            finally:
+                os.close(pidfd)
 
     @property
     def stopped(self) -> str | None:
@@ -646,7 +664,7 @@ class Sandbox:
 
     def _require_running(self) -> None:
         """SandboxError once the sandbox is closed (or closing) or timed out."""
-        if self._closing or self._pidfd is None or self._err_fd is not None or not self.running or self._stopped:
+        if self._closing or self.pid is None or self._err_fd is not None or not self.running or self._stopped:
             raise SandboxError(self._not_running())
 
     def _not_running(self) -> str:
@@ -702,7 +720,7 @@ class Sandbox:
             yield layer, inside[len("/testbed"):] or "/"
 
     def _open_remains(self) -> int:
-        if self._closing or self._pidfd is None:
+        if self._closing or self.pid is None:
             raise SandboxError(self._not_running())
         from .layout import testbed_layers  # noqa: PLC0415
 
@@ -892,13 +910,10 @@ def _read_some(fd: int, limit: int = 1 << 16) -> str:
     return os.pread(fd, limit, 0).decode(errors="replace")
 
 
-def _early_child(info_r: int, bwrap_pid: int) -> tuple[int | None, int | None]:
+def _early_child(info_r: int, bwrap: subprocess.Popen) -> tuple[int | None, int | None]:
     """(pid, pidfd) of bwrap's child, which bwrap names on `info_r` right after cloning it, or
-    (None, None) when bwrap failed first (the readiness pipe then tells why).
-
-    A pidfd names this process and no later one that reuses its pid, and tells when it is gone.
-    Opened before pid 1 runs, it is checked to name bwrap's child: that child could have died
-    and its pid been reused in between, and bwrap (our child, not reaped) forks no other."""
+    (None, None) when bwrap failed first (the readiness pipe then tells why); (pid, None) when the
+    pid did not name it (_checked_pidfd)."""
     data = b""
     while ready([info_r], START_TIMEOUT) and (chunk := os.read(info_r, 4096)):
         data += chunk
@@ -906,19 +921,32 @@ def _early_child(info_r: int, bwrap_pid: int) -> tuple[int | None, int | None]:
             break
     try:
         pid = int(json.loads(data[: data.index(b"}") + 1])["child-pid"])
-        pidfd = os.pidfd_open(pid)
-    except (ValueError, KeyError, OSError):
+    except (ValueError, KeyError):
         return None, None
+    return pid, _checked_pidfd(pid, bwrap)
+
+
+def _checked_pidfd(pid: int, bwrap: subprocess.Popen) -> int | None:
+    """A new pidfd of `pid` if it is bwrap's child (the sandbox's pid 1, or pid 1 to be), else None.
+
+    A pidfd names one process and no later one that reuses its pid, and tells when it is gone.
+    Opened by pid, it is checked to name bwrap's child: /proc's parent is bwrap, whose pid is
+    still its own (our child, not reaped), which forks no other, and the pidfd's process was
+    alive after that read, so the read was its own."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             parent = int(f.read().rsplit(b")", 1)[1].split()[1])
         signal.pidfd_send_signal(pidfd, 0)  # alive now, so the stat read was its own
     except (OSError, ValueError, IndexError):
         parent = None
-    if parent != bwrap_pid:
+    if parent != bwrap.pid or bwrap.returncode is not None:
         os.close(pidfd)
-        return pid, None
-    return pid, pidfd
+        return None
+    return pidfd
 
 
 def _explain_start_failure(log: str, info: bwrap.BwrapInfo) -> str:

@@ -1,6 +1,6 @@
 """Start processes inside a running sandbox: a zygote per sandbox, forked by one spawn helper.
 
-`Zygote(pidfd, root_fd)` asks the helper (helper.py, started on first use, once per process,
+`Zygote` asks the helper (helper.py, started on first use, once per process,
 with an empty environment) for a process joined to the sandbox and confined as its commands are;
 `Zygote.spawn()` then runs commands there and returns a `Joined`, which answers the part of
 `subprocess.Popen` that lis-tui uses (pid, stdin/stdout/stderr, poll, wait, kill, send_signal,
@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -147,18 +148,78 @@ def end_with_us(marker: str, live: bool = True) -> None:
         theirs.close()
 
 
+class _Hangups:
+    """One thread per process that closes our end of a zygote's channel once the zygote is gone
+    (it exits when idle for helper.IDLE, or with its sandbox): an idle sandbox then holds no
+    descriptor for it, and the next request forks a new one."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._epoll = select.epoll()
+        self._zygotes: dict[int, Zygote] = {}  # channel's descriptor -> its zygote
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, name="lis-zygote-hangups", daemon=True).start()
+
+    def add(self, zygote: Zygote, channel: socket.socket) -> None:
+        with self._lock:
+            self._zygotes[channel.fileno()] = zygote
+            try:
+                self._epoll.register(channel, select.EPOLLRDHUP | select.EPOLLONESHOT)
+            except FileExistsError:  # a closed one's number, still listed: rearm it for this one
+                self._epoll.modify(channel, select.EPOLLRDHUP | select.EPOLLONESHOT)
+
+    def forget(self, channel: socket.socket) -> None:
+        """Before our end is closed (its zygote's lock held)."""
+        with self._lock:
+            self._zygotes.pop(channel.fileno(), None)
+            try:
+                self._epoll.unregister(channel)
+            except (OSError, ValueError):
+                pass  # not listed
+
+    def _run(self) -> None:
+        while True:
+            for fd, _ in self._epoll.poll():
+                with self._lock:
+                    zygote = self._zygotes.pop(fd, None)
+                if zygote is not None:
+                    zygote._hung_up(fd)
+
+
+_hangups: _Hangups | None = None
+
+
+def _watch_hangup(zygote: Zygote, channel: socket.socket) -> None:
+    global _hangups
+    with _helper_lock:
+        if _hangups is None or _hangups.pid != os.getpid():  # a forked child has no thread of ours
+            _hangups = _Hangups()
+        hangups = _hangups
+    hangups.add(zygote, channel)
+
+
+def channels_open() -> int:
+    """Our ends of zygotes' channels open now: one descriptor each, for about helper.IDLE after
+    a sandbox's last request (capacity.py counts them)."""
+    hangups = _hangups
+    return len(hangups._zygotes) if hangups is not None and hangups.pid == os.getpid() else 0
+
+
+def _forget_hangup(channel: socket.socket) -> None:
+    if _hangups is not None and _hangups.pid == os.getpid():
+        _hangups.forget(channel)
+
+
 class Zygote:
     """Starts commands in one sandbox through a process joined to it and confined as its
     commands are before it runs anything (helper.py). That process exits when idle; the next
     request forks a new one. Close this when the sandbox closes."""
 
-    def __init__(self, ns_pidfd: int | None, open_root: Callable[[], int] | None, rlimits: list[tuple[int, int]] = (),
-                 nested_userns: bool = False, cgroup: str | None = None, sysctl: list[tuple[str, int]] = (),
-                 remounts: list[tuple[str, str]] = (), take_uid_0: bool = False) -> None:
-        """`ns_pidfd`: a pidfd of a process in the sandbox (its pid 1), the caller's, open for as
-        long as this is used; `open_root`: returns a new descriptor of the sandbox's /, which each
-        zygote's fork is handed and this closes (none is kept open between them). (None, None): a
-        sandbox still starting, given later by set_root. `cgroup`: the sandbox's cgroup.procs, which each zygote
+    def __init__(self, rlimits: list[tuple[int, int]] = (), nested_userns: bool = False, cgroup: str | None = None,
+                 sysctl: list[tuple[str, int]] = (), remounts: list[tuple[str, str]] = (),
+                 take_uid_0: bool = False) -> None:
+        """For a sandbox still starting: set_root says how to reach it once it runs (before that,
+        only ask_early and join_early). `cgroup`: the sandbox's cgroup.procs, which each zygote
         enters before it joins (cgroup.py). Done once, by the first zygote that gets ready:
         `sysctl`, (name, value) of /proc/sys/user/ files to set in the sandbox's user namespace;
         `remounts`, (mount point, options) of each mount to remount with those options (tmpfs
@@ -167,7 +228,7 @@ class Zygote:
         self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns, "cgroup": cgroup,
                       "sysctl": list(sysctl), "remounts": list(remounts),
                       "take_uid_0": take_uid_0}
-        self._pidfd, self._open_root = ns_pidfd, open_root
+        self._open_pid_1: Callable[[], tuple[int, int]] | None = None
         self._channel: socket.socket | None = None
         self._joining = False  # _channel's zygote was asked for by ask_early; its answer is unread
         self._layers = False  # and it mounts the writable layers' tmpfs first
@@ -192,8 +253,7 @@ class Zygote:
                 self._pid = int(message.split()[1])
                 self._fork.update(sysctl=[], remounts=[])  # done for the sandbox: once is enough
             except OSError:
-                self._channel.close()
-                self._channel = None
+                self._drop_channel()
 
     def ask_early(self, layers: tuple[str, str] | None = None) -> None:
         """Have the helper start the sandbox's first zygote now, before its pid 1 exists: it waits
@@ -239,19 +299,23 @@ class Zygote:
             raise
         return got[0]
 
-    def set_root(self, ns_pidfd: int, open_root: Callable[[], int]) -> None:
-        """The sandbox's pid 1 (now running) and how to open its /, for every zygote from now on;
-        an early one chroots there and confines itself."""
+    def set_root(self, open_pid_1: Callable[[], tuple[int, int]]) -> None:
+        """How to reach the sandbox, now running, for every zygote from now on: `open_pid_1()`
+        returns new descriptors of its pid 1 (a pidfd) and of its /, which each zygote's fork is
+        handed and this closes (none is kept open between them). An early zygote chroots there
+        now and confines itself."""
         with self._lock:
-            self._pidfd, self._open_root = ns_pidfd, open_root
+            self._open_pid_1 = open_pid_1
             if self._joining:
-                root = open_root()
+                fds = open_pid_1()
                 try:
-                    socket.send_fds(self._channel, [b"R"], [root])
+                    socket.send_fds(self._channel, [b"R"], [fds[1]])
                 except OSError:
                     pass  # it is gone: its answer (or none) says so, and the usual way takes over
                 finally:
-                    os.close(root)
+                    for fd in fds:
+                        os.close(fd)
+                _watch_hangup(self, self._channel)  # its answer is read by the first request, or once it exits
 
     def _behind_early(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]] | None:
         """The first request to an early zygote goes out before its answer is read (one wait
@@ -283,13 +347,15 @@ class Zygote:
         with self._lock:
             self._settle_early()
             if self._channel is None:
-                root = self._open_root()
+                fds = self._open_pid_1()
                 try:
-                    self._channel, message, _ = _ask(_helper_send, self._fork, [self._pidfd, root])
+                    self._channel, message, _ = _ask(_helper_send, self._fork, list(fds))
                 finally:
-                    os.close(root)
+                    for fd in fds:
+                        os.close(fd)
                 self._pid = int(message.split()[1])
                 self._fork.update(sysctl=[], remounts=[])
+                _watch_hangup(self, self._channel)
             return self._channel
 
     def _call(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]]:
@@ -303,8 +369,7 @@ class Zygote:
             except _Gone:
                 with self._lock:
                     if self._channel is channel:  # exited idle: the next try forks another
-                        channel.close()
-                        self._channel, self._pid = None, None
+                        self._drop_channel()
         raise SpawnError(0, "the sandbox's spawner keeps exiting; run `lis-tui doctor`")
 
     def spawn(self, argv: list[str], *, env: dict[str, str], cwd: str, stdin: Any = None, stdout: Any = None,
@@ -341,8 +406,27 @@ class Zygote:
         """The zygote exits; commands it started live on until the sandbox closes."""
         with self._lock:
             if self._channel is not None:
-                self._channel.close()
-                self._channel, self._pid = None, None
+                self._drop_channel()
+
+    def _drop_channel(self) -> None:
+        """Close our end of the channel (with the lock held)."""
+        _forget_hangup(self._channel)
+        self._channel.close()
+        self._channel, self._pid = None, None
+
+    def _hung_up(self, fd: int) -> None:
+        """_Hangups saw the channel on `fd` hang up: if it is still ours and its zygote is gone, close it."""
+        with self._lock:
+            channel = self._channel
+            if channel is None or channel.fileno() != fd:
+                return
+            poller = select.poll()
+            poller.register(fd, select.POLLRDHUP)
+            if not poller.poll(0):  # (a hangup is always reported): a new zygote's channel on the same number
+                return
+            self._settle_early()  # an early zygote's answer, queued before it left: what it did stays done
+            if self._channel is not None:
+                self._drop_channel()
 
 
 def _stdio(spec: Any, stream: int) -> tuple[int, IO | None]:

@@ -153,7 +153,7 @@ KILLED_WHILE_BWRAP_WAITS = textwrap.dedent("""
     import os, signal, time
     from isolation import Sandbox
     from isolation.sandbox import Sandbox as S
-    def die(self, ids):  # bwrap's parent has armed its parent-death signal and waits to let its child go
+    def die(self, *_):  # bwrap's parent has armed its parent-death signal and waits to let its child go
         print(self._record.marker, flush=True)
         time.sleep(0.3)
         os.kill(os.getpid(), signal.SIGKILL)
