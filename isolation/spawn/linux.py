@@ -55,8 +55,10 @@ PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
 KEYCTL_JOIN_SESSION_KEYRING = 1
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
-_SYS = {"x86_64": {"capset": 126, "keyctl": 250, "close_range": 436},
-        "aarch64": {"capset": 91, "keyctl": 219, "close_range": 436}}.get(platform.machine(), {})
+AT_FDCWD = -100
+OPEN_TREE_CLONE = 1
+_SYS = {"x86_64": {"capset": 126, "keyctl": 250, "open_tree": 428, "close_range": 436},
+        "aarch64": {"capset": 91, "keyctl": 219, "open_tree": 428, "close_range": 436}}.get(platform.machine(), {})
 
 
 def _check(result: int, what: str) -> int:
@@ -82,6 +84,16 @@ def mount(source: str | None, target: str, flags: int, data: str | None = None, 
     options = ctypes.c_char_p(data.encode()) if data is not None else None
     _check(_mount(source and source.encode(), target.encode(), fstype and fstype.encode(), flags, options),
            f"mount {target}")
+
+
+def open_tree(path: str, clone: bool = True) -> int:
+    """open_tree(2): a descriptor of a detached copy of the one mount at `path` (`clone`; the
+    mounts over its folders do not come along), or of the mount itself."""
+    flags = (OPEN_TREE_CLONE if clone else 0) | os.O_CLOEXEC
+    if "open_tree" not in _SYS:
+        raise OSError(38, "open_tree: not known on this architecture")
+    return _check(_syscall(ctypes.c_long(_SYS["open_tree"]), ctypes.c_int(AT_FDCWD), path.encode(), ctypes.c_uint(flags)),
+                  "open_tree")
 
 
 def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
