@@ -4,9 +4,11 @@
 
 Starts --count sandboxes (host rootfs, network off) in blocks of 1,000, timing each block; on the
 way, at each --flat count, times one start + exec('true') + close with that many live (and with
-none again at the end, once all are closed), as a ratio to the 0-live cost. Then runs `echo` in
-every 10th, prints memory (PSS of the sandboxes' processes, and this process's growth) and
-processes per sandbox, and the time to close them all. Where a limit of this machine or user
+none again at the end, once all are closed), as a ratio to the 0-live cost, and a raw
+`bwrap ... bash -c true` beside it: the kernel's share of the growth (each bwrap's pivot_root
+walks every thread on the machine). Then runs `echo` in every 10th, prints memory (PSS of the
+sandboxes' processes, this process's growth, the machine's MemAvailable) and processes per
+sandbox, and the time to close them all. Where a limit of this machine or user
 stops it (lis-tui refuses the start, naming the limit), it says which and how far it got.
 """
 from __future__ import annotations
@@ -19,12 +21,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 from isolation import Sandbox, capacity, records, spawn  # noqa: E402
 from isolation.spawn.helper import IDLE  # noqa: E402
 from isolation.spec import SandboxError  # noqa: E402
 from proctree import pss_kib, sandbox_processes  # noqa: E402
+from sandbox_start import time_raw_bwrap  # noqa: E402
 
 
 def rss_kib() -> int:
@@ -58,8 +61,9 @@ def fill(live: list[Sandbox], target: int) -> str | None:
     return None
 
 
-def cycle_cost(cycles: int) -> tuple[float, float]:
-    """(p50 wall, mean CPU (see cpu()) in seconds of one start + exec('true') + close."""
+def cycle_cost(cycles: int) -> tuple[float, float, float]:
+    """(p50 wall, mean CPU (see cpu()) in seconds of one start + exec('true') + close; p50 wall
+    of a raw `bwrap ... bash -c true` beside it: what the kernel's share of the growth is)."""
     walls, cpu0 = [], cpu()
     for _ in range(cycles):
         start = time.perf_counter()
@@ -67,7 +71,8 @@ def cycle_cost(cycles: int) -> tuple[float, float]:
             sb.exec("true")
         walls.append(time.perf_counter() - start)
     walls.sort()
-    return walls[len(walls) // 2], (cpu() - cpu0) / cycles
+    raw = sorted(time_raw_bwrap(cycles))
+    return walls[len(walls) // 2], (cpu() - cpu0) / cycles, raw[len(raw) // 2]
 
 
 def scale(count: int, levels: list[int], cycles: int) -> None:
@@ -116,12 +121,15 @@ def scale(count: int, levels: list[int], cycles: int) -> None:
     if flat:
         base_wall = (flat[0][1] + flat[-1][1]) / 2
         base_cpu = (flat[0][2] + flat[-1][2]) / 2
-        print(f"\n| live | start + exec + close p50 ms | ratio vs 0 live | CPU ms | CPU ratio | target |")
-        print("|---|---|---|---|---|---|")
-        for level, wall, cpu_each in flat:
+        base_raw = (flat[0][3] + flat[-1][3]) / 2
+        print("\n| live | start + exec + close p50 ms | ratio vs 0 live | CPU ms | CPU ratio | target "
+              "| raw bwrap p50 ms | raw ratio vs 0 live | ours less raw, ms |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for level, wall, cpu_each, raw in flat:
             target = "" if level.startswith("0") else "<= 1.2"
             print(f"| {level} | {wall * 1000:.1f} | {wall / base_wall:.2f} | {cpu_each * 1000:.1f} | "
-                  f"{cpu_each / base_cpu:.2f} | {target} |")
+                  f"{cpu_each / base_cpu:.2f} | {target} | {raw * 1000:.1f} | {raw / base_raw:.2f} | "
+                  f"{(wall - raw) * 1000:.1f} |")
     print("\n| measure | value |\n|---|---|")
     print(f"| sandboxes live | {n:,} of {count:,} asked |")
     print(f"| stopped by | {stopped or 'nothing: all started'} |")
