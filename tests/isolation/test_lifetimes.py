@@ -376,3 +376,27 @@ def test_a_file_write_under_way_when_close_begins_ends_before_the_teardown():
     finally:
         go.set()
         b.close()
+
+
+def test_pid_1_is_reached_by_pid_only_while_it_is_bwraps_child():
+    # No pidfd is kept per idle sandbox: each use opens one from the pid, which must name bwrap's
+    # child and nothing else (a pid reused by another process, another bwrap's child, a dead one).
+    from isolation.sandbox import _checked_pidfd
+
+    with Sandbox() as sb, Sandbox() as other:
+        fd = _checked_pidfd(sb.pid, sb._proc)
+        assert fd is not None
+        os.close(fd)
+        assert _checked_pidfd(other.pid, sb._proc) is None  # a child, but another bwrap's
+        stranger = subprocess.Popen(["sleep", "30"])
+        try:
+            assert _checked_pidfd(stranger.pid, sb._proc) is None
+        finally:
+            stranger.kill()
+            stranger.wait()
+        pid = sb.pid
+        os.kill(pid, signal.SIGKILL)  # from outside its namespace: pid 1 dies, and bwrap after it
+        sb._proc.wait(10)
+        assert _checked_pidfd(pid, sb._proc) is None
+        with pytest.raises(SandboxError, match="not running"):
+            sb.exec("true")
