@@ -44,7 +44,7 @@ def cpu() -> float:
     helper = 0.0
     if spawn._helper is not None and spawn._helper.alive():
         try:
-            with open(f"/proc/{spawn._helper.proc.pid}/stat") as f:
+            with open(f"/proc/{spawn._helper.pid}/stat") as f:
                 helper = sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:15]) / os.sysconf("SC_CLK_TCK")
         except OSError:
             pass

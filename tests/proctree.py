@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def descendants(root: int) -> list[int]:
-    """Every live process below `root` (children, theirs, ...), from each process's ppid."""
+def descendants(root: int, *more: int) -> list[int]:
+    """Every live process below `root` (and `more`): children, theirs, ..., from each process's ppid."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -13,7 +13,7 @@ def descendants(root: int) -> list[int]:
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(stat.parent.name))
-    found, todo = [], list(children.get(root, []))
+    found, todo = [], [pid for top in (root, *more) for pid in children.get(top, [])]
     while todo:
         pid = todo.pop()
         found.append(pid)
@@ -21,14 +21,21 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
 def sandbox_processes(root: int) -> list[int]:
-    """`root`'s descendants but the one spawn helper a lis-tui process starts (isolation.spawn)."""
+    """`root`'s descendants, and those of the spawn helper it started (isolation.spawn: no child
+    of its owner's, which it names last in its argv), but the helper and its zygotes."""
     def helper(pid: int) -> bool:
-        try:
-            return b"spawn/helper.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return False
-    return [p for p in descendants(root) if not helper(p)]
+        return any(word.endswith(b"spawn/helper.py") for word in _cmdline(pid))
+    helpers = [int(p.name) for p in Path("/proc").glob("[0-9]*")
+               if helper(int(p.name)) and _cmdline(int(p.name))[-2:-1] == [str(root).encode()]]
+    return [p for p in dict.fromkeys(descendants(root, *helpers)) if not helper(p)]  # a zygote is below its helper
 
 
 def pss_kib(pid: int) -> int:

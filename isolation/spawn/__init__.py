@@ -38,7 +38,13 @@ class _Gone(SpawnError):
 
 
 class _Helper:
-    """The helper process and our end of its socket."""
+    """The helper process and our end of its socket.
+
+    The process we start forks the helper and exits, so that the helper is no child of ours: a
+    supervisor that kills its worker's children when the worker ends (Ray does, by default)
+    would otherwise kill it with us, before it could end the sandboxes we leave (helper.py,
+    _end_sandboxes). It is told its owner is gone by its socket, not by its parent; its argv
+    names its owner's pid last, for whoever looks (ps, the tests' process trees)."""
 
     def __init__(self) -> None:
         self.channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -46,14 +52,27 @@ class _Helper:
         # Its own session, so a Ctrl-C meant for lis-tui's foreground job does not kill it; an
         # empty environment and no terminal, so nothing of ours (an API key, the user's tty) is
         # in any process it forks.
-        self.proc = subprocess.Popen([sys.executable, "-I", "-S", script, str(theirs.fileno())],
+        self.proc = subprocess.Popen([sys.executable, "-I", "-S", script, str(theirs.fileno()), str(os.getpid())],
                                      pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={},
                                      start_new_session=True)
         theirs.close()
+        self._pid: int | None = None
+        threading.Thread(target=self.proc.wait, name="lis-helper-reap", daemon=True).start()  # it exits at once
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        poller = select.poll()
+        poller.register(self.channel, select.POLLRDHUP)
+        return not poller.poll(0)  # (a hangup is always reported): its end closed, it is gone
+
+    @property
+    def pid(self) -> int:
+        """The helper's pid, which the process we started sends first on the socket."""
+        if self._pid is None:
+            if not ready([self.channel.fileno()], REPLY_TIMEOUT):
+                raise SpawnError(0, "the spawn helper did not start in time")
+            self._pid = int(self.channel.recv(64, socket.MSG_DONTWAIT).split()[1])
+        return self._pid
 
 
 def _helper_send(request: dict, fds: list[int]) -> None:
@@ -65,10 +84,9 @@ def _helper_send(request: dict, fds: list[int]) -> None:
             helper = _helper
         try:
             return _send(helper.channel, request, fds)
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError):  # it is gone: alive() says so from now on
             if attempt == 2:
                 raise SpawnError(0, "the spawn helper keeps dying; run `lis-tui doctor`") from None
-            helper.proc.kill()
 
 
 def _send(channel: socket.socket, request: dict, fds: list[int]) -> None:

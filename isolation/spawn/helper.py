@@ -73,6 +73,10 @@ _keyring_error: OSError | None = None  # why the helper has no keyring of its ow
 
 def main(channel_fd: int) -> None:
     global _keyring_error
+    helper = os.fork()
+    if helper:  # we go, the helper stays: no child of our owner's (spawn._Helper says why)
+        socket.socket(fileno=channel_fd).send(f"H {helper}".encode())
+        os._exit(0)
     linux.prctl(linux.PR_SET_DUMPABLE, 0)
     linux.prctl(linux.PR_SET_CHILD_SUBREAPER, 1)  # a zygote's commands become ours when it exits
     # One fresh keyring for every zygote to inherit, not one each: an ordinary user may own only
@@ -151,6 +155,8 @@ def _request(channel: socket.socket, handle, state: _State, poller) -> bool:
         payload, fds = _recv(channel, 16)
     except InterruptedError:
         return True
+    except ConnectionResetError:  # gone with a message of ours unread (the helper's pid): gone all the same
+        return False
     if not payload:
         return False
     if payload == b"@":  # a big request travels in a memfd, the last descriptor

@@ -400,3 +400,28 @@ def test_pid_1_is_reached_by_pid_only_while_it_is_bwraps_child():
         assert _checked_pidfd(pid, sb._proc) is None
         with pytest.raises(SandboxError, match="not running"):
             sb.exec("true")
+
+
+# As Ray ends a worker: its direct children are killed first (RAY_kill_child_processes_on_worker_exit),
+# then the worker, while a start waits for bwrap to let its child go.
+KILLED_WITH_ITS_CHILDREN = KILLED_WHILE_BWRAP_WAITS.replace("    os.kill(os.getpid(), signal.SIGKILL)", """\
+    children = set()
+    for task in os.listdir(f"/proc/{os.getpid()}/task"):
+        with open(f"/proc/{os.getpid()}/task/{task}/children") as f:
+            children |= {int(p) for p in f.read().split()}
+    for pid in children:
+        os.kill(pid, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)""")
+
+
+def test_an_owner_killed_after_its_children_while_bwrap_waits_leaves_nothing():
+    # The spawn helper is no child of the owner's, so a supervisor that kills the owner's children
+    # does not take it: it still ends the sandbox whose bwrap child waits to be let go.
+    owner = subprocess.run([sys.executable, "-c", KILLED_WITH_ITS_CHILDREN], env={**os.environ, "PYTHONPATH": ROOT},
+                           capture_output=True, text=True, timeout=60)
+    assert owner.returncode == -signal.SIGKILL, owner.stderr
+    marker = owner.stdout.split()[0]
+    deadline = time.monotonic() + 10
+    while _ours_marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _ours_marked(marker), [_cmdline(p) for p in _ours_marked(marker)]

@@ -38,12 +38,15 @@ def test_a_command_that_outlives_its_zygote_still_reports_its_end(sandbox):
 def test_a_killed_helper_is_replaced():
     with Sandbox() as sb:
         assert sb.exec("true").exit_code == 0
-        helper = spawn._helper.proc
-        os.kill(helper.pid, signal.SIGKILL)
-        helper.wait()
+        helper = spawn._helper.pid
+        os.kill(helper, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while spawn._helper.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not spawn._helper.alive()
         sb._zygote.close()  # its zygote went with its helper's socket
         assert sb.exec("echo back").stdout == "back\n"
-        assert spawn._helper.proc.pid != helper.pid
+        assert spawn._helper.pid != helper
 
 
 def _state(pid: int) -> str:
