@@ -201,7 +201,10 @@ class _Hangups:
                 with self._lock:
                     zygote = self._zygotes.pop(fd, None)
                 if zygote is not None:
-                    zygote._hung_up(fd)
+                    try:
+                        zygote._hung_up(fd)
+                    except Exception:  # noqa: BLE001 (this thread must go on: that channel closes with its sandbox)
+                        pass
 
 
 _hangups: _Hangups | None = None
@@ -441,6 +444,7 @@ class Zygote:
             poller = select.poll()
             poller.register(fd, select.POLLRDHUP)
             if not poller.poll(0):  # (a hangup is always reported): a new zygote's channel on the same number
+                _watch_hangup(self, channel)  # (its watch may be the one just taken)
                 return
             self._settle_early()  # an early zygote's answer, queued before it left: what it did stays done
             if self._channel is not None:
