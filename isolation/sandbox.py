@@ -367,7 +367,7 @@ class Sandbox:
         """New descriptors of the sandbox's pid 1 (a pidfd) and of its /; none is kept between
         uses: one descriptor less per idle sandbox. The pidfd is checked to name bwrap's child
         (_checked_pidfd), and the root, opened by pid, is its own since pid 1 was alive after."""
-        pidfd = _checked_pidfd(self.pid, self._proc) if self.pid is not None and self._proc is not None else None
+        pidfd = self._pid_1_fd()
         if pidfd is None:
             raise SandboxError(self._not_running())
         try:
@@ -382,6 +382,11 @@ class Sandbox:
             os.close(root)
             raise SandboxError(self._not_running()) from None
         return pidfd, root
+
+    def _pid_1_fd(self) -> int | None:
+        """A new pidfd of the sandbox's pid 1, checked (_checked_pidfd); None when it has none (not
+        started, or gone)."""
+        return _checked_pidfd(self.pid, self._proc) if self.pid is not None and self._proc is not None else None
 
     def _open_root(self) -> int:
         """A new descriptor of the sandbox's / (see _open_pid_1)."""
@@ -445,7 +450,7 @@ class Sandbox:
             # Killing the pid namespace's init takes every process in it down, and bwrap only exits
             # once that init is gone: after the wait, nothing of the sandbox runs. (No pidfd: pid 1
             # is gone already, or dies of bwrap's death, its parent-death signal.)
-            pidfd = _checked_pidfd(self.pid, self._proc) if self.pid is not None else None
+            pidfd = self._pid_1_fd()
             if pidfd is not None:
                 try:
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL)
@@ -560,11 +565,11 @@ class Sandbox:
         next command's caller once (disk_note), and in the error of every later one. close()
         still has to be called."""
         with self._close_lock:
-            if self.pid is None or self._proc is None or self._stopped:
+            if self.pid is None or self._stopped:
                 return
             self._stopped = why
             self._disk_note = f"the sandbox was stopped: {why}."
-            pidfd = _checked_pidfd(self.pid, self._proc)
+            pidfd = self._pid_1_fd()
             if pidfd is None:  # gone already
                 return
             try:  # the pid namespace's init: the kernel takes every other process in it along

@@ -31,11 +31,12 @@ def _cmdline(pid: int) -> list[bytes]:
 def sandbox_processes(root: int) -> list[int]:
     """`root`'s descendants, and those of the spawn helper it started (isolation.spawn: no child
     of its owner's, which it names last in its argv), but the helper and its zygotes."""
-    def helper(pid: int) -> bool:
-        return any(word.endswith(b"spawn/helper.py") for word in _cmdline(pid))
-    helpers = [int(p.name) for p in Path("/proc").glob("[0-9]*")
-               if helper(int(p.name)) and _cmdline(int(p.name))[-2:-1] == [str(root).encode()]]
-    return [p for p in dict.fromkeys(descendants(root, *helpers)) if not helper(p)]  # a zygote is below its helper
+    def helper(cmdline: list[bytes]) -> bool:
+        return any(word.endswith(b"spawn/helper.py") for word in cmdline)
+    cmdlines = {int(p.name): _cmdline(int(p.name)) for p in Path("/proc").glob("[0-9]*")}
+    helpers = [pid for pid, cmdline in cmdlines.items() if helper(cmdline) and cmdline[-2:-1] == [str(root).encode()]]
+    # a zygote is below its helper; a process born since the look is no helper
+    return [p for p in dict.fromkeys(descendants(root, *helpers)) if not helper(cmdlines.get(p) or _cmdline(p))]
 
 
 def pss_kib(pid: int) -> int:

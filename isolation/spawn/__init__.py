@@ -210,10 +210,16 @@ class _Hangups:
 _hangups: _Hangups | None = None
 
 
+def _hangups_here() -> _Hangups | None:
+    """This process's _Hangups, if it made one (a forked child has no thread of its parent's)."""
+    hangups = _hangups
+    return hangups if hangups is not None and hangups.pid == os.getpid() else None
+
+
 def _watch_hangup(zygote: Zygote, channel: socket.socket) -> None:
     global _hangups
     with _helper_lock:
-        if _hangups is None or _hangups.pid != os.getpid():  # a forked child has no thread of ours
+        if _hangups_here() is None:
             _hangups = _Hangups()
         hangups = _hangups
     hangups.add(zygote, channel)
@@ -222,13 +228,14 @@ def _watch_hangup(zygote: Zygote, channel: socket.socket) -> None:
 def channels_open() -> int:
     """Our ends of zygotes' channels open now: one descriptor each, for about helper.IDLE after
     a sandbox's last request (capacity.py counts them)."""
-    hangups = _hangups
-    return len(hangups._zygotes) if hangups is not None and hangups.pid == os.getpid() else 0
+    hangups = _hangups_here()
+    return len(hangups._zygotes) if hangups is not None else 0
 
 
 def _forget_hangup(channel: socket.socket) -> None:
-    if _hangups is not None and _hangups.pid == os.getpid():
-        _hangups.forget(channel)
+    hangups = _hangups_here()
+    if hangups is not None:
+        hangups.forget(channel)
 
 
 class Zygote:

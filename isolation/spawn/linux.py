@@ -7,6 +7,7 @@ joined a sandbox's mount namespace (where a lazy load would read the sandbox's f
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
 
@@ -91,7 +92,7 @@ def open_tree(path: str, clone: bool = True) -> int:
     mounts over its folders do not come along), or of the mount itself."""
     flags = (OPEN_TREE_CLONE if clone else 0) | os.O_CLOEXEC
     if "open_tree" not in _SYS:
-        raise OSError(38, "open_tree: not known on this architecture")
+        raise OSError(errno.ENOSYS, "open_tree: not known on this architecture")
     return _check(_syscall(ctypes.c_long(_SYS["open_tree"]), ctypes.c_int(AT_FDCWD), path.encode(), ctypes.c_uint(flags)),
                   "open_tree")
 
