@@ -76,7 +76,8 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | 
     root_dir = _resolve_rootfs(spec.rootfs)
     folders: list[tuple[str, int]] = []
     if root_dir is None:
-        folders.append(("root", 0o700))
+        # /root/.local: where pip and npm install (HOST_ENV), which the prompt names: it exists from the start
+        folders += [("root", 0o700), ("root/.local", 0o755)]
         # HOME lives with the other writable layers, so a kept session keeps ~/.cache and pip --user.
         mounts = bwrap.host_root_mounts() + [Bind(str(scratch / "root"), "/root", ro=False)]
         check = Path("/")
@@ -215,6 +216,11 @@ exec "$real" "$@"
 
 
 def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, folders: list[tuple[str, int]]) -> list[Mount]:
+    """/testbed, and the model's own folders (spec.places): under /testbed in the paper's layout;
+    beside a workspace under /agent, one folder of the layers, so that nothing the model keeps for
+    itself shows up as a change to the project."""
+    places = spec.places
+    top = places.output.rsplit("/", 1)[0]
     if spec.workspace is not None:
         workspace = _existing_dir(spec.workspace, "workspace")
         if not info.has_overlay:
@@ -224,12 +230,12 @@ def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, folders: l
                                        str(scratch / "ws-work"))]
         mounts += _read_only_git(spec, workspace, scratch / "ws-upper")
     else:
-        folders += [("testbed", 0o755), ("testbed/output", 0o755), ("testbed/input", 0o755)]
-        if spec.documents_dir is not None:
-            folders.append(("testbed/documents", 0o755))
-        mounts = [Bind(str(scratch / "testbed"), "/testbed", ro=False)]
-    for given, dest, what in ((spec.input_dir, "/testbed/input", "input directory"),
-                              (spec.documents_dir, "/testbed/documents", "documents directory")):
+        mounts = []
+    mounts.append(Bind(str(scratch / top[1:]), top, ro=False))
+    own = [places.output, places.input, places.scratch] + [places.documents] * (spec.documents_dir is not None)
+    folders += [(top[1:], 0o755)] + [(path[1:], 0o755) for path in dict.fromkeys(own) if path != top]
+    for given, dest, what in ((spec.input_dir, places.input, "input directory"),
+                              (spec.documents_dir, places.documents, "documents directory")):
         if given is not None:
             mounts.append(_host_view(_existing_dir(given, what), dest, info))
     return mounts

@@ -42,7 +42,8 @@ NEW_RECORD_GRACE = 30.0
 # The directories a start makes in a scratch (layout.plan's folders, or the mount point of their
 # tmpfs, which holds them), deepest first. Most sandboxes leave them empty, and removing one by
 # name is one rmdir, where the walk costs a dozen calls.
-_USUAL_LAYERS = ("rw", "testbed/output", "testbed/input", "testbed/documents", "testbed", "root", "upper",
+_USUAL_LAYERS = ("rw", "testbed/output", "testbed/input", "testbed/documents", "testbed", "agent/output",
+                 "agent/input", "agent/documents", "agent/scratch", "agent", "root/.local", "root", "upper",
                  "work/work", "work", "ws-upper", "ws-work/work", "ws-work", "empty")
 
 

@@ -43,7 +43,7 @@ KEEPER = {"bash": ["bash", "-c", "printf x; exec >/dev/null 2>&1; while read -r 
           "sh": ["sh", "-c", "printf x; exec >/dev/null 2>&1; exec cat"]}
 START_TIMEOUT = 30.0
 FILE_OPS_WAIT = 10.0  # seconds close() waits for host-side file operations under way (each takes ms)
-WRITABLE_LAYERS = ("root", "testbed", "upper", "ws-upper")  # under `layers`, as layout.plan makes them
+WRITABLE_LAYERS = ("root", "testbed", "upper", "ws-upper", "agent")  # under `layers`, as layout.plan makes them
 RW = "rw"  # under `layers`: where the writable layers' tmpfs is mounted inside (diskcap.on_tmpfs)
 OUTPUT_CAP = 64 << 20
 FULL_MARGIN = 64 << 10  # the layers' tmpfs with less free than this is full (the kernel's last pages)
@@ -719,17 +719,21 @@ class Sandbox:
                 yield root, path
             return
         inside = os.path.normpath("/" + path.lstrip("/"))
-        if inside != "/testbed" and not inside.startswith("/testbed/"):
+        top = next((top for top in ("/testbed", self.spec.places.output.rsplit("/", 1)[0])
+                    if inside == top or inside.startswith(f"{top}/")), None)
+        if top is None:
             raise SandboxError(self._not_running())
-        with self._file_op(self._open_remains) as layer:
-            yield layer, inside[len("/testbed"):] or "/"
+        with self._file_op(functools.partial(self._open_remains, top)) as layer:
+            yield layer, inside[len(top):] or "/"
 
-    def _open_remains(self) -> int:
+    def _open_remains(self, top: str) -> int:
+        """The layer that holds `top` (/testbed, or /agent beside a workspace) on the host."""
         if self._closing or self.pid is None:
             raise SandboxError(self._not_running())
         from .layout import testbed_layers  # noqa: PLC0415
 
-        return os.open(testbed_layers(self.spec, self.writable)[1], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        layer = testbed_layers(self.spec, self.writable)[1] if top == "/testbed" else self.writable / top[1:]
+        return os.open(layer, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
     def spawn_pty(self, argv: list[str], cwd: str = "/testbed", env_extra: dict[str, str] | None = None,
                   dimensions: tuple[int, int] = (24, 200), echo: bool = False,

@@ -125,11 +125,12 @@ class SandboxSpec:
     """`net.credentials.Credential`s: headers the proxy adds for named hosts. They name where each
     secret comes from (an environment variable or a file of this process), never the secret."""
     workspace: Path | str | None = None
-    """Host directory laid over /testbed copy-on-write; None for an empty /testbed."""
+    """Host directory laid over /testbed copy-on-write; None for an empty /testbed. With one, the
+    model's own folders (input, output, scratch) are under /agent instead, outside the project."""
     input_dir: Path | str | None = None
-    """Host directory shown read-only at /testbed/input."""
+    """Host directory shown read-only at `places.input` (/testbed/input; /agent/input beside a workspace)."""
     documents_dir: Path | str | None = None
-    """Host directory shown read-only at /testbed/documents (the paper's long-context layout)."""
+    """Host directory shown read-only at `places.documents` (the paper's long-context layout)."""
     env: dict[str, str] | None = None
     """Extra environment variables, on top of the clean defaults."""
     limits: Limits = field(default_factory=Limits)
@@ -151,6 +152,44 @@ class SandboxSpec:
     def __post_init__(self) -> None:
         if self.network not in NETWORK_MODES:
             raise SandboxError(f"network must be one of {', '.join(NETWORK_MODES)}, not {self.network!r}")
+
+    @property
+    def places(self) -> Places:
+        """Where this sandbox's folders are, as its processes see them."""
+        return WORKSPACE_PLACES if self.workspace is not None else PAPER_PLACES
+
+
+@dataclass(frozen=True)
+class Places:
+    """The folders a sandbox has for the model, as seen inside; each exists from the start."""
+
+    working: str
+    """Where the model works: /testbed (with a workspace, the person's project)."""
+    scratch: str
+    """Where its own scripts and notes go: /testbed, or /agent/scratch beside a workspace, so that
+    they never show up as changes to the project."""
+    input: str
+    """The task's files (empty when it came with none)."""
+    documents: str
+    """The task's documents, when it has a documents folder."""
+    output: str
+    """What goes back to the person: answer.txt and any files (a run's files/, the review's export)."""
+
+    @property
+    def answer(self) -> str:
+        return f"{self.output}/answer.txt"
+
+
+def places_of(spec: SandboxSpec | None) -> Places:
+    """spec.places; the paper's layout where there is no spec (no sandbox yet, or none at all)."""
+    return spec.places if spec is not None else PAPER_PLACES
+
+
+TESTBED, AGENT = "/testbed", "/agent"
+PAPER_PLACES = Places(TESTBED, TESTBED, f"{TESTBED}/input", f"{TESTBED}/documents", f"{TESTBED}/output")
+"""The paper's layout: everything under /testbed."""
+WORKSPACE_PLACES = Places(TESTBED, f"{AGENT}/scratch", f"{AGENT}/input", f"{AGENT}/documents", f"{AGENT}/output")
+"""Beside a workspace: /testbed is the project, and the model's own folders are outside it."""
 
 
 @dataclass(frozen=True)

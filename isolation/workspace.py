@@ -65,10 +65,13 @@ Found = Callable[[Change, "_Site | None"], None]
 
 
 def mount_points(spec) -> frozenset[str]:
-    """Directories under /testbed that are our mount points, not the sandbox's work."""
-    found = {f"{name}/" for name, given in (("input", spec.input_dir), ("documents", spec.documents_dir))
-             if given}
-    return frozenset(found | ({"input/", "output/"} if spec.workspace is None else set()))
+    """Directories under /testbed that are our mount points, not the sandbox's work (none beside a
+    workspace: the model's own folders are under /agent then)."""
+    places = spec.places
+    found = {places.input, places.output} if spec.workspace is None else set()
+    found |= {path for path, given in ((places.input, spec.input_dir), (places.documents, spec.documents_dir))
+              if given}
+    return frozenset(f"{path[len('/testbed/'):]}/" for path in found if path.startswith("/testbed/"))
 
 
 # ---- what the host looked like -------------------------------------------------------------

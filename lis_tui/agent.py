@@ -43,8 +43,8 @@ ANSWER_PATH = f"{OUTPUT_DIR}/answer.txt"
 ANSWER_LIMIT = 1 << 20
 """Bytes of an answer file read into memory (a sparse 1 GiB answer.txt costs the sandbox nothing);
 the whole file still goes to files/ under the export cap."""
-PROMPT_VALUES = {"working_dir": WORKING_DIR, "input_dir": INPUT_DIR, "output_dir": OUTPUT_DIR,
-                 "input_note": "if the task has any", "network_note": "", "environment_note": ""}
+PROMPT_VALUES = {"working_dir": WORKING_DIR, "scratch_dir": WORKING_DIR, "input_dir": INPUT_DIR,
+                 "output_dir": OUTPUT_DIR, "input_note": "if the task has any", "network_note": "", "environment_note": ""}
 CommandApproval = Union[bool, Callable[[str], bool]]
 MIN_REPLY_TOKENS = 8192  # the paper's harness lowers max_tokens no further than this
 
@@ -194,7 +194,7 @@ class Agent:
         self.emit(ModelReply(record.step, reply.text, reply.reasoning, reply.tool_calls,
                              reply.usage, record.model_duration))
         if self.config.mode != "llm" and not reply.tool_calls:
-            raise FormatError(reply.format_error or self._nudge())
+            raise FormatError(self._fill(reply.format_error) or self._nudge())
         if self.config.mode != "llm" and self.config.bad_arguments == "nudge" \
                 and not _is_json(reply.tool_calls[0].arguments):
             raise FormatError(self._nudge())  # the paper's harness reads such a reply as no call
@@ -202,7 +202,16 @@ class Agent:
 
     def _nudge(self) -> str:
         native = self.format.name == "native"  # a text format's nudge shows how to write a call
-        return PAPER_NUDGE if self._paper and native else self.format.nudge
+        return PAPER_NUDGE if self._paper and native else self._fill(self.format.nudge)
+
+    @property
+    def answer_path(self) -> str:
+        """Where the answer is read from: answer.txt in the output folder the prompt names."""
+        return f"{self.prompt_values['output_dir']}/answer.txt"
+
+    def _fill(self, text: str) -> str:
+        """A tool format's text with this run's folders in it (they differ beside a workspace)."""
+        return render(text, self.prompt_values)
 
     def _complete(self, on_delta: Any) -> Reply:
         for _ in range(2):  # a second try only after auto switched away from `tools`
@@ -239,7 +248,7 @@ class Agent:
 
     def _format_switched(self, new: Any, reason: str) -> None:
         """auto switched to a text format: its instructions go where the model will read them."""
-        note = new.system_note(self.tools.schemas if self.tools is not None else [])
+        note = self._fill(new.system_note(self.tools.schemas if self.tools is not None else []))
         said = any(m.get("role") == "assistant" for m in self.messages)
         if not said and self.messages and self.messages[0].get("role") == "system":
             # nothing sent has been answered yet: the prompt is as if the format had been chosen
@@ -435,7 +444,7 @@ class Agent:
         p = self.prompts
         system, user = (p.llm_system, p.llm_instance) if self.config.mode == "llm" \
             else (p.system, p.instance)
-        note = self.format.system_note(self.tools.schemas) if self.tools is not None \
+        note = self._fill(self.format.system_note(self.tools.schemas)) if self.tools is not None \
             and self.config.mode != "llm" else ""
         system = render(system, values) if system.strip() else ""
         system = f"{system}\n\n{note}" if system and note else system or note
@@ -448,12 +457,13 @@ class Agent:
             if self._vanilla_answer is None:
                 return "", "no reply came"
             return self._vanilla_answer, "" if self._vanilla_answer else "the reply was empty"
+        path = self.answer_path
         try:
-            data = self.tools.sandbox.read_file(ANSWER_PATH, ANSWER_LIMIT)
+            data = self.tools.sandbox.read_file(path, ANSWER_LIMIT)
         except FileNotFoundError:
-            return "", f"no {ANSWER_PATH} was written"
+            return "", f"no {path} was written"
         except (OSError, SandboxError) as exc:
-            return "", f"could not read {ANSWER_PATH}: {exc}"
+            return "", f"could not read {path}: {exc}"
         return data.decode("utf-8", "replace").strip(), ""
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from isolation import Sandbox, SandboxError, SandboxSpec
 from lis_tui import __version__
-from lis_tui.agent import INPUT_DIR, Agent, CommandApproval
+from lis_tui.agent import Agent, CommandApproval
 from lis_tui.config import Config, configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: F401 (configured_rootfs: callers import it from here)
 from lis_tui.events import LIMIT_REASONS, Listeners, RunFinished, RunUsage, network_listener
 from lis_tui.model import ModelClient
@@ -32,7 +32,6 @@ from lis_tui.runs import RUN_OUTPUT
 from lis_tui.trajectory import TrajectoryWriter, export_output
 from lis_tui.workspace_config import workspace_options
 
-DOCUMENTS_DIR = "/testbed/documents"
 EXIT_CODES = {"submitted": 0, "error": 1, "cancelled": 130, **{r: 3 for r in LIMIT_REASONS}}
 NETWORK_NOTES = {
     "off": "The network is off: work with what is installed and what the task brings.",
@@ -92,7 +91,6 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
                 config.set(dotted, value, "run_task")
     if not task.strip():
         raise ValueError("the task is empty; give the task text or --task-file FILE")
-    prompts = load_prompts(config.agent.prompts or None)  # a bad prompts file: fail before starting
     if config.agent.mode == "llm":
         spec = None  # the baseline has no computer
     elif spec is None:
@@ -101,6 +99,7 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
                            workspace=workspace, input_dir=input_dir, limits=sandbox_limits(config),
                            nested_userns=config.sandbox.nested_userns,
                            credentials=network_credentials(config), **workspace_options(config))
+    prompts = run_prompts(config, spec)  # a bad prompts file: fail before starting
     out = prepare_output_dir(output_dir)
     writer = TrajectoryWriter(out / "trajectory.json", trajectory_header(config, spec, out))
     listeners = Listeners(writer, listener)
@@ -150,7 +149,7 @@ def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: st
                 finished = _drive(make_agent(toolbox), task, sandbox)
             finally:
                 toolbox.close()
-            files = export_output(sandbox, out / "files") if sandbox.readable else {}
+            files = export_output(sandbox, out / "files", spec.places.output) if sandbox.readable else {}
             return finished, files
     except (SandboxError, ShellError) as exc:
         return f"the sandbox failed: {exc}", {}
@@ -221,15 +220,23 @@ def prepare_output_dir(path: str | Path | None) -> Path:
 
 
 def prompt_values(spec: SandboxSpec | None) -> dict[str, str]:
-    """What the prompts say about the input directory and the network, for this sandbox."""
+    """What the prompts say about this sandbox's folders (spec.places), its input and its network."""
     if spec is None:
         return {}
-    given = spec.input_dir is not None or spec.workspace is not None
-    note = f"see `ls {INPUT_DIR}`" if given else "it is empty: this task came with no files"
+    places = spec.places
+    note = f"see `ls {places.input}`" if spec.input_dir is not None else "it is empty: this task came with no files"
     if getattr(spec, "documents_dir", None) is not None:
-        note += f"; the task's documents are in {DOCUMENTS_DIR}"
-    return {"input_note": note, "network_note": NETWORK_NOTES.get(spec.network, ""),
+        note += f"; the task's documents are in {places.documents}"
+    return {"working_dir": places.working, "scratch_dir": places.scratch, "input_dir": places.input,
+            "output_dir": places.output, "input_note": note, "network_note": NETWORK_NOTES.get(spec.network, ""),
             "environment_note": environment_note(spec.rootfs)}
+
+
+def run_prompts(config: Config, spec: SandboxSpec | None) -> Prompts:
+    """The prompts of a run: beside a workspace, the templates that say /testbed is the person's
+    project and where the model's own folders are (Prompts.for_workspace)."""
+    prompts = load_prompts(config.agent.prompts or None)
+    return prompts.for_workspace() if spec is not None and spec.workspace is not None else prompts
 
 
 def trajectory_header(config: Config, spec: SandboxSpec | None, out: Path) -> dict[str, Any]:

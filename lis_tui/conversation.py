@@ -15,21 +15,22 @@ from pathlib import Path
 from typing import Any, Callable
 
 from isolation import Sandbox, SandboxError, SandboxSpec
+from isolation.spec import places_of
 from tools.shell import ShellError
 from lis_tui import api
-from lis_tui.agent import ANSWER_PATH, Agent
+from lis_tui.agent import Agent
 from lis_tui.config import Config, save_network_allow
 from lis_tui.events import (Listeners, RunFinished, RunStarted, RunUsage, ToolFinished, ToolOutput,
                              ToolStarted, network_listener)
 from lis_tui.model import ModelClient
-from lis_tui.prompts import Prompts, load_prompts
+from lis_tui.prompts import Prompts
 from lis_tui.runs import app_runs_dir
 from lis_tui.trajectory import TrajectoryWriter, export_output
 
 
 log = logging.getLogger(__name__)
 FOLLOW_UP = ("{task}\n\n(This continues the task above, in the same computer. When you are done, "
-             f"update {ANSWER_PATH} if the answer changed and call `submit` again.)")
+             "update {answer} if the answer changed and call `submit` again.)")
 
 
 class FollowUpAgent(Agent):
@@ -42,7 +43,7 @@ class FollowUpAgent(Agent):
     def _first_messages(self, task: str) -> list[dict]:
         if not self.history:
             return super()._first_messages(task)
-        return [*self.history, {"role": "user", "content": FOLLOW_UP.format(task=task)}]
+        return [*self.history, {"role": "user", "content": FOLLOW_UP.format(task=task, answer=self.answer_path)}]
 
 
 class Conversation:
@@ -131,10 +132,13 @@ class Conversation:
         return finished
 
     def list_files(self, root: str = "/testbed", depth: int = 4, cap: int = 500) -> list[str]:
-        """Files under `root` inside the sandbox (none before it starts), at most `cap`."""
+        """Files under `root` and the output folder inside the sandbox (none before it starts), at
+        most `cap`."""
         if self._sandbox is None or not self._sandbox.running:
             return []
-        found = self._sandbox.exec(["find", root, "-maxdepth", str(depth), "-type", "f"],
+        output = places_of(self.spec).output
+        roots = [root] + ([output] if not output.startswith(f"{root}/") else [])
+        found = self._sandbox.exec(["find", *roots, "-maxdepth", str(depth), "-type", "f"],
                                    timeout=10, cwd="/")
         return sorted(found.stdout.splitlines())[:cap]
 
@@ -205,7 +209,7 @@ class Conversation:
         self._idle.wait(wait)
         self.state = "closed"
         if self._sandbox is not None and self._sandbox.running and self.out is not None:
-            files = _quietly(export_output, self._sandbox, self.out / "files") or {}
+            files = _quietly(export_output, self._sandbox, self.out / "files", self.spec.places.output) or {}
             if self._writer is not None:
                 self._writer.update(files=files.get("files", []))
         self._close_parts()
@@ -228,7 +232,7 @@ class Conversation:
 
     def _open(self) -> None:
         if self._prompts is None:  # a bad prompts file fails here, before a sandbox starts
-            self._prompts = load_prompts(self.config.agent.prompts or None)
+            self._prompts = api.run_prompts(self.config, self.spec)
         if self._client is None:
             self._client = ModelClient(self.config.model)
         if self.spec is None or self._sandbox is not None:

@@ -34,14 +34,14 @@ from tools.terminal_text import safe_terminal_text
 
 REVIEW_TOOLS = [
     ("list_changes", "What the sandbox changed under /testbed, one line per path: kind and path.", {}, []),
-    ("read_output", "A file under /testbed/output (the answer is answer.txt), as text.",
-     {"path": {"type": "string", "description": "Relative to /testbed/output, e.g. answer.txt."}}, ["path"]),
+    ("read_output", "A file under {output_dir} (the answer is answer.txt), as text.",
+     {"path": {"type": "string", "description": "Relative to {output_dir}, e.g. answer.txt."}}, ["path"]),
     ("apply_changes", "Write the sandbox's changes to the host workspace (all, or the paths named). Only "
      "when the server was started with --allow-apply. Held-back paths (list_changes marks them: .git, "
      "config, links, new executables) go only when named here and approved by the person.",
      {"paths": {"type": "array", "items": {"type": "string"}, "description": "Paths under /testbed; "
                 "omit for all."}}, []),
-    ("export_output", "Copy /testbed/output into the server's --export-dir, under the name given.",
+    ("export_output", "Copy {output_dir} into the server's --export-dir, under the name given.",
      {"name": {"type": "string", "description": "A directory name inside --export-dir."}}, ["name"]),
 ]
 OUTPUT_LIMIT = 1 << 20
@@ -90,7 +90,8 @@ class SandboxTools:
         ours = [s["function"] for s in TOOL_SCHEMAS if s["function"]["name"] != "submit"]
         review = [{"name": name, "description": text, "parameters": {"type": "object", "properties": props,
                    "required": required}} for name, text, props, required in REVIEW_TOOLS]
-        return ours + review
+        # Each folder a description names is this sandbox's own (spec.places: /agent/output beside a workspace)
+        return json.loads(json.dumps(ours + review).replace("{output_dir}", self.spec.places.output))
 
     def call(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
         with self._lock:
@@ -102,7 +103,7 @@ class SandboxTools:
                 if handler is None or name not in {t[0] for t in REVIEW_TOOLS}:
                     return ToolResult(f"No tool named {name!r}; the tools are: "
                                       + ", ".join(s["name"] for s in self.schemas()), error=True)
-                mistake = _argument_mistake(name, arguments or {})
+                mistake = _argument_mistake(name, arguments or {}).replace("{output_dir}", self.spec.places.output)
                 if mistake:
                     return ToolResult(mistake, error=True)
                 return handler(**(arguments or {}))
@@ -146,7 +147,7 @@ class SandboxTools:
         return ToolResult("\n".join(lines) or "No changes under /testbed.")
 
     def _read_output(self, path: str) -> ToolResult:
-        data = self._sandbox.read_file(f"/testbed/output/{path.lstrip('/')}", OUTPUT_LIMIT + 1)
+        data = self._sandbox.read_file(f"{self.spec.places.output}/{path.lstrip('/')}", OUTPUT_LIMIT + 1)
         text = data[:OUTPUT_LIMIT].decode("utf-8", errors="replace")
         return ToolResult(text + ("\n[... cut at 1 MiB]" if len(data) > OUTPUT_LIMIT else ""))
 
@@ -201,8 +202,9 @@ class SandboxTools:
                               error=True)
         if not name or "/" in name or name in (".", ".."):
             return ToolResult(f"{name!r} is not a plain directory name.", error=True)
-        dest = self._sandbox.export("/testbed/output", f"{self.export_dir}/{name}")
-        return ToolResult(f"Exported /testbed/output to {dest}.")
+        output = self.spec.places.output
+        dest = self._sandbox.export(output, f"{self.export_dir}/{name}")
+        return ToolResult(f"Exported {output} to {dest}.")
 
 
 def _mcp_refusal(line: str, held_back: dict[str, str]) -> str:

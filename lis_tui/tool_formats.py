@@ -28,9 +28,10 @@ from lis_tui.textcalls import FENCED, text_tool_calls
 from tools import EDITOR_COMMANDS
 
 FORMATS = ("auto", "native", "hermes", "json", "bash")
-ANSWER = "/testbed/output/answer.txt"
+# {output_dir} is filled in by the agent (prompts.render): the sandbox's own (spec.places).
+ANSWER = "{output_dir}/answer.txt"
 NUDGE = ("Your reply called no tool. Work on the task with `execute_bash` or `str_replace_editor`; "
-         f"once the answer is in {ANSWER} (or the files the task asks for are in /testbed/output), "
+         f"once the answer is in {ANSWER} (or the files the task asks for are in {{output_dir}}), "
          "call `submit`.")
 
 
@@ -133,8 +134,8 @@ Two more commands, each alone in its block (`submit` may also be a block's last 
 - `str_replace_editor COMMAND PATH [--file_text TEXT] [--old_str OLD] [--new_str NEW] \
 [--insert_line N] [--view_range FIRST LAST]`: the file editor; COMMAND is view, create, \
 str_replace, insert or undo_edit; quote the texts as in bash.
-- `submit`: finish, once the answer is in /testbed/output/answer.txt (or the files the task \
-asks for are in /testbed/output)."""
+- `submit`: finish, once the answer is in {output_dir}/answer.txt (or the files the task \
+asks for are in {output_dir})."""
 BASH_LANGS = ("bash", "sh", "shell")
 EDITOR_FLAGS = {"--file_text": "file_text", "--old_str": "old_str", "--new_str": "new_str",
                 "--insert_line": "insert_line", "--view_range": "view_range"}

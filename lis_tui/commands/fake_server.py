@@ -51,7 +51,7 @@ def _output_dir(request) -> str:
     import re  # noqa: PLC0415
 
     system = next((m.get("content") for m in request.messages if m.get("role") == "system"), "")
-    found = re.search(r"(/testbed/[\w/.-]*output)\b", system if isinstance(system, str) else "")
+    found = re.search(r"(/(?:testbed|agent)/[\w/.-]*output)\b", system if isinstance(system, str) else "")
     return found.group(1) if found else "/testbed/output"
 
 

@@ -24,6 +24,16 @@ class Prompts:
     """System prompt of a vanilla (`llm` mode) run; empty sends none."""
     llm_instance: str
     """The user message of a vanilla run."""
+    workspace_system: str = ""
+    """System prompt of a run over a workspace (/testbed is the person's project; the model's own
+    folders are under /agent); empty: `system`."""
+    workspace_instance: str = ""
+    """First user message of a run over a workspace; empty: `instance`."""
+
+    def for_workspace(self) -> Prompts:
+        """These prompts for a run over a workspace: its two templates in place of the plain ones."""
+        return replace(self, system=self.workspace_system or self.system,
+                       instance=self.workspace_instance or self.instance)
 
 
 def load_prompts(path: Path | str | None = None) -> Prompts:
@@ -35,7 +45,13 @@ def load_prompts(path: Path | str | None = None) -> Prompts:
         return Prompts(**package_prompts(str(path)))
     prompts = Prompts(**_read(DEFAULT_FILE))
     if path:
-        prompts = replace(prompts, **_read(Path(path).expanduser()))
+        mine = _read(Path(path).expanduser())
+        # A file that replaces `system` or `instance` replaces it over a workspace too, unless it
+        # sets that one apart: its author's words are never silently passed over.
+        for key in ("system", "instance"):
+            if key in mine:
+                mine.setdefault(f"workspace_{key}", "")
+        prompts = replace(prompts, **mine)
     return prompts
 
 

@@ -15,10 +15,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from isolation.spec import places_of
 from lis_tui.widgets.plain import plain
 
 log = logging.getLogger(__name__)
-OUTPUT = "/testbed/output/"
 
 
 class FilesScreen(ModalScreen[None]):
@@ -56,8 +56,8 @@ class FilesScreen(ModalScreen[None]):
         self.app.call_from_thread(self._show_list, files)
 
     def _show_list(self, files: list[str]) -> None:
-        ordered = [f for f in files if f.startswith(OUTPUT)] + \
-            [f for f in files if not f.startswith(OUTPUT)]
+        output = f"{places_of(self.conversation.spec).output}/"
+        ordered = [f for f in files if f.startswith(output)] + [f for f in files if not f.startswith(output)]
         listing = self.query_one(OptionList)
         listing.clear_options()
         listing.add_options([Option(plain(path), id=path) for path in ordered])

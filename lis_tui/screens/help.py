@@ -19,7 +19,7 @@ KEYS = (
     ("F4", "the model (servers found on this machine, or a URL), and the recommended rootfs"),
     ("F5", "files panel: /testbed (output first) with a preview of the selected file"),
     ("F6", "review the sandbox's changes: a diff per file; a Apply all / f the file to the host "
-           "workspace · e Export /testbed/output · Esc Discard (close, nothing written)"),
+           "workspace · e Export the output folder · Esc Discard (close, nothing written)"),
     ("Ctrl+N", "after a rootfs was built while a session ran: a new session on it"),
     ("F1", "this help"),
     ("Tab", "move between the transcript and the prompt"),

@@ -1,5 +1,5 @@
 """The review screen: what the sandbox changed under /testbed, a diff per file, and what to do
-with it: apply to the host workspace, export /testbed/output, or discard (close, write nothing).
+with it: apply to the host workspace, export the output folder (spec.places), or discard (close, write nothing).
 Held-back changes (.git, config, links, new executables: isolation.heldback) are listed apart,
 each with why, and go only when the person picks one and presses f."""
 
@@ -22,13 +22,13 @@ from textual.widgets.option_list import Option
 
 from isolation import SandboxError
 from isolation.hostwalk import RefusedPaths
+from isolation.spec import places_of
 from isolation.workspace import WorkspaceConflict
 from lis_tui.screens.confirm import ConfirmScreen
 from lis_tui.widgets.plain import notify_plain, plain
 from tools.terminal_text import safe_terminal_text
 
 log = logging.getLogger(__name__)
-OUTPUT = "/testbed/output"
 MARKS = {"added": ("+", "green"), "modified": ("~", "yellow"), "deleted": ("-", "red"),
          "mode": ("x", "cyan"), "type": ("T", "magenta")}
 HELD_HEADER = "/held-back"
@@ -59,7 +59,7 @@ class ReviewScreen(Screen[None]):
                 yield Static("", id="diff")
         yield Static("", id="notice")
         with Horizontal(id="export-row"):
-            yield Label("Export /testbed/output to ")
+            yield Label(f"Export {places_of(self.conversation.spec).output} to ")
             yield Input(self._default_export(), placeholder="a folder on this machine",
                         id="export-dir")
         yield Footer()
@@ -192,13 +192,14 @@ class ReviewScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="review-write")
     def export_output(self, target: Path) -> None:
+        output = self.sandbox.spec.places.output
         try:
-            self.sandbox.export(OUTPUT, target)
+            self.sandbox.export(output, target)
         except (SandboxError, OSError) as exc:
             log.warning("export failed", exc_info=True)
-            self.app.call_from_thread(self._say, f"Could not export {OUTPUT}: {exc}", "error")
+            self.app.call_from_thread(self._say, f"Could not export {output}: {exc}", "error")
             return
-        self.app.call_from_thread(self._say, f"Exported {OUTPUT} to {target}")
+        self.app.call_from_thread(self._say, f"Exported {output} to {target}")
 
     # -- closing ----------------------------------------------------------------------------
     def action_discard(self) -> None:

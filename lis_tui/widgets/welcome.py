@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from isolation.spec import places_of
 from lis_tui.widgets.status import short_path
 from tools.terminal_text import safe_terminal_text
 
@@ -49,7 +50,7 @@ def welcome_text(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> Gr
     grid.add_row("Keys", KEYS)
     intro = Text.assemble(("Type a task below and press Enter. ", "bold"),
                           ("The model works in a sandbox, a computer of its own: it runs commands, "
-                           "edits files and writes its answer to /testbed/output/answer.txt.",
+                           f"edits files and writes its answer to {places_of(getattr(conversation, 'spec', None)).answer}.",
                            "dim"), "\n")
     return Group(intro, grid)
 
