@@ -59,7 +59,7 @@ class ReviewScreen(Screen[None]):
                 yield Static("", id="diff")
         yield Static("", id="notice")
         with Horizontal(id="export-row"):
-            yield Label(f"Export {places_of(self.conversation.spec).output} to ")
+            yield Label(f"Export {places_of(getattr(self.conversation, 'spec', None)).output} to ")
             yield Input(self._default_export(), placeholder="a folder on this machine",
                         id="export-dir")
         yield Footer()

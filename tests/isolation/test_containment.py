@@ -242,11 +242,12 @@ def test_a_socket_in_a_host_folder_cannot_be_reached_whenever_it_appears(tmp_pat
         (folder / "data.txt").write_text("ok\n")
     servers = [_listen(folder / "early.sock") for folder in folders.values()]
     spec = SandboxSpec(input_dir=folders["in"], documents_dir=folders["docs"], workspace=folders["ws"])
-    paths = [f"/testbed/{where}{name}" for where in ("input/", "documents/", "")
-             for name in ("early.sock", "late.sock")] + ["/testbed/input/sub/late.sock"]
+    # beside a workspace, the input and documents folders are the model's own, under /agent
+    paths = [f"{where}/{name}" for where in ("/agent/input", "/agent/documents", "/testbed")
+             for name in ("early.sock", "late.sock")] + ["/agent/input/sub/late.sock"]
     try:
         with Sandbox(spec) as sb:
-            data = sb.exec("cat /testbed/input/data.txt /testbed/documents/data.txt /testbed/data.txt").stdout
+            data = sb.exec("cat /agent/input/data.txt /agent/documents/data.txt /testbed/data.txt").stdout
             servers += [_listen(folder / "late.sock") for folder in folders.values()]
             (folders["in"] / "sub").mkdir()
             servers.append(_listen(folders["in"] / "sub" / "late.sock"))

@@ -80,7 +80,7 @@ def test_apply_and_export_only_where_the_server_was_told(tmp_path):
     (ws / "a.txt").write_text("old\n")
     out = tmp_path / "exports"
     out.mkdir()
-    calls = [("execute_bash", {"command": "echo new > /testbed/a.txt; mkdir -p output; echo 7 > output/answer.txt"}),
+    calls = [("execute_bash", {"command": "echo new > /testbed/a.txt; echo 7 > /agent/output/answer.txt"}),
              ("apply_changes", {"paths": ["a.txt"]}),
              ("export_output", {"name": "../escape"}),
              ("export_output", {"name": "run1"})]
