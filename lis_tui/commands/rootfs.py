@@ -4,9 +4,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import textwrap
-from typing import Callable
+import threading
+from typing import Any, Callable
 
 from isolation.rootfs import DEFAULT_BASE_URL, HOST, PRESETS, RootfsError, RootfsStore
 from tools.terminal_text import safe_terminal_text
@@ -114,6 +116,11 @@ def _add_export(sub) -> None:
 def _guard(handler: Callable[[argparse.Namespace, RootfsStore], int]) -> Callable[[argparse.Namespace], int]:
     """Run a handler with its store; errors become a message and exit code 1."""
     def run(args: argparse.Namespace) -> int:
+        if threading.current_thread() is threading.main_thread():
+            # SIGTERM (kill, a service manager, a CI timeout) ends a build or an import as Ctrl-C
+            # does: mmdebstrap's process group is killed and nothing half-made is kept. Python's
+            # default would die at once, leaving mmdebstrap and apt running for minutes.
+            signal.signal(signal.SIGTERM, _interrupt)
         try:
             return handler(args, RootfsStore(args.store))
         except RootfsError as exc:
@@ -124,6 +131,10 @@ def _guard(handler: Callable[[argparse.Namespace, RootfsStore], int]) -> Callabl
             print("lis-tui rootfs: interrupted; nothing half-made was kept", file=sys.stderr)
             return 130
     return run
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _progress(line: str) -> None:

@@ -148,6 +148,36 @@ def test_ctrl_c_during_a_build_leaves_no_half_rootfs(store, debian_mirror):
     assert tempdirs and not any(os.path.exists(Path(path).parent) for path in tempdirs)  # its TMPDIR too
 
 
+def test_sigterm_during_a_build_leaves_no_process_and_no_half_rootfs(store, debian_mirror):
+    """`kill` of `lis-tui rootfs build` (a service manager, a CI timeout) stops it as Ctrl-C does:
+    mmdebstrap and its apt children are gone with it, and so are the half-made rootfs and TMPDIR."""
+    argv = [sys.executable, "-m", "lis_tui.cli", "rootfs", "--store", str(store.root), "build", "x",
+            "--suite", "bookworm", "--mirror", debian_mirror]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "downloading packages" in line or "extracting archives" in line:
+            proc.terminate()  # SIGTERM to lis-tui alone, as `kill PID` sends it
+            break
+    seen.append(proc.stderr.read())
+    assert proc.wait(timeout=120) == 130, "".join(seen)
+    assert "interrupted" in seen[-1]
+    tempdirs = [line.split()[2] for line in seen if "I: using " in line and "as tempdir" in line]
+    assert tempdirs and not any(os.path.exists(Path(path).parent) for path in tempdirs)
+    scratch = {f"TMPDIR={Path(path).parent}" for path in tempdirs}  # mmdebstrap's, and so its children's
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and scratch & set(_environ(pid).split("\0"))]
+    assert left == []
+    assert_empty(store)
+
+
+def _environ(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def test_build_refuses_unknown_presets_and_bad_names(store):
     with pytest.raises(RootfsError, match="preset"):
         store.build("x", preset="huge")
