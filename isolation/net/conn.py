@@ -19,7 +19,7 @@ from . import intercept
 from .http import MAX_HEAD, Destination, HttpError, destination, forward_head, parse_request_head, \
     response, rewrite_response_head
 from .policy import Decision
-from .refusal import refusal
+from .refusal import refusal, upstream_failure
 from .relay import Pump
 from .tls import TlsStream
 
@@ -171,7 +171,7 @@ class Connection:
                 address = self.record.address = exc.address
             except OSError as exc:
                 self._note(decision, 502, f"could not resolve {dest.host}: {exc}")
-                await self.answer(502, f"The proxy could not resolve {dest.host} ({exc}).\n")
+                await self._failed(dest, 502, f"the proxy could not resolve {dest.host} ({exc})")
             # Allowed, but only at a private or internal address: asked again, about that address
             decision = await self._while_here(policy.decide_address(dest.host, dest.port, address, method, label))
             if decision.allowed and policy.mode != "off":
@@ -224,8 +224,14 @@ class Connection:
         timed_out = isinstance(error, asyncio.TimeoutError)
         text = "timed out" if timed_out else str(error)
         self._note(decision, 504 if timed_out else 502, f"connect failed: {text}")
-        await self.answer(504 if timed_out else 502,
-                          f"The proxy could not connect to {dest.host}:{dest.port} ({text}).\n")
+        await self._failed(dest, 504 if timed_out else 502, f"the proxy could not connect to it ({text})")
+
+    async def _failed(self, dest: Destination, status: int, why: str) -> NoReturn:
+        """Answer an allowed request that failed upstream: why, in the status line (curl -v, pip)
+        and the body, and said once to the person and the model as a refusal is."""
+        failed = upstream_failure(dest.host, dest.port, why, self.handle.label)
+        self.handle.policy.refused(failed)
+        await self.answer(status, f"lis-tui: {failed}\n", failed.text)
 
     def _note(self, decision: Decision, status: int, error: str = "") -> None:
         record = self.record

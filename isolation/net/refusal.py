@@ -55,6 +55,14 @@ def refusal(host: str, port: int, decision: Decision, mode: str, address: str = 
     return Refusal(host, port, decision.by, text, sandbox)
 
 
+def upstream_failure(host: str, port: int, why: str, sandbox: str = "") -> Refusal:
+    """An allowed request that failed past the proxy (a name that does not resolve, a refused or
+    timed-out connection), in one line: said as a refusal is, so the client's bare "response 502"
+    is not all the model and the person learn."""
+    return Refusal(host, port, "upstream", f"Network access to {shown_host(host)}:{port} was allowed, but {why}",
+                   sandbox)
+
+
 def gone_text(request: NetworkRequest) -> str:
     """The withdrawn question, as the transcript and the logs say it."""
     what = f"{shown_host(request.host)}:{request.port}" + (f" at {request.address}" if request.address else "")

@@ -398,6 +398,36 @@ def _named(names: dict) -> EgressProxy:
     return EgressProxy(header_timeout=1.0, connect_timeout=5.0, resolve=lambda host, port: names[host])
 
 
+def test_an_allowed_request_that_fails_upstream_says_why_once(connect):
+    """A name that does not resolve, and a port where nothing listens: not a bare "response 502" but
+    why, in the status line (curl -v, pip) and the body, and said once to the person and the model."""
+    import socket
+
+    def resolve(host, port):
+        if host == "nosuch.lis.test":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [HOST]
+
+    with socket.socket() as closed:  # a port of loopback's where nothing listens
+        closed.bind((HOST, 0))
+        port = closed.getsockname()[1]
+    egress, notes = EgressProxy(header_timeout=1.0, connect_timeout=5.0, resolve=resolve), []
+    try:
+        net = connect("on", egress=egress, on_note=notes.append, allow=(f"gone.lis.test:{port}",))
+        curl = net.run("curl -sS -v --max-time 10 https://nosuch.lis.test/ 2>&1; "
+                       "curl -sS -v --max-time 10 https://nosuch.lis.test/ 2>&1; "
+                       f"curl -sS --max-time 10 http://gone.lis.test:{port}/x 2>&1")
+    finally:
+        egress.close()
+    unresolved = ("Network access to nosuch.lis.test:443 was allowed, but the proxy could not resolve "
+                  "nosuch.lis.test ([Errno -2] Name or service not known)")
+    assert f"< HTTP/1.1 502 {unresolved}" in curl.stdout, curl.stdout
+    assert f"lis-tui: Network access to gone.lis.test:{port} was allowed, but the proxy could not connect to it" \
+        in curl.stdout, curl.stdout
+    said = [str(n) for n in notes]
+    assert len(said) == 2 and said[0] == unresolved and f"gone.lis.test:{port}" in said[1], said  # once each
+
+
 def test_an_internal_address_refusal_says_why_and_the_exact_fix_once(connect, tls_web, web):
     """`on` with a name that resolves to an internal address (the mirror case): pip and curl
     see why and the exact --allow-host, never "ask the user"; the log hears it once."""
