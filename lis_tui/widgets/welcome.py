@@ -3,6 +3,7 @@ task will run with (model, rootfs, network, where runs go). Gone once a task sta
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Group
@@ -92,6 +93,25 @@ def setup_rows(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> list
         about = Text(rootfs, style="bold")
     net = conversation.network
     rows += [("Rootfs", about),
-             ("Network", Text.assemble((net.upper(), "bold"), ("   F2: OFF → ASK → ON", "dim"))),
-             ("Runs go to", Text(short_path(runs_dir)))]
+             ("Network", Text.assemble((net.upper(), "bold"), ("   F2: OFF → ASK → ON", "dim")))]
+    if spec.workspace is not None:
+        where = Path(spec.workspace).expanduser().resolve()
+        rows.append(("Workspace", Text.assemble((safe_terminal_text(short_path(where)), "bold"),
+                                                " is /testbed, copy-on-write: your copy changes only when you "
+                                                "apply", ("   F6 reviews the changes", "dim"))))
+    rows += project_config_rows(config)
+    rows.append(("Runs go to", Text(short_path(runs_dir))))
     return rows
+
+
+def project_config_rows(config: Any) -> list[tuple[str, Text]]:
+    """A trusted ./lis-tui.toml in effect, and what it sets: it changes the run, so it is said."""
+    by_file: dict[str, list[str]] = {}
+    for dotted, source in config.sources.items():
+        if source.endswith("lis-tui.toml") and "." in dotted:
+            section, key = dotted.split(".", 1)
+            value = "…" if key.endswith("api_key") else getattr(getattr(config, section, None), key, "?")
+            by_file.setdefault(source, []).append(f"{dotted} = {value!r}")
+    return [("Project config", Text.assemble((safe_terminal_text(short_path(path)), "bold"), " (trusted) sets ",
+                                             safe_terminal_text(", ".join(sorted(keys)))))
+            for path, keys in sorted(by_file.items())]

@@ -357,3 +357,31 @@ def test_the_files_panel_says_why_it_is_empty(tmp_path):
     fresh.state = "starting"
     assert "starting" in empty_text(fresh)
     assert "mode llm" in empty_text(Conversation(config, None, tmp_path / "out"))
+
+
+def test_the_welcome_says_the_workspace_and_what_a_trusted_project_config_sets(tmp_path):
+    """A trusted ./lis-tui.toml that changes the step limit, and the project under /testbed, are
+    said on the first screen, not found out later."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from lis_tui.widgets.welcome import welcome_text
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "lis-tui.toml").write_text("[agent]\nmax_steps = 5\n")
+    config = load_config(env={}, paths=[project / "lis-tui.toml"])
+    conversation = SimpleNamespace(config=config, spec=SandboxSpec(rootfs="host", workspace=project),
+                                   network="off", model_name="m")
+    console = Console(record=True, width=200)
+    console.print(welcome_text(conversation, str(tmp_path / "runs")))
+    shown = console.export_text()
+    rows = {line.split()[0]: " ".join(line.split()[1:]) for line in shown.splitlines() if line.strip()}
+    assert rows["Workspace"].startswith(f"{project} is /testbed, copy-on-write"), shown
+    assert rows["Project"] == f"config {project / 'lis-tui.toml'} (trusted) sets agent.max_steps = 5", shown
+    plain = SimpleNamespace(config=load_config(env={}, paths=[]), spec=SandboxSpec(rootfs="host"),
+                            network="off", model_name="m")
+    console = Console(record=True, width=200)
+    console.print(welcome_text(plain, str(tmp_path / "runs")))
+    assert "Workspace" not in console.export_text() and "Project config" not in console.export_text()
