@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import IO, Any, Callable
 
 from ..output import ready
@@ -105,6 +106,12 @@ def _send(channel: socket.socket, request: dict, fds: list[int]) -> None:
 
 def _ask(send, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]]:
     """Send a request with a fresh reply socket first among its descriptors; the first answer."""
+    return _answer(_posted(send, request, fds))
+
+
+def _posted(send, request: dict, fds: list[int]) -> socket.socket:
+    """Send a request with a fresh reply socket first among its descriptors; our end of that socket.
+    _Gone if the other end had stopped reading (a zygote that exited idle): nothing was delivered."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         try:
@@ -116,7 +123,7 @@ def _ask(send, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, lis
     except BaseException:
         ours.close()
         raise
-    return _answer(ours)
+    return ours
 
 
 def _answer(ours: socket.socket) -> tuple[socket.socket, bytes, list[int]]:
@@ -372,33 +379,50 @@ class Zygote:
             return None
 
     def _channel_now(self) -> socket.socket:
-        with self._lock:
-            self._settle_early()
-            if self._channel is None:
-                fds = self._open_pid_1()
-                try:
-                    self._channel, message, _ = _ask(_helper_send, self._fork, list(fds))
-                finally:
-                    for fd in fds:
-                        os.close(fd)
-                self._pid = int(message.split()[1])
-                self._fork.update(sysctl=[], remounts=[])
-                _watch_hangup(self, self._channel)
-            return self._channel
+        """The live zygote's channel, forking one if there is none (with the lock held)."""
+        self._settle_early()
+        if self._channel is None:
+            fds = self._open_pid_1()
+            try:
+                # first_wait: the zygote waits for the request it is forked for, however long a
+                # loaded machine keeps us from sending it (its idle exit comes after that one)
+                self._channel, message, _ = _ask(_helper_send, {**self._fork, "first_wait": REPLY_TIMEOUT},
+                                                 list(fds))
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            self._pid = int(message.split()[1])
+            self._fork.update(sysctl=[], remounts=[])
+            _watch_hangup(self, self._channel)
+        return self._channel
 
     def _call(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]]:
         first = self._behind_early(request, fds)
         if first is not None:
             return first
-        for _ in range(3):
-            channel = self._channel_now()
-            try:
-                return _ask(lambda req, f: _send(channel, req, f), request, fds)
-            except _Gone:
-                with self._lock:
-                    if self._channel is channel:  # exited idle: the next try forks another
+        deadline = time.monotonic() + REPLY_TIMEOUT
+        while True:
+            # The send holds the lock that _hung_up closes the channel under: a descriptor is never
+            # closed (nor its number reused) under a send. A zygote that exited idle had shut its
+            # reading end first, so a request either reached it (and is answered) or failed here,
+            # undelivered: the exit and the request cannot cross, and another zygote takes it.
+            with self._lock:
+                channel = self._channel_now()
+                try:
+                    ours = _posted(lambda req, f: _send(channel, req, f), request, fds)
+                except _Gone:
+                    ours = None
+                    if self._channel is channel:
                         self._drop_channel()
-        raise SpawnError(0, "the sandbox's spawner keeps exiting; run `lis-tui doctor`")
+            if ours is not None:
+                try:
+                    return _answer(ours)
+                except _Gone:  # it died with the request unread (killed): nothing was started
+                    with self._lock:
+                        if self._channel is channel:
+                            self._drop_channel()
+            if time.monotonic() > deadline:
+                raise SpawnError(0, "the sandbox's spawner keeps exiting; run `lis-tui doctor`")
 
     def spawn(self, argv: list[str], *, env: dict[str, str], cwd: str, stdin: Any = None, stdout: Any = None,
               stderr: Any = None, ctty: bool = False) -> Joined:

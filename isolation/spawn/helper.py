@@ -127,13 +127,14 @@ def _serving(channel: socket.socket) -> tuple[select.poll, int]:
 
 
 def _serve(channel: socket.socket, handle, state: _State, idle: float | None,
-           loop: tuple[select.poll, int] | None = None) -> None:
+           loop: tuple[select.poll, int] | None = None, first: float | None = None) -> None:
     """Answer requests on `channel` until it closes (or, with `idle`, until that long without
-    one); reap children as they end. `loop`: what _serving made for it, if it was made earlier."""
+    one; `first`: how long to wait for the first one); reap children as they end. `loop`: what
+    _serving made for it, if it was made earlier."""
     poller, wake_r = loop or _serving(channel)
     while True:
         helper = idle is None  # else a zygote, which forks no spares
-        wait = SPARE_AFTER if helper and state.spare is None else idle
+        wait = SPARE_AFTER if helper and state.spare is None else first or idle
         events = poller.poll(None if wait is None else wait * 1000)
         if not events:
             if helper:
@@ -148,6 +149,8 @@ def _serve(channel: socket.socket, handle, state: _State, idle: float | None,
                 _take_handoff(state, fd, poller)
             elif not _request(channel, handle, state, poller):
                 return  # our owner is gone
+            else:
+                first = None
 
 
 def _request(channel: socket.socket, handle, state: _State, poller) -> bool:
@@ -339,14 +342,29 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
     _send(channel, f"Z {os.getpid()}".encode())
     state = _State()
     try:
-        _serve(channel, _zygote_request, state, idle=IDLE, loop=loop)
-        channel.close()  # a request that came meanwhile is dropped unread: the caller sends it again
+        # Forked for a request on its way (Zygote._channel_now): wait for that one as long as the
+        # caller waits for its answer, however slow a loaded machine makes the caller.
+        _serve(channel, _zygote_request, state, idle=IDLE, loop=loop, first=request.get("first_wait"))
+        _last_requests(channel, state, loop[0])
+        channel.close()
         _reap(state)
         if state.watched:
             socket.send_fds(handoff, [json.dumps(list(state.watched)).encode()],
                             [reply.fileno() for reply in state.watched.values()])
     finally:
         os._exit(0)
+
+
+def _last_requests(channel: socket.socket, state: _State, poller) -> None:
+    """Idle: stop reading, then answer what came before that. Once our reading end is shut, the
+    caller's next send fails at once (EPIPE), undelivered, and it forks another zygote: a request
+    is never dropped unread because it crossed our exit."""
+    try:
+        channel.shutdown(socket.SHUT_RD)
+    except OSError:
+        return  # our owner is gone
+    while _request(channel, _zygote_request, state, poller):  # b"": none queued any more
+        pass
 
 
 def _join(pidfd: int, sysctls: list) -> None:

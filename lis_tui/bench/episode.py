@@ -12,6 +12,7 @@ import shutil
 import tarfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -355,7 +356,9 @@ def _scorer_notes(task: Task) -> list[str]:
 def _crashed(episode: Episode, folder: Path, exc: Exception, started: float,
              counter: CapabilityCounter) -> dict[str, Any]:
     message = f"the episode crashed: {type(exc).__name__}: {exc}"
-    (folder / "error.txt").write_text(message + "\n", encoding="utf-8")
+    # The record keeps the line; the file keeps where it came from, to find the bug by.
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    (folder / "error.txt").write_text(f"{message}\n\n{trace}", encoding="utf-8")
     return _line(episode, folder, started, counter, answer="", reward=0.0, finish_reason="error",
                  message=message, steps=counter.steps, tokens=(0, 0, 0, 0), crashed=True)
 

@@ -35,6 +35,23 @@ def test_a_command_that_outlives_its_zygote_still_reports_its_end(sandbox):
     assert sandbox._zygote.pid != first
 
 
+def test_a_caller_slower_than_the_idle_exit_still_gets_its_commands_run(sandbox, monkeypatch):
+    """Under load a thread may send its request seconds after the zygote forked for it was ready
+    (128 episodes on 2 cores): that zygote waits for it, and one exiting idle never drops a request
+    that crossed its exit. Before, three such tries in a row crashed the episode."""
+    real = spawn._send
+
+    def starved(channel, request, fds):
+        if request.get("op") != "zygote":  # the command's request, not the fork's
+            time.sleep(IDLE * 1.5)
+        return real(channel, request, fds)
+
+    time.sleep(IDLE * 1.5)  # the sandbox's first zygote has exited idle
+    monkeypatch.setattr(spawn, "_send", starved)
+    for _ in range(2):
+        assert sandbox.exec("echo ok").stdout == "ok\n"
+
+
 def test_a_killed_helper_is_replaced():
     with Sandbox() as sb:
         assert sb.exec("true").exit_code == 0

@@ -144,7 +144,8 @@ def test_64_episodes_at_concurrency_16_and_a_crash_does_not_stop_the_rest(tmp_pa
     by_id = {r["id"]: r for r in outcome.results}
     assert by_id["crash"]["crashed"] and by_id["crash"]["finish_reason"] == "error"
     assert "FileNotFoundError" in by_id["crash"]["message"]
-    assert (tmp_path / "out" / "episodes" / "crash.sandbox.0" / "error.txt").exists()
+    error_txt = (tmp_path / "out" / "episodes" / "crash.sandbox.0" / "error.txt").read_text()
+    assert error_txt.startswith("the episode crashed: FileNotFoundError") and "Traceback" in error_txt
     assert by_id["model-error"]["finish_reason"] == "error" and not by_id["model-error"]["crashed"]
     assert "400" in by_id["model-error"]["message"]
     assert sum(r["correct"] for r in outcome.results) == 62
