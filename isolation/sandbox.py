@@ -783,7 +783,7 @@ class Sandbox:
     def changes(self) -> list[workspace.Change]:
         """What differs under /testbed from the host workspace (or from empty without one)."""
         with self._testbed() as (lower, upper):
-            return workspace.changes(lower, upper, **self._rules())
+            return workspace.changes(lower, upper, **self._rules(), host=self.spec.workspace is not None)
 
     def diff(self) -> str:
         """A unified diff of `changes()`; links, special and binary files are named, not dumped."""

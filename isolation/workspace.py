@@ -285,13 +285,15 @@ def _review(lower: Path, upper: Path, found: Found, skip: frozenset[str]) -> Non
         _Review(top, host, seen).run()
 
 
-def changes(lower: Path, upper: Path, skip: frozenset[str] = frozenset(), hold: tuple[str, ...] = ()) -> list[Change]:
+def changes(lower: Path, upper: Path, skip: frozenset[str] = frozenset(), hold: tuple[str, ...] = (),
+            host: bool = True) -> list[Change]:
     """Every difference between the host workspace and the sandbox's view of /testbed; `skip`:
     paths that are not the sandbox's work; `hold`: the user's held-back patterns, on top of the
-    behavioural rules (isolation.heldback)."""
+    behavioural rules (isolation.heldback); `host`: False when `lower` is no host workspace (an
+    empty folder of ours: nothing can be applied, and no repository around it is to be asked)."""
     found: list[Change] = []
     _review(lower, upper, lambda change, site: found.append(change), skip)
-    return sorted(_decide(lower, found, hold), key=lambda c: c.path)
+    return sorted(_decide(lower, found, hold) if host else found, key=lambda c: c.path)
 
 
 # ---- showing -------------------------------------------------------------------------------
