@@ -45,7 +45,8 @@ class ReviewScreen(Screen[None]):
 
     CSS_PATH = "review.tcss"
     BINDINGS = [Binding("a", "apply_all", "Apply all"), Binding("f", "apply_file", "Apply file"),
-                Binding("k", "apply_kind", "Apply kind"), Binding("e", "export", "Export"),
+                Binding("k", "apply_kind", "Apply kind", show=False),  # said where it applies: a kind's header
+                Binding("e", "export", "Export"),
                 Binding("r", "reload", "Reload"),
                 Binding("escape,f6", "discard", "Discard/close")]
 
