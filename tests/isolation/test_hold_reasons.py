@@ -136,3 +136,17 @@ def test_without_git_the_git_rules_find_nothing_and_the_others_still_hold(repo, 
 def test_each_reason_names_its_kind_and_the_walks_own_reasons_are_links_and_exec_bits():
     assert held_kind("a symlink made in the sandbox, -> /etc/passwd") == LINKS
     assert all(held_kind(f"{kind}: why") == kind for kind in KINDS)
+
+
+def test_the_quick_name_matching_agrees_with_the_patterns_as_documented(tmp_path):
+    from isolation.heldback import HELD_BACK, matches
+
+    samples = [f"{pre}{name}{post}" for pre in ("", "a/", "a/b/") for post in ("", "/x", "/x/y.py")
+               for name in ("site-packages", "node_modules", ".github", ".husky", "x.pth", ".envrc", ".env.local",
+                            "a.code-workspace", "Jenkinsfile", "github", "x.pthx", "mise.toml.bak", ".zed", "zed")]
+    for patterns in ((), ("docs/*.md", "/top/**", "**/gen/*.py", "*.sh", "build")):
+        reasons = hold_reasons(tmp_path, [(p, "added") for p in samples + ["docs/a.md", "top/x", "q/gen/m.py"]],
+                               patterns)
+        for path in samples + ["docs/a.md", "top/x", "q/gen/m.py"]:
+            expected = any(matches(path, pattern) for pattern in HELD_BACK + patterns)
+            assert (path in reasons) == expected, (path, patterns, reasons.get(path))
