@@ -780,23 +780,24 @@ class Sandbox:
             yield lower, upper
 
     def _rules(self) -> dict:
-        """What review leaves out (our mount points) and what it holds back (the spec's patterns)."""
+        """What review leaves out (our mount points) and the patterns it holds back on top of the
+        behavioural rules (the spec's, from the user's config)."""
         return {"skip": workspace.mount_points(self.spec), "hold": self.spec.held_back}
 
     def changes(self) -> list[workspace.Change]:
         """What differs under /testbed from the host workspace (or from empty without one)."""
         with self._testbed() as (lower, upper):
-            return workspace.changes(lower, upper, **self._rules())
+            return workspace.changes(lower, upper, **self._rules(), host=self.spec.workspace is not None)
 
     def diff(self) -> str:
         """A unified diff of `changes()`; links, special and binary files are named, not dumped."""
         with self._testbed() as (lower, upper):
-            return workspace.diff(lower, upper, **self._rules())
+            return workspace.diff(lower, upper, self._rules()["skip"])
 
     def apply(self, paths: list[str] | None = None, allow_outside_links: bool = False) -> list[workspace.Change]:
         """Write the changes (or just `paths`) back to the host workspace, refusing host-side conflicts;
-        held-back changes (links the sandbox made, new executable bits, `spec.held_back` paths such
-        as `.git/**`) only when named, links out of the workspace only when allowed, no mode wider
+        held-back changes (what would configure or run something on the host: isolation.heldback;
+        links the sandbox made, new executable bits) only when named, links out of the workspace only when allowed, no mode wider
         than the umask (see workspace.apply; what is refused comes in hostwalk.RefusedPaths, with
         `held_back` naming why, once the rest is written)."""
         if self.spec.workspace is None:

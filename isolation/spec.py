@@ -5,7 +5,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .heldback import HELD_BACK
 
 NETWORK_MODES = ("off", "ask", "on")
 GiB = 1 << 30
@@ -145,9 +144,9 @@ class SandboxSpec:
     git_writable: bool = False
     """Let commands write the workspace's `.git` (tasks that commit); off, it is read-only inside,
     so `git commit` fails and no hook or git config can be written there."""
-    held_back: tuple[str, ...] = HELD_BACK
-    """Patterns of paths that `apply()` writes to the host only when named (see isolation.heldback);
-    links the sandbox made and files gaining an executable bit are held back too."""
+    held_back: tuple[str, ...] = ()
+    """Patterns of paths that `apply()` writes to the host only when named, on top of the built-in
+    behavioural rules, which they cannot turn off (see isolation.heldback)."""
 
     def __post_init__(self) -> None:
         if self.network not in NETWORK_MODES:

@@ -10,10 +10,12 @@ when the sandbox started and writes nothing if a chosen path moved meanwhile; th
 and writes each change through its parent's descriptor when it meets it, re-checked there.
 
 Some changes are held back (`Change.held` says why): written only when named, never by an "apply
-all". They are links the sandbox made, files that gain an executable bit, and paths matching the
-held-back patterns (isolation.heldback: `.git/**`, `.envrc`, `*.pth`, ...), which would configure
-or run something on the host once applied. A link is also written into the workspace only, unless
-allowed. No mode written is wider than the user's umask allows.
+all". They are what would configure or run something on the host once applied, decided once for
+the whole change list by isolation.heldback (the repository's hooks and config, nested repositories,
+venvs, CI and tool configs, ignored paths, the user's patterns), links the sandbox made, files that
+gain an executable bit, and added folders holding nothing but held-back changes (an "apply all"
+leaves no empty `.github/`). A link is also written into the workspace only, unless allowed. No
+mode written is wider than the user's umask allows.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from .heldback import HELD_BACK, pattern_reason
+from .heldback import held_kind, hold_reasons
 from .hostwalk import (Cursor, RefusedPaths, Walk, chmod_at, kind, link_leaves, open_file, place_file,
                        place_link, read_head, read_link, remove_at, same_content)
 from .spec import SandboxError
@@ -222,14 +224,47 @@ def _modes(old, new) -> str:
     return f"{_mode(old):o} -> {_mode(new):o}"
 
 
-def _held(change: Change, site: _Site | None, hold: tuple[str, ...]) -> Change:
-    """`change` with `held` set where it is applied only by name."""
+def _held(change: Change, site: _Site | None) -> Change:
+    """`change` with `held` set where the walk's own data says so: a link or a new executable bit."""
     if site is None or change.kind == "refused":
         return change
-    why = pattern_reason(change.path.rstrip("/"), hold) or _gains_exec(site)
+    why = _gains_exec(site)
     if not why and site.target is not None:
         why = f"a symlink made in the sandbox, -> {site.target}"
     return replace(change, held=why) if why else change
+
+
+def _decide(lower: Path, found: list[Change], hold: tuple[str, ...]) -> list[Change]:
+    """`found` with `held` set, decided once for the whole list (isolation.heldback first)."""
+    reasons = hold_reasons(lower, [(c.path, c.kind) for c in found if c.kind != "refused"], hold)
+    decided = [replace(c, held=reasons[c.path]) if c.path in reasons else c for c in found]
+    return _hold_empty_folders(decided)
+
+
+def _hold_empty_folders(found: list[Change]) -> list[Change]:
+    """An added folder whose every change below is held back is held back too, with their kind:
+    an "apply all" would make it empty (`.github/` without its workflows)."""
+    added = {c.path for c in found if c.kind == "added" and c.path.endswith("/") and not c.held}
+    below: dict[str, list[Change]] = {}
+    for change in found:
+        if change.kind == "refused" or change.path in added:
+            continue
+        names = change.path.rstrip("/").split("/")
+        for i in range(1, len(names)):
+            folder = "/".join(names[:i]) + "/"
+            if folder in added:
+                below.setdefault(folder, []).append(change)
+    empty = {folder: inner[0] for folder, inner in below.items() if all(c.held for c in inner)}
+    if not empty:
+        return found
+    return [replace(c, held=f"{held_kind(empty[c.path].held)}: it holds only held-back changes ("
+                    f"{empty[c.path].path}: {_without_kind(empty[c.path].held)})") if c.path in empty else c
+            for c in found]
+
+
+def _without_kind(why: str) -> str:
+    head, sep, rest = why.partition(": ")
+    return rest if sep and held_kind(why) == head else why
 
 
 def _gains_exec(site: _Site) -> str:
@@ -244,31 +279,33 @@ def _gains_exec(site: _Site) -> str:
     return f"a new executable file (mode {_mode(new):o})"
 
 
-def _review(lower: Path, upper: Path, found: Found, skip: frozenset[str], hold: tuple[str, ...]) -> None:
+def _review(lower: Path, upper: Path, found: Found, skip: frozenset[str]) -> None:
     def seen(change: Change, site: _Site | None) -> None:
         if change.path not in skip:
-            found(_held(change, site, hold), site)
+            found(_held(change, site), site)
 
     with Cursor.open(upper) as top, Cursor.open(lower) as host:
         _Review(top, host, seen).run()
 
 
-def changes(lower: Path, upper: Path, skip: frozenset[str] = frozenset(),
-            hold: tuple[str, ...] = HELD_BACK) -> list[Change]:
+def changes(lower: Path, upper: Path, skip: frozenset[str] = frozenset(), hold: tuple[str, ...] = (),
+            host: bool = True) -> list[Change]:
     """Every difference between the host workspace and the sandbox's view of /testbed; `skip`:
-    paths that are not the sandbox's work; `hold`: the held-back patterns."""
+    paths that are not the sandbox's work; `hold`: the user's held-back patterns, on top of the
+    behavioural rules (isolation.heldback); `host`: False when `lower` is no host workspace (an
+    empty folder of ours: nothing can be applied, and no repository around it is to be asked)."""
     found: list[Change] = []
-    _review(lower, upper, lambda change, site: found.append(change), skip, hold)
-    return sorted(found, key=lambda c: c.path)
+    _review(lower, upper, lambda change, site: found.append(change), skip)
+    return sorted(_decide(lower, found, hold) if host else found, key=lambda c: c.path)
 
 
 # ---- showing -------------------------------------------------------------------------------
 
-def diff(lower: Path, upper: Path, skip: frozenset[str] = frozenset(), hold: tuple[str, ...] = HELD_BACK) -> str:
+def diff(lower: Path, upper: Path, skip: frozenset[str] = frozenset()) -> str:
     """A unified diff of the changes; links, special, binary and large files are named, not dumped,
     and a file's mode change (a new executable bit) is a line of its own above its text diff."""
     pieces: list[tuple[str, str]] = []
-    _review(lower, upper, lambda change, site: pieces.append((change.path, _piece(change, site))), skip, hold)
+    _review(lower, upper, lambda change, site: pieces.append((change.path, _piece(change, site))), skip)
     return "".join(text for _, text in sorted(pieces, key=lambda piece: piece[0]))
 
 
@@ -311,32 +348,33 @@ def _text(data: bytes) -> str | None:
 
 def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] | None = None,
           allow_outside_links: bool = False, skip: frozenset[str] = frozenset(),
-          hold: tuple[str, ...] = HELD_BACK) -> list[Change]:
+          hold: tuple[str, ...] = ()) -> list[Change]:
     """Write the chosen changes (all when `paths` is None) to the host; the applied ones are returned.
 
     WorkspaceConflict, writing nothing, if a chosen path moved on the host since `before` (which is
     then brought up to date for what was written). Refused (listed in RefusedPaths, raised once
-    the rest is written): held-back changes (`Change.held`: links the sandbox made, new executable
-    bits, `hold` patterns) unless named in `paths`, links that leave the workspace unless
+    the rest is written): held-back changes (`Change.held`: see changes(); `hold`: the user's own
+    patterns on top) unless named in `paths`, links that leave the workspace unless
     `allow_outside_links`, special files, anything that changed since review. Modes are masked
     by the umask."""
     named = None if paths is None else {p.strip("/") for p in paths}
-    chosen = {c for c in changes(lower, upper, skip, hold) if named is None or c.path.rstrip("/") in named}
+    chosen = {_key(c): c for c in changes(lower, upper, skip, hold) if named is None or c.path.rstrip("/") in named}
     now = snapshot(lower)
-    conflicts = sorted({p for p in (c.path.rstrip("/") for c in chosen) if now.get(p) != before.get(p)})
+    conflicts = sorted({p for p in (c.path.rstrip("/") for c in chosen.values()) if now.get(p) != before.get(p)})
     if conflicts:
         raise WorkspaceConflict("the host copy changed since the sandbox started, so nothing was applied: "
                                 + ", ".join(conflicts) + ". Fix: review those files, then apply the others "
                                 "by name, or start a new sandbox on the current workspace")
     writer = _Writer(lower, chosen, named is not None, allow_outside_links)
     try:
-        _review(lower, upper, writer.found, skip, hold)
+        _review(lower, upper, writer.found, skip)
     finally:
         _rebase(before, snapshot(lower), {c.path.rstrip("/") for c in writer.applied}, everything=named is None)
     refused = writer.refused + [f"{c.path.rstrip('/')} (it changed in the sandbox since it was reviewed; review it "
-                                "again)" for c in sorted(chosen - writer.seen, key=lambda c: c.path)]
+                                "again)" for c in sorted((chosen[k] for k in chosen.keys() - writer.seen),
+                                                         key=lambda c: c.path)]
     refused += [f"{p} (no such change: see changes())"
-                for p in sorted((named or set()) - {c.path.rstrip("/") for c in chosen})]
+                for p in sorted((named or set()) - {c.path.rstrip("/") for c in chosen.values()})]
     if refused:
         raise RefusedPaths(f"applied {len(writer.applied)} change(s) to {lower}", refused, writer.outside, writer.held)
     return writer.applied
@@ -357,19 +395,21 @@ def _rebase(before: dict[str, tuple], now: dict[str, tuple], done: set[str], eve
 class _Writer:
     """Writes the chosen changes as the second walk meets them, each still as it was reviewed."""
 
-    def __init__(self, root: Path, chosen: set[Change], by_name: bool, allow_outside_links: bool) -> None:
+    def __init__(self, root: Path, chosen: dict[tuple, Change], by_name: bool, allow_outside_links: bool) -> None:
         self.root, self.chosen, self.by_name, self.allow = root, chosen, by_name, allow_outside_links
         self.applied: list[Change] = []
         self.refused: list[str] = []
         self.outside: dict[str, str] = {}  # links refused only for leaving the workspace
         self.held: dict[str, str] = {}  # held-back changes refused for not being named, and why
         self.mask = 0o777 & ~_umask()
-        self.seen: set[Change] = set()
+        self.seen: set[tuple] = set()
 
     def found(self, change: Change, site: _Site | None) -> None:
-        if change not in self.chosen:  # not asked for, or no longer what the review showed
+        decided = self.chosen.get(_key(change))
+        if decided is None:  # not asked for, or no longer what the review showed
             return
-        self.seen.add(change)
+        self.seen.add(_key(change))
+        change = decided  # with the review's decision of what is held back
         key = change.path.rstrip("/")
         why = self._refusal(key, change, site)
         if not why:
@@ -395,6 +435,11 @@ class _Writer:
             return (f"a symlink to {site.target}, which leaves the workspace; to take it anyway: "
                     f"apply([{key!r}], allow_outside_links=True)")
         return ""
+
+
+def _key(change: Change) -> tuple[str, str, str]:
+    """What a change is, without the decision to hold it back (made once, for the whole list)."""
+    return change.path, change.kind, change.detail
 
 
 def _umask() -> int:

@@ -7,9 +7,11 @@ only when the server was started so, `apply_changes` (to `--workspace`) and `exp
 `--export-dir`). The sandbox is made on the first call, from the same flags and config as `run`,
 and removed when the client goes (its session, or with `--session` its files, are kept).
 
-Changes that `apply` holds back (`.git/**`, `.envrc`, `*.pth`, links the sandbox made, new
-executable bits: isolation.heldback) are applied only when named in `paths` and approved by the
-person through the client (elicitation); a client that cannot ask gets them refused, by name.
+Changes that `apply` holds back (what the host would run once applied: the repository's hooks and
+config, nested repositories, venvs, CI and tool configs, ignored paths; links the sandbox made, new
+executable bits: isolation.heldback), each listed with why, are applied only when named in `paths`
+and approved by the person through the client (elicitation); a client that cannot ask gets them
+refused, by name.
 
 A network in `ask` mode asks the person through the client (MCP elicitation: "allow pypi.org:443?",
 then "pypi.org:443 resolves to 10.1.2.3, a private or internal address: allow this address for this

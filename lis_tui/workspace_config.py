@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from isolation.heldback import HELD_BACK
-
 
 @dataclass
 class WorkspaceConfig:
@@ -13,8 +11,9 @@ class WorkspaceConfig:
 
     git_writable: bool = False
     """Let commands write the workspace's .git (tasks that commit); off, it is read-only inside."""
-    held_back: list[str] = field(default_factory=lambda: list(HELD_BACK))
-    """Paths applied only when named (`.git/**`, `*.pth`, ...); read from the user's config only."""
+    held_back: list[str] = field(default_factory=list)
+    """More paths applied only when named (e.g. `*.sh`), added to the built-in behavioural rules,
+    which they cannot turn off; read from the user's config only."""
 
 
 def workspace_options(config: Any) -> dict:

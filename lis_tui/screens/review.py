@@ -1,7 +1,8 @@
 """The review screen: what the sandbox changed under /testbed, a diff per file, and what to do
 with it: apply to the host workspace, export the output folder (spec.places), or discard (close, write nothing).
-Held-back changes (.git, config, links, new executables: isolation.heldback) are listed apart,
-each with why, and go only when the person picks one and presses f."""
+Held-back changes (what would configure or run something on the host: isolation.heldback; links,
+new executables) are listed apart, each with why, grouped by kind, and go only by name: one picked
+with f, or a whole kind with k once its header is selected and its list shown."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from textual.widgets import Footer, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from isolation import SandboxError
+from isolation.heldback import KINDS, held_kind
 from isolation.hostwalk import RefusedPaths
 from isolation.spec import places_of
 from isolation.workspace import WorkspaceConflict
@@ -33,14 +35,19 @@ MARKS = {"added": ("+", "green"), "modified": ("~", "yellow"), "deleted": ("-", 
          "mode": ("x", "cyan"), "type": ("T", "magenta")}
 HELD_HEADER = "/held-back"
 """The id of the line that heads the held-back changes: never a change's path, which is relative."""
+KIND = "/kind/"
+"""The id of a kind's header is this and the kind (isolation.heldback.KINDS)."""
 
 
 class ReviewScreen(Screen[None]):
-    """Up/Down pick a file (its diff shows); a / f apply all / the file; e export; Esc discards."""
+    """Up/Down pick a file (its diff shows); a / f apply all / the file; k a held-back kind whose
+    header is selected (its list shows); e export; Esc discards."""
 
     CSS_PATH = "review.tcss"
     BINDINGS = [Binding("a", "apply_all", "Apply all"), Binding("f", "apply_file", "Apply file"),
-                Binding("e", "export", "Export"), Binding("r", "reload", "Reload"),
+                Binding("k", "apply_kind", "Apply kind", show=False),  # said where it applies: a kind's header
+                Binding("e", "export", "Export"),
+                Binding("r", "reload", "Reload"),
                 Binding("escape,f6", "discard", "Discard/close")]
 
     def __init__(self, conversation: Any) -> None:
@@ -50,6 +57,10 @@ class ReviewScreen(Screen[None]):
         self.diffs: dict[str, str] = {}
         self.held: dict[str, str] = {}
         """{path: why} of the held-back changes listed."""
+        self.kinds: dict[str, list[str]] = {}
+        """{kind: paths} of the held-back changes, in the order listed."""
+        self.shown: dict[str, tuple[str, ...]] = {}
+        """{kind: paths} as last shown to the person under the kind's header: what k may apply."""
 
     def compose(self) -> ComposeResult:
         yield Label(plain(self._title()), classes="title")
@@ -88,23 +99,33 @@ class ReviewScreen(Screen[None]):
     def _show_changes(self, changes: list[Any], diffs: dict[str, str]) -> None:
         self.diffs = diffs
         self.held = {c.path: c.held for c in changes if getattr(c, "held", "")}
+        self.kinds = {kind: [p for p in self.held if held_kind(self.held[p]) == kind] for kind in KINDS}
+        self.kinds = {kind: paths for kind, paths in self.kinds.items() if paths}
+        self.shown = {}
         listing = self.query_one(OptionList)
         listing.clear_options()
         listing.add_options([Option(change_label(c), id=c.path) for c in changes if c.path not in self.held])
         if self.held:
             if listing.option_count:
                 listing.add_option(None)
-            listing.add_option(Option(Text("Held back: applied only when you pick one (f)", style="bold"),
-                                      id=HELD_HEADER, disabled=True))
-            listing.add_options([Option(change_label(c), id=c.path) for c in changes if c.path in self.held])
+            listing.add_option(Option(Text("Held back: applied only when you pick one (f), or a kind (k)",
+                                           style="bold"), id=HELD_HEADER, disabled=True))
+            by_path = {c.path: c for c in changes}
+            for kind, paths in self.kinds.items():
+                listing.add_option(Option(Text(f"▸ {kind} ({len(paths)})", style="bold yellow"), id=KIND + kind))
+                listing.add_options([Option(change_label(by_path[p]), id=p) for p in paths])
         if changes:
-            listing.highlighted = next(i for i in range(listing.option_count)
-                                       if not listing.get_option_at_index(i).disabled)
+            pickable = [i for i in range(listing.option_count) if not listing.get_option_at_index(i).disabled]
+            listing.highlighted = next((i for i in pickable if not str(listing.get_option_at_index(i).id)
+                                        .startswith(KIND)), pickable[0])
         else:
             self.query_one("#diff", Static).update("No changes under /testbed.")
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         path = str(event.option.id)
+        if path.startswith(KIND):
+            self._show_kind(path[len(KIND):])
+            return
         text = self.diffs.get(path) or "(no text difference to show)"
         shown: Any = Syntax(safe_terminal_text(text), "diff", theme="ansi_dark", background_color="default",
                             word_wrap=True)
@@ -115,16 +136,44 @@ class ReviewScreen(Screen[None]):
         self.query_one("#diff", Static).update(shown)
         self.query_one("#diff-box").scroll_home(animate=False)
 
+    def _show_kind(self, kind: str) -> None:
+        """The kind's held-back changes, each with why: what k would apply, shown before it can."""
+        paths = self.kinds.get(kind, [])
+        lines = [Text.assemble((f"Held back: {kind}, {len(paths)} change(s). ", "bold yellow"),
+                               "Read them; k applies all of them to the host (f one by one).\n")]
+        lines += [Text.assemble(("• ", "yellow"), plain(p), " — ", plain(self.held[p])) for p in paths]
+        self.shown[kind] = tuple(paths)
+        self.query_one("#diff", Static).update(Group(*lines))
+        self.query_one("#diff-box").scroll_home(animate=False)
+
     # -- applying ---------------------------------------------------------------------------
     def action_apply_all(self) -> None:
         self._apply(None)
 
     def action_apply_file(self) -> None:
+        chosen = self._highlighted()
+        if chosen is None:
+            self._say("No file selected.", "warning")
+        elif chosen.startswith(KIND):
+            self._say("That is a kind's header: k applies all of it; pick one file for f.", "warning")
+        else:
+            self._apply([chosen])
+
+    def action_apply_kind(self) -> None:
+        chosen = self._highlighted() or ""
+        kind = chosen[len(KIND):] if chosen.startswith(KIND) else ""
+        if not kind:
+            self._say("Select a held-back kind's header (▸) first: it lists what k applies.", "warning")
+        elif self.shown.get(kind) != tuple(self.kinds.get(kind, ())):
+            self._say("The list changed since it was shown: read it again, then press k.", "warning")
+        else:
+            self._apply(list(self.shown[kind]))
+
+    def _highlighted(self) -> str | None:
         listing = self.query_one(OptionList)
         if listing.highlighted is None or listing.get_option_at_index(listing.highlighted).disabled:
-            self._say("No file selected.", "warning")
-            return
-        self._apply([str(listing.get_option_at_index(listing.highlighted).id)])
+            return None
+        return str(listing.get_option_at_index(listing.highlighted).id)
 
     def _apply(self, paths: list[str] | None) -> None:
         if self.sandbox is None:
@@ -164,8 +213,8 @@ class ReviewScreen(Screen[None]):
         said = f"{exc.done}; refused {len(others)}:\n" + "\n".join(f"  {line}" for line in others) if others \
             else exc.done + "."
         if exc.held_back:
-            said += (f"\nHeld back {len(exc.held_back)} (listed apart, each with why): pick one and press f "
-                     "to apply it.")
+            said += (f"\nHeld back {len(exc.held_back)} (listed apart by kind, each with why): pick one and "
+                     "press f, or select a kind's header, read it, and press k.")
         self._say(said, "warning")
         self.action_reload()
         asked = [p for p in exc.outside_links if paths is not None and p in {q.strip("/") for q in paths}]

@@ -283,7 +283,7 @@ def test_held_back_paths_are_applied_only_when_named_and_approved_by_the_person(
     listed, everything, left, taken = anyio.run(scenario, True, [
         ("execute_bash", {"command": PLANT}), ("list_changes", {}), ("apply_changes", {}),
         ("apply_changes", {"paths": [toml]}), ("apply_changes", {"paths": [hook]})])[1:]
-    assert f"added: {hook} [held back: matches held-back pattern '.git/**'" in listed[1]
+    assert f"added: {hook} [held back: nested repository: git takes the folder holding a .git" in listed[1]
     assert everything[0] and (ws / "a.txt").read_text() == "new\n"  # the rest went...
     assert f"{hook} (held back:" in everything[1] and "name it in `paths`" in everything[1]  # ...named, not these
     assert left[0] and "did not approve" in left[1] and not (ws / toml).exists()

@@ -1,9 +1,9 @@
-"""[workspace]: git_writable from any config or --git-writable; held_back from the user's config only."""
+"""[workspace]: git_writable from any config or --git-writable; held_back from the user's config only,
+added to the built-in rules."""
 import argparse
 
 import pytest
 
-from isolation.heldback import HELD_BACK
 from lis_tui.commands.sandbox import add_sandbox_flags, spec_from_args
 from lis_tui.config import ConfigError, load_config
 
@@ -24,13 +24,13 @@ def spec(files, *flags):
     return spec_from_args(parser.parse_args(list(flags)), load_config(paths=list(files)))
 
 
-def test_defaults_hold_back_the_documented_list_and_keep_git_read_only(files):
+def test_defaults_add_no_pattern_to_the_built_in_rules_and_keep_git_read_only(files):
     made = spec(files)
-    assert made.held_back == HELD_BACK and not made.git_writable
+    assert made.held_back == () and not made.git_writable
     assert spec(files, "--git-writable").git_writable
 
 
-def test_the_user_config_sets_the_list_and_git_writable(files):
+def test_the_user_config_adds_patterns_and_sets_git_writable(files):
     user, _ = files
     user.write_text('[workspace]\nheld_back = [".git/**", "*.sh"]\ngit_writable = true\n')
     made = spec(files)

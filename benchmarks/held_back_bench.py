@@ -1,0 +1,105 @@
+"""Issue 34's speed target: deciding what to hold back of a 20,000-file change (a venv) takes
+under 2 s on the 2-core machine.
+
+    .venv/bin/python benchmarks/held_back_bench.py [--files 20000] [--rounds 5]
+
+`isolation.heldback.hold_reasons` over a real git repository (its config read, its ignore rules
+asked in one `git check-ignore`), against today's rule in the same run: the ten name patterns of
+before issue 34, matched one by one per path. The change lists are this checkout's own .venv
+(a real venv's layout) as made in the sandbox, the same with pyvenv.cfg on the host, and as many
+plain source files that no rule holds (each one then goes to git: the slowest case).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT)]
+
+from isolation.heldback import _matches, hold_reasons  # noqa: E402
+
+TODAY = (".git/**", "lis-tui.toml", ".lis-tui/**", ".envrc", ".env*", ".vscode/**", ".idea/**",
+         ".devcontainer/**", ".github/workflows/**", "*.pth")
+"""The held-back patterns before issue 34: the baseline."""
+
+
+def todays_rule(paths: list[str]) -> int:
+    held = 0
+    for path in paths:
+        path = path.strip("/")
+        names, slashed = path.split("/"), f"/{path}/"
+        held += any(_matches(names, slashed, pattern) for pattern in TODAY)
+    return held
+
+
+def venv_paths(count: int) -> list[str]:
+    """`count` entries of a real venv's tree, as a change list would name them under `.venv/`."""
+    venv = Path(sys.prefix)
+    found = [".venv/", ".venv/pyvenv.cfg"]
+    for folder, dirs, files in os.walk(venv):
+        rel = os.path.relpath(folder, venv)
+        for name in sorted(dirs):
+            found.append(f".venv/{name}/" if rel == "." else f".venv/{rel}/{name}/")
+        for name in sorted(files):
+            if name != "pyvenv.cfg":
+                found.append(f".venv/{name}" if rel == "." else f".venv/{rel}/{name}")
+        if len(found) >= count:
+            break
+    return found[:count]
+
+
+def source_paths(count: int) -> list[str]:
+    return [f"src/pkg{i // 100}/mod{i % 100}.py" for i in range(count)]
+
+
+def project(where: Path, venv_on_host: bool) -> Path:
+    root = where / ("host-venv" if venv_on_host else "plain")
+    root.mkdir()
+    (root / ".gitignore").write_text("build/\n*.log\n")
+    if venv_on_host:
+        (root / ".venv").mkdir()
+        (root / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    return root
+
+
+def median_ms(run, rounds: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(rounds):
+        start = time.perf_counter()
+        result = run()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times), result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        plain, host_venv = project(Path(tmp), False), project(Path(tmp), True)
+        venv = venv_paths(args.files)
+        cases = [("a venv made in the sandbox", plain, venv),
+                 ("a venv on the host, changed inside", host_venv, [p for p in venv if p != ".venv/pyvenv.cfg"]),
+                 ("plain source, none held (all asked of git)", plain, source_paths(args.files))]
+        print(f"deciding what to hold back, median of {args.rounds} (target: under 2000 ms)\n")
+        print(f"| {'change':44} | {'paths':>6} | {'today: ms':>9} | {'held':>6} | {'now: ms':>8} | {'held':>6} |")
+        print(f"|{'-' * 46}|{'-' * 8}|{'-' * 11}|{'-' * 8}|{'-' * 10}|{'-' * 8}|")
+        for name, root, paths in cases:
+            changes = [(p, "added") for p in paths]
+            old_ms, old_held = median_ms(lambda: todays_rule(paths), args.rounds)  # noqa: B023
+            new_ms, reasons = median_ms(lambda: hold_reasons(root, changes), args.rounds)  # noqa: B023
+            print(f"| {name:44} | {len(paths):>6} | {old_ms:>9.0f} | {old_held:>6} | {new_ms:>8.0f} | "
+                  f"{len(reasons):>6} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""hold_reasons on real git repositories and real folders: what the host would run is held back,
+by behaviour (the repository's config, what git takes for a repository, venvs), not by name only."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from isolation.heldback import GIT, IGNORED, KINDS, LINKS, PYTHON, REPO, TOOLS, YOURS, held_kind, hold_reasons
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **GIT_ENV}, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.gitconfig of the machine's decides here
+    root = tmp_path / "project"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "a.py").write_text("a = 1\n")
+    (root / ".gitignore").write_text("build/\n*.log\n")
+    git(root, "init", "-q")
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "one")
+    return root
+
+
+def kinds(project: Path, paths: list[str], patterns: tuple[str, ...] = ()) -> dict[str, str]:
+    return {p: held_kind(why) for p, why in hold_reasons(project, [(p, "added") for p in paths], patterns).items()}
+
+
+def test_the_hooks_folder_fsmonitor_and_included_files_of_the_repositorys_config_are_held(repo):
+    git(repo, "config", "core.hooksPath", ".githooks")
+    git(repo, "config", "core.fsmonitor", "tools/fsmonitor.sh --fast")
+    git(repo, "config", "include.path", "../shared.gitconfig")
+    git(repo, "config", "includeIf.onbranch:main.path", "../cfg/main.gitconfig")
+    changes = [".githooks/pre-commit", ".githooks/", ".githooks/lib/helper.txt", "tools/fsmonitor.sh",
+               "shared.gitconfig", "cfg/main.gitconfig", "tools/other.sh", "src/a.py"]
+    reasons = hold_reasons(repo, [(p, "modified") for p in changes])
+    assert {p: held_kind(w) for p, w in reasons.items()} == {p: GIT for p in changes[:6]}
+    assert "hooks folder (.githooks)" in reasons[".githooks/pre-commit"] and "whatever its mode" in \
+        reasons[".githooks/pre-commit"]
+    assert "core.fsmonitor" in reasons["tools/fsmonitor.sh"]
+    assert "include.path" in reasons["shared.gitconfig"] and "includeif.onbranch:main.path" in \
+        reasons["cfg/main.gitconfig"]
+
+
+def test_without_a_hooks_path_the_git_folders_hooks_are_held(repo):
+    reasons = hold_reasons(repo, [(".git/hooks/post-checkout", "added")])
+    assert reasons[".git/hooks/post-checkout"].startswith(f"{GIT}: in the repository's hooks folder (.git/hooks)")
+
+
+def test_a_folder_git_takes_for_a_repository_is_held_whole_wherever_it_is_and_whatever_its_name(repo):
+    made = ["vendor/", "vendor/lib/", "vendor/lib/HEAD", "vendor/lib/config", "vendor/lib/objects/",
+            "vendor/lib/refs/", "vendor/lib/refs/heads/", "vendor/lib/hooks/x"]
+    assert kinds(repo, made + ["vendor/README"]) == {p: REPO for p in made[1:]}
+    # Half of it on the host already, the other half in the change: still one repository.
+    for name in ("objects", "refs"):
+        (repo / "deps" / "x" / name).mkdir(parents=True)
+    assert kinds(repo, ["deps/x/HEAD", "deps/x/config", "deps/y.txt"]) == {"deps/x/HEAD": REPO, "deps/x/config": REPO}
+    # A worktree's folder (HEAD and commondir), a .git file, a .git folder at any depth.
+    assert kinds(repo, ["w/HEAD", "w/commondir", "a/b/.git", "c/.git/config", "w2/HEAD"]) == {
+        "w/HEAD": REPO, "w/commondir": REPO, "a/b/.git": REPO, "c/.git/config": REPO}
+
+
+def test_in_a_workspace_inside_a_repository_every_change_at_its_top_is_held(repo):
+    sub = repo / "src"
+    reasons = hold_reasons(sub, [("HEAD", "added"), ("config", "added"), ("b.py", "added"), ("pkg/", "added"),
+                                 ("pkg/c.py", "added")])
+    assert {p: held_kind(w) for p, w in reasons.items()} == {"HEAD": REPO, "config": REPO, "b.py": REPO,
+                                                             "pkg/": REPO}
+    assert f"inside the repository {os.path.realpath(repo)}" in reasons["b.py"]
+    assert hold_reasons(repo, [("b.py", "added")]) == {}  # at the repository's own top, no
+
+
+def test_a_venv_on_the_host_or_in_the_change_is_held_whole_and_so_is_what_python_imports_at_start(repo, tmp_path):
+    (repo / ".venv").mkdir()
+    (repo / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    made = ["env2/", "env2/pyvenv.cfg", "env2/bin/activate"]
+    python = [".venv/bin/activate", "lib/python3.11/site-packages/x/__init__.py", "sitecustomize.py",
+              "a/usercustomize.py", "lib/distutils-precedence.pth", "web/node_modules/left-pad/index.js"]
+    assert kinds(repo, python + made + ["src/b.py"]) == {p: PYTHON for p in python + made}
+
+
+CI_AND_TOOLS = [".husky/pre-commit", ".pre-commit-config.yaml", ".github/actions/setup/action.yml",
+                ".github/CODEOWNERS", ".gitlab-ci.yml", ".circleci/config.yml", ".forgejo/workflows/ci.yml",
+                ".gitea/workflows/ci.yml", "Jenkinsfile", ".zed/tasks.json", "app.code-workspace", ".exrc",
+                ".nvim.lua", "mise.toml", ".mise.toml", ".tool-versions", "lis-tui.toml", ".envrc", ".env.local",
+                ".vscode/tasks.json", ".idea/workspace.xml", ".devcontainer/devcontainer.json",
+                ".github/workflows/ci.yml", "sub/dir/.envrc"]
+
+
+def test_hooks_managers_ci_and_editor_and_tool_configs_are_held_at_any_depth(tmp_path):
+    plain = tmp_path / "plain"  # not a repository: the name rules hold without git
+    plain.mkdir()
+    found = kinds(plain, CI_AND_TOOLS + ["src/github.py", "docs/mise.md", "environment.yml"])
+    assert set(found) == set(CI_AND_TOOLS)
+    assert found[".husky/pre-commit"] == found[".pre-commit-config.yaml"] == GIT
+    assert {found[p] for p in CI_AND_TOOLS[2:]} == {TOOLS}
+
+
+def test_paths_the_repository_ignores_are_held_in_one_git_call_even_past_names_git_chokes_on(repo):
+    os.symlink("/etc", repo / "etc-link")  # git refuses a path beyond a link: the rest is still answered
+    paths = ["build/", "build/out.o", "etc-link/x.log", ":(glob)*.log", "src/debug.log", "src/b.py", "-n.log"]
+    reasons = hold_reasons(repo, [(p, "added") for p in paths])
+    assert {p: held_kind(w) for p, w in reasons.items()} == {p: IGNORED for p in ("build/", "build/out.o",
+                                                                                  ":(glob)*.log",
+                                                                                  "src/debug.log", "-n.log")}
+    assert "(.gitignore:2 '*.log')" in reasons["src/debug.log"]
+
+
+def test_your_patterns_add_to_the_rules_and_cannot_take_one_away(repo):
+    paths = ["run.sh", "tools/x.sh", ".envrc", ".git/hooks/pre-push", "a.txt"]
+    assert kinds(repo, paths, ("*.sh",)) == {"run.sh": YOURS, "tools/x.sh": YOURS, ".envrc": TOOLS,
+                                             ".git/hooks/pre-push": GIT}
+    assert kinds(repo, paths, ("!.envrc", "")) == {".envrc": TOOLS, ".git/hooks/pre-push": GIT}
+    assert kinds(repo, ["docs/x.md", "a/docs/y.md"], ("/docs/**",)) == {"docs/x.md": YOURS}
+
+
+def test_without_git_the_git_rules_find_nothing_and_the_others_still_hold(repo, monkeypatch, tmp_path):
+    git(repo, "config", "core.hooksPath", ".githooks")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
+    assert kinds(repo, [".githooks/pre-commit", "build/x", ".envrc", "v/HEAD", "v/objects/", "v/refs/"]) == {
+        ".envrc": TOOLS, "v/HEAD": REPO, "v/objects/": REPO, "v/refs/": REPO}
+
+
+def test_each_reason_names_its_kind_and_the_walks_own_reasons_are_links_and_exec_bits():
+    assert held_kind("a symlink made in the sandbox, -> /etc/passwd") == LINKS
+    assert all(held_kind(f"{kind}: why") == kind for kind in KINDS)
+
+
+def test_the_quick_name_matching_agrees_with_the_patterns_as_documented(tmp_path):
+    from isolation.heldback import HELD_BACK, matches
+
+    samples = [f"{pre}{name}{post}" for pre in ("", "a/", "a/b/") for post in ("", "/x", "/x/y.py")
+               for name in ("site-packages", "node_modules", ".github", ".husky", "x.pth", ".envrc", ".env.local",
+                            "a.code-workspace", "Jenkinsfile", "github", "x.pthx", "mise.toml.bak", ".zed", "zed")]
+    for patterns in ((), ("docs/*.md", "/top/**", "**/gen/*.py", "*.sh", "build")):
+        reasons = hold_reasons(tmp_path, [(p, "added") for p in samples + ["docs/a.md", "top/x", "q/gen/m.py"]],
+                               patterns)
+        for path in samples + ["docs/a.md", "top/x", "q/gen/m.py"]:
+            expected = any(matches(path, pattern) for pattern in HELD_BACK + patterns)
+            assert (path in reasons) == expected, (path, patterns, reasons.get(path))
