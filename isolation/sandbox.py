@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 KEEPER = {"bash": ["bash", "-c", "printf x; exec >/dev/null 2>&1; while read -r _; do :; done"],
           "sh": ["sh", "-c", "printf x; exec >/dev/null 2>&1; exec cat"]}
 START_TIMEOUT = 30.0
+BWRAP_EXIT_WAIT = 2.0  # seconds close() gives bwrap to reap the killed pid 1 and exit, before killing it
 FILE_OPS_WAIT = 10.0  # seconds close() waits for host-side file operations under way (each takes ms)
 WRITABLE_LAYERS = ("root", "testbed", "upper", "ws-upper", "agent")  # under `layers`, as layout.plan makes them
 RW = "rw"  # under `layers`: where the writable layers' tmpfs is mounted inside (diskcap.on_tmpfs)
@@ -456,11 +457,17 @@ class Sandbox:
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._proc.wait()
+            # bwrap reaps pid 1 and exits: killed first, it would leave pid 1 a zombie for the host's
+            # init to reap, whenever that gets to it (dozens at once under load, seen with a slow init)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                if pidfd is not None:
+                    self._proc.wait(BWRAP_EXIT_WAIT)
+            if self._proc.poll() is None:  # not reaped yet: its group's number is still its own
+                try:
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self._proc.wait()
             if pidfd is not None:
                 ready([pidfd], 10)  # init exits only after every process in it is gone
                 os.close(pidfd)

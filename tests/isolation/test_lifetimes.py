@@ -69,6 +69,17 @@ def test_close_is_quick_when_the_sandbox_stopped_what_we_started():
     assert not _ours_marked(marker)
 
 
+def test_close_leaves_no_zombie_pid_1_for_the_host_s_init():
+    """bwrap reaps the sandbox's pid 1 when close() kills it; bwrap killed first left it a zombie
+    of the host's init, dozens at once under load, for as long as that init took to reap them."""
+    pids = []
+    for _ in range(8):
+        with Sandbox() as sb:
+            sb.exec("true")
+            pids.append(sb.pid)
+    assert [pid for pid in pids if os.path.exists(f"/proc/{pid}")] == []
+
+
 def test_a_stopped_log_writer_cannot_hold_a_command_past_its_timeout():
     with Sandbox() as sb, Shell(sb, max_output=2000) as shell:
         # Enough output to need the log file; the log writer is a `cat` we started, which the
