@@ -64,3 +64,12 @@ def pattern_reason(path: str, patterns: tuple[str, ...]) -> str:
             why = WHY.get(pattern, "a held-back pattern of your config")
             return f"matches held-back pattern {pattern!r} ({why})"
     return ""
+
+
+# STAND-IN until the behavioural rewrite of this module lands (issue 34, item 3): the lead keeps
+# theirs on merge. Same signature; here it applies only today's patterns (HELD_BACK and the user's).
+def hold_reasons(project, changes, patterns: tuple[str, ...] = ()) -> dict[str, str]:
+    """{path: why} for the `changes` ((path, kind) pairs) in `project` that are applied only by name."""
+    rules = HELD_BACK + tuple(p for p in patterns if p not in HELD_BACK)
+    found = {path: pattern_reason(path.rstrip("/"), rules) for path, _kind in changes}
+    return {path: why for path, why in found.items() if why}

@@ -29,6 +29,7 @@ from .spawn import seccomp
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
 
 if TYPE_CHECKING:
+    from .gitpatch import SavedPatch
     from .net.policy import NetworkPolicy
     from .net.proxy import ProxyHandle
 
@@ -800,6 +801,17 @@ class Sandbox:
         self._before = {} if self._before is None else self._before
         with self._testbed() as (lower, upper):
             return workspace.apply(lower, upper, self._before, paths, allow_outside_links, **self._rules())
+
+    def save_changes(self, out) -> SavedPatch:
+        """Write what the sandbox changed in its workspace to binary file `out` as a patch that
+        `git apply` takes; returns isolation.gitpatch.SavedPatch (the paths, and which of them the
+        host changed while the sandbox ran)."""
+        from .gitpatch import write_patch  # noqa: PLC0415
+
+        if self.spec.workspace is None:
+            raise SandboxError("this sandbox has no workspace, so it has no changes to save; use export()")
+        with self._testbed() as (lower, upper):
+            return write_patch(lower, upper, self._before, out, skip=workspace.mount_points(self.spec))
 
     def export(self, src: str, host_dir: Path | str, force: bool = False, allow_outside_links: bool = False,
                links: bool = True, limit: int | None = None) -> Path:
