@@ -72,6 +72,7 @@ def write_patch(lower, upper, before: dict[str, tuple] | None, out: BinaryIO,
     (workspace.snapshot), to tell which changed paths the host changed meanwhile."""
     saved = SavedPatch()
     seen: set[str] = set()
+    repos: dict[str, int] = {}  # a `.git` folder: how many changes in it
 
     def found(change: Change, site: _Site | None) -> None:
         path = change.path
@@ -80,13 +81,17 @@ def write_patch(lower, upper, before: dict[str, tuple] | None, out: BinaryIO,
         elif path.endswith("/"):
             return  # a directory: git keeps none; its files are entries of their own
         elif any(_is_git(name) for name in path.split("/")):
-            saved.unsaved.append(f"{path} (inside a .git folder, which git apply never writes)")
+            names = path.split("/")
+            top = "/".join(names[:next(i for i, name in enumerate(names) if _is_git(name)) + 1]) + "/"
+            repos[top] = repos.get(top, 0) + 1
         elif _entries(change, site, out, saved):
             if path not in seen:
                 seen.add(path)
                 saved.paths.append(path)
 
     _review(lower, upper, found, skip, ())
+    saved.unsaved += [f"{top} ({count} change{'' if count == 1 else 's'} inside: git apply never writes in a "
+                      "repository's own folder)" for top, count in sorted(repos.items())]
     if before is not None:
         from .workspace import snapshot  # noqa: PLC0415
 

@@ -1,8 +1,10 @@
 """A run's changes to its workspace, kept in its folder so they outlive the sandbox:
 `changes.patch` (a patch `git apply` takes, isolation.gitpatch) and `changes.json` (the project,
-the patch's sha256, the paths, which of them the host changed while the sandbox ran). Written as
-the run ends; applied later by `lis-tui apply RUN [PATH...]` or at once by `run --apply`, under the
-review's rules (isolation.patchapply)."""
+the patch's sha256, the paths, which of them the host changed while the sandbox ran); with
+`git_writable`, the model's new commits as `commits.bundle` (isolation.gitbundle). Written as the
+run ends; applied later by `lis-tui apply RUN [PATH...] [--commits]` or at once by `run --apply`,
+under the review's rules (isolation.patchapply): the commits only when asked, into a new branch
+`lis-tui/RUN`."""
 from __future__ import annotations
 
 import hashlib
@@ -13,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from isolation import SandboxError
+from isolation.gitbundle import BundleError, check_target, fetch_bundle
 from isolation.patchapply import Entry, PatchConflict, PatchError, apply_patch, held_back, kind_of, read_patch
 from lis_tui.runs import open_run_file
 
-PATCH, RECORD = "changes.patch", "changes.json"
+PATCH, RECORD, BUNDLE = "changes.patch", "changes.json", "commits.bundle"
 FORMAT = "lis-tui-changes/1"
 
 
@@ -36,6 +39,7 @@ class SavedChanges:
     paths: list[str] = field(default_factory=list)
     held: dict[str, str] = field(default_factory=dict)
     unsaved: list[str] = field(default_factory=list)
+    commits: int = 0
     error: str = ""
 
     def line(self) -> str:
@@ -49,7 +53,16 @@ class SavedChanges:
             held = f" ({len(self.held)} held back)" if self.held else ""
             line = (f"{count}{held}: saved in {self.run_dir / PATCH}; apply with "
                     f"`lis-tui apply {self.run_dir}`")
+        if self.commits:
+            line += (f"; {self.commits} new commit{'' if self.commits == 1 else 's'} saved in "
+                     f"{self.run_dir / BUNDLE} (`lis-tui apply {self.run_dir} --commits` fetches them into "
+                     f"branch {branch_for(self.run_dir)})")
         return line + (f"; not saved: {', '.join(self.unsaved)}" if self.unsaved else "")
+
+
+def branch_for(run_dir: Path) -> str:
+    """The branch a run's commits come home as."""
+    return f"lis-tui/{run_dir.name}"
 
 
 def save_changes(sandbox: Any, run_dir: Path) -> SavedChanges:
@@ -65,6 +78,12 @@ def save_changes(sandbox: Any, run_dir: Path) -> SavedChanges:
     project = Path(sandbox.spec.workspace).expanduser().resolve()
     record = {"format": FORMAT, "workspace": str(project), "patch": PATCH, "sha256": digest,
               "paths": patch.paths, "moved": patch.moved, "unsaved": patch.unsaved}
+    if sandbox.spec.git_writable:
+        try:
+            record["commits"] = save_bundle(sandbox, run_dir)
+        except (OSError, SandboxError) as exc:
+            saved.error = f"the new commits could not be saved: {exc}"
+        saved.commits = (record.get("commits") or {}).get("count", 0)
     temp = run_dir / f".{RECORD}.tmp"
     temp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     os.replace(temp, run_dir / RECORD)
@@ -76,6 +95,32 @@ def save_changes(sandbox: Any, run_dir: Path) -> SavedChanges:
     return saved
 
 
+def save_bundle(sandbox: Any, run_dir: Path) -> dict | None:
+    """The sandbox's new commits into RUN/commits.bundle; what changes.json records of them (None: none)."""
+    made = sandbox.bundle_commits()
+    if made is None:
+        return None
+    data, count = made
+    (run_dir / BUNDLE).write_bytes(data)
+    return {"bundle": BUNDLE, "sha256": hashlib.sha256(data).hexdigest(), "count": count}
+
+
+def fetch_commits(run_dir: Path, project: Path, record: dict | None = None) -> str:
+    """Fetch a run's saved commits into branch lis-tui/RUN of `project`'s repository; the commit."""
+    saved = (record or _record(run_dir)).get("commits")
+    if not isinstance(saved, dict):
+        raise ApplyRefused(f"the run in {run_dir} made no commits to fetch", 2)
+    bundle = run_dir / BUNDLE
+    try:
+        if _sha256(bundle) != saved.get("sha256"):
+            raise ApplyRefused(f"{bundle} is not the bundle the run saved (its sha256 differs); nothing was fetched")
+        return fetch_bundle(project, bundle, branch_for(run_dir))
+    except OSError as exc:
+        raise ApplyRefused(f"{bundle}: {exc.strerror}; nothing was fetched") from None
+    except BundleError as exc:
+        raise ApplyRefused(str(exc)) from None
+
+
 @dataclass
 class Applied:
     """What `apply_run` wrote, into which project, and what it held back."""
@@ -84,6 +129,8 @@ class Applied:
     applied: list[str]
     held: dict[str, str]
     record: dict
+    commits: str = ""
+    """The commit fetched into branch lis-tui/RUN, when asked for."""
 
 
 def load_run(run_dir: Path, project: Path | None = None) -> tuple[dict, dict[str, list[Entry]], Path]:
@@ -112,11 +159,21 @@ def load_run(run_dir: Path, project: Path | None = None) -> tuple[dict, dict[str
 
 
 def apply_run(run_dir: Path, paths: list[str] | None, patterns: tuple[str, ...] = (),
-              project: Path | None = None) -> Applied:
-    """Apply a past run's changes (all but the held-back ones, or just `paths`) to its project."""
+              project: Path | None = None, commits: bool = False) -> Applied:
+    """Apply a past run's changes (all but the held-back ones, or just `paths`) to its project, and
+    with `commits` fetch its new commits (then, without `paths`, those alone)."""
     record, patch, where = load_run(run_dir, project)
     held = held_back(where, patch, patterns)
-    if paths is None:
+    if commits:
+        if not isinstance(record.get("commits"), dict):
+            raise ApplyRefused(f"the run in {run_dir} made no commits to fetch; nothing was applied", 2)
+        try:
+            check_target(where, branch_for(run_dir))  # before a file is written
+        except BundleError as exc:
+            raise ApplyRefused(str(exc)) from None
+    if commits and paths is None:
+        chosen: list[str] = []
+    elif paths is None:
         chosen = [p for p in patch if p not in held]
     else:
         chosen = [p.strip("/") for p in paths]
@@ -130,14 +187,21 @@ def apply_run(run_dir: Path, paths: list[str] | None, patterns: tuple[str, ...] 
         raise ApplyRefused(str(exc)) from None
     except PatchError as exc:
         raise ApplyRefused(str(exc)) from None
-    return Applied(where, sorted(set(chosen)), {p: why for p, why in held.items() if p not in chosen}, record)
+    left = {} if commits and paths is None else {p: why for p, why in held.items() if p not in chosen}
+    done = Applied(where, sorted(set(chosen)), left, record)
+    if commits:
+        done.commits = fetch_commits(run_dir, where, record)
+    return done
 
 
 def listing(run_dir: Path, patterns: tuple[str, ...] = (), project: Path | None = None) -> list[tuple[str, str, str]]:
     """(path, kind, why it is held back or '') of every change the run saved."""
     record, patch, where = load_run(run_dir, project)
     held = held_back(where, patch, patterns)
-    return [(path, kind_of(entries), held.get(path, "")) for path, entries in sorted(patch.items())]
+    found = [(path, kind_of(entries), held.get(path, "")) for path, entries in sorted(patch.items())]
+    if isinstance(record.get("commits"), dict):
+        found.append((branch_for(run_dir), f"{record['commits'].get('count')} commits", ""))
+    return found
 
 
 def _record(run_dir: Path) -> dict:

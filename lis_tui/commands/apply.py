@@ -8,7 +8,9 @@ _DESCRIPTION = """\
 Apply the changes a `lis-tui run --workspace DIR` saved (RUN/changes.patch) to that project, under
 the review's rules: held-back changes (links the sandbox made, new executables, .git, CI and tool
 config, ...) only when named; nothing at all when a chosen file changed in the project since the
-run (the message names it)."""
+run (the message names it). With --commits, the model's new commits (a run with --git-writable)
+are fetched into a new branch lis-tui/RUN of the project's repository: objects and that branch
+only, never the sandbox's hooks, config or other refs."""
 
 
 def add_parsers(sub) -> None:
@@ -19,6 +21,8 @@ def add_parsers(sub) -> None:
                    help="apply just these (held-back ones included); default: all but the held-back ones")
     p.add_argument("--list", action="store_true", help="list the run's changes, and why any is held back; "
                    "apply nothing")
+    p.add_argument("--commits", action="store_true", help="fetch the run's new commits into branch lis-tui/RUN "
+                   "(alone, unless PATHs are given too)")
     p.add_argument("--workspace", metavar="DIR", help="apply to DIR instead of the run's project")
     p.set_defaults(func=cmd_apply)
 
@@ -43,14 +47,17 @@ def cmd_apply(args: argparse.Namespace) -> int:
             for path, kind, why in listing(run_dir, patterns, project):
                 print(safe_terminal_text(f"{kind:8}  {path}" + (f"  (held back: {why})" if why else "")))
             return 0
-        done = apply_run(run_dir, args.paths or None, patterns, project)
+        done = apply_run(run_dir, args.paths or None, patterns, project, commits=args.commits)
     except (ValueError, ConfigError) as exc:
         say(f"lis-tui apply: {exc}")
         return 2
     except ApplyRefused as exc:
         say(f"lis-tui apply: {exc}")
         return exc.code
-    say(f"applied {len(done.applied)} change{'' if len(done.applied) == 1 else 's'} to {done.project}")
+    if done.commits:
+        say(f"fetched the run's commits into branch lis-tui/{run_dir.name} ({done.commits[:12]})")
+    if done.applied or not done.commits:
+        say(f"applied {len(done.applied)} change{'' if len(done.applied) == 1 else 's'} to {done.project}")
     if done.held:
         names = ", ".join(f"{path} ({why})" for path, why in sorted(done.held.items()))
         say(f"held back {len(done.held)}, applied only by name (lis-tui apply {run_dir} PATH): {names}")

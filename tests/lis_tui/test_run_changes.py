@@ -209,3 +209,44 @@ def test_runs_live_outside_the_project_and_are_all_listed_with_their_folder(tmp_
                                                                          tmp_path / "kept"])
     table = lis(tmp_path, "runs", cwd=tmp_path).stdout
     assert "FOLDER" in table and str(tmp_path / "kept") in table
+
+
+COMMITS = ("cd /testbed && G='git -c safe.directory=* -c user.name=m -c user.email=m@x' "
+           "&& echo more >> notes.txt && $G commit -qam 'model: one' && echo again >> notes.txt "
+           "&& $G commit -qam 'model: two' && $G tag planted "
+           "&& printf '#!/bin/sh\\ntouch /tmp/pwned-hook\\n' > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout "
+           "&& $G config core.fsmonitor 'touch /tmp/pwned-fsmonitor'")
+
+
+def refs(repo: Path) -> list[str]:
+    return git(repo, "for-each-ref", "--format=%(refname) %(objectname)").stdout.splitlines()
+
+
+def test_commits_made_inside_come_home_as_one_branch_and_nothing_else(tmp_path):
+    project = make_project(tmp_path / "project")
+    before_refs, config = refs(project), (project / ".git" / "config").read_text()
+    done, _ = run_in(tmp_path, project, "--git-writable", work=COMMITS)
+    run = run_dir(done)
+    assert f"2 new commits saved in {run}/commits.bundle" in done.stderr, done.stderr
+    assert done.stderr.count(".git/") == 1  # one note for the repository's folder, not an item per file
+    listed = lis(tmp_path, "apply", str(run), "--list")
+    assert f"2 commits  lis-tui/{run.name}" in listed.stdout and ".git" not in listed.stdout, listed.stdout
+
+    fetched = lis(tmp_path, "apply", str(run), "--commits")
+    assert fetched.returncode == 0 and f"branch lis-tui/{run.name}" in fetched.stderr, fetched.stderr
+    log = git(project, "log", "--format=%s", f"lis-tui/{run.name}").stdout.split("\n")
+    assert log[:3] == ["model: two", "model: one", "start"]
+    new = [line for line in refs(project) if line not in before_refs]
+    assert [line.split()[0] for line in new] == [f"refs/heads/lis-tui/{run.name}"]  # no tag, no other ref
+    assert (project / ".git" / "config").read_text() == config
+    assert not (project / ".git" / "hooks" / "post-checkout").exists()
+    assert (project / "notes.txt").read_text() == "one\ntwo\nthree\n"  # the work tree is the patch's business
+
+    fetched_refs = refs(project)
+    again = lis(tmp_path, "apply", str(run), "--commits")
+    assert again.returncode == 1 and len(again.stderr.splitlines()) == 1 and "already exists" in again.stderr
+    plain = tmp_path / "plain"
+    shutil.copytree(project, plain, ignore=shutil.ignore_patterns(".git"))
+    elsewhere = lis(tmp_path, "apply", str(run), "--commits", "--workspace", str(plain))
+    assert elsewhere.returncode == 1 and "is not a git repository" in elsewhere.stderr, elsewhere.stderr
+    assert not (plain / ".git").exists() and refs(project) == fetched_refs
