@@ -140,7 +140,8 @@ def _entries(change: Change, site: _Site, out: BinaryIO, saved: SavedPatch) -> b
 def _delete_tree(site: _Site, path: str, out: BinaryIO, saved: SavedPatch) -> None:
     def gone(change: Change, below: _Site | None) -> None:
         if below is not None and not change.path.endswith("/"):
-            _entries(change, below, out, saved)
+            if _entries(change, below, out, saved):
+                saved.paths.append(change.path)
         elif below is None:
             saved.unsaved.append(f"{change.path} ({change.detail})")
 

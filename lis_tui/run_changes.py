@@ -57,7 +57,8 @@ class SavedChanges:
             line += (f"; {self.commits} new commit{'' if self.commits == 1 else 's'} saved in "
                      f"{self.run_dir / BUNDLE} (`lis-tui apply {self.run_dir} --commits` fetches them into "
                      f"branch {branch_for(self.run_dir)})")
-        return line + (f"; not saved: {', '.join(self.unsaved)}" if self.unsaved else "")
+        more = f" and {len(self.unsaved) - 5} more (changes.json lists them)" if len(self.unsaved) > 5 else ""
+        return line + (f"; not saved: {', '.join(self.unsaved[:5])}{more}" if self.unsaved else "")
 
 
 def branch_for(run_dir: Path) -> str:
