@@ -7,11 +7,12 @@ and mode, compared here and named), or changed on the host while the sandbox ran
 
 Writing is the host's `git apply` of a patch holding just the chosen entries: it checks every
 entry before it writes one, refuses paths in a `.git` folder, `..` and writes through links. It
-runs against a throw-away empty repository (GIT_DIR) with the project as its work tree, so the
-project's own repository (its config, hooks, fsmonitor, index) is never read, and a project that
-is a subfolder of a repository is patched where it is (a plain `git apply` there skips every
-path outside the subfolder and says nothing); the user's and the system's git config are not read
-either.
+runs in the project with GIT_DIR a throw-away empty bare repository, so the project's own
+repository (its config, hooks, fsmonitor, index) is never read, and a project that is a subfolder
+of a repository is patched where it is (a plain `git apply` there skips every path outside the
+subfolder and says nothing). Without a work tree git reads no `.gitattributes` either (one with
+`eol=crlf`, the project's or the sandbox's, would rewrite every line ending of what it writes),
+nor the user's and the system's git config.
 """
 from __future__ import annotations
 
@@ -231,11 +232,11 @@ def _git_apply(project: Path, text: bytes) -> None:
     with tempfile.TemporaryDirectory(prefix="lis-tui-apply-") as scratch:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": scratch, "LC_ALL": "C",
                "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-               "GIT_DIR": os.path.join(scratch, "repo"), "GIT_WORK_TREE": str(project)}
+               "GIT_DIR": os.path.join(scratch, "repo")}
         patch = os.path.join(scratch, "chosen.patch")
         with open(patch, "wb") as out:
             out.write(text)
-        bare = {k: v for k, v in env.items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
+        bare = {k: v for k, v in env.items() if k != "GIT_DIR"}
         steps = [([git, "init", "-q", "--bare", "--template=", env["GIT_DIR"]], bare),
                  ([git, "apply", "--whitespace=nowarn", "--check", patch], env),
                  ([git, "apply", "--whitespace=nowarn", patch], env)]

@@ -111,3 +111,15 @@ def test_a_file_the_host_changed_while_the_sandbox_ran_is_marked_and_never_appli
         apply_patch(project, read_patch(out.getvalue()), said.paths, said.moved)
     assert refused.value.paths == ["edit.txt"] and "while the sandbox ran" in str(refused.value)
     assert (project / "edit.txt").read_text() == "the person's, meanwhile\n"
+
+
+def test_a_gitattributes_file_does_not_rewrite_what_is_applied(project):
+    """With the project as git's work tree, `* text eol=crlf` (the project's, or one the sandbox adds)
+    turned every applied line ending into CRLF."""
+    (project / ".gitattributes").write_text("* text eol=crlf\n")
+    with Sandbox(SandboxSpec(rootfs="host", workspace=str(project))) as sb:
+        assert sb.exec("printf 'a\\nb\\n' > /testbed/new.txt").exit_code == 0
+        out = io.BytesIO()
+        sb.save_changes(out)
+    apply_patch(project, read_patch(out.getvalue()), ["new.txt"])
+    assert (project / "new.txt").read_bytes() == b"a\nb\n"
