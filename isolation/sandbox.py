@@ -29,6 +29,7 @@ from .spawn import seccomp
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
 
 if TYPE_CHECKING:
+    from .gitpatch import SavedPatch
     from .net.policy import NetworkPolicy
     from .net.proxy import ProxyHandle
 
@@ -101,6 +102,8 @@ class Sandbox:
         self._cgroup: cgroup.SandboxCgroup | None = None  # where the machine delegates cgroup v2
         self._session: sessions.Session | None = None
         self._before: dict | None = None
+        self.git_base: str | None = None
+        """With `git_writable`: the commit the workspace's HEAD named at start (new commits count from it)."""
         self._disk_note = ""
         self._stopped: str | None = None  # why a limit stopped the whole sandbox (it is not running)
         self._credentials = None  # net.credentials.CredentialSet: the secrets, held here and by the proxy
@@ -205,6 +208,10 @@ class Sandbox:
         return os.dup(self._rw_fd)
 
     def _open_session(self) -> None:
+        if self.spec.git_writable and self.spec.workspace is not None:
+            from .gitbundle import head_commit  # noqa: PLC0415
+
+            self.git_base = head_commit(Path(self.spec.workspace).expanduser().resolve())
         if not self.spec.session:
             if self.spec.workspace is not None:
                 self._before = workspace.snapshot(Path(self.spec.workspace).expanduser().resolve())
@@ -812,6 +819,30 @@ class Sandbox:
         self._before = {} if self._before is None else self._before
         with self._testbed() as (lower, upper):
             return workspace.apply(lower, upper, self._before, paths, allow_outside_links, **self._rules())
+
+    def save_changes(self, out) -> SavedPatch:
+        """Write what the sandbox changed in its workspace to binary file `out` as a patch that
+        `git apply` takes; returns isolation.gitpatch.SavedPatch (the paths, and which of them the
+        host changed while the sandbox ran)."""
+        from .gitpatch import write_patch  # noqa: PLC0415
+
+        if self.spec.workspace is None:
+            raise SandboxError("this sandbox has no workspace, so it has no changes to save; use export()")
+        with self._testbed() as (lower, upper):
+            return write_patch(lower, upper, self._before, out, skip=workspace.mount_points(self.spec))
+
+    def new_commits(self) -> int:
+        """How many commits the sandbox made on the workspace's HEAD since it started (with `git_writable`)."""
+        from .gitbundle import count_commits  # noqa: PLC0415
+
+        return 0 if self.git_base is None else count_commits(self, self.git_base)
+
+    def bundle_commits(self) -> tuple[bytes, int] | None:
+        """The sandbox's new commits as a git bundle made inside, read out within the export cap, and
+        their count; None when there are none (isolation.gitbundle)."""
+        from .gitbundle import make_bundle  # noqa: PLC0415
+
+        return None if self.git_base is None else make_bundle(self, self.git_base, self.spec.limits.export_bytes())
 
     def export(self, src: str, host_dir: Path | str, force: bool = False, allow_outside_links: bool = False,
                links: bool = True, limit: int | None = None) -> Path:

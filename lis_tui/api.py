@@ -28,7 +28,8 @@ from lis_tui.events import LIMIT_REASONS, Listeners, RunFinished, RunUsage, netw
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
 from lis_tui.prompts.environment import environment_note
-from lis_tui.runs import RUN_OUTPUT
+from lis_tui.run_changes import save_changes
+from lis_tui.runs import app_runs_dir, remember
 from lis_tui.trajectory import TrajectoryWriter, export_output
 from lis_tui.workspace_config import workspace_options
 
@@ -58,6 +59,8 @@ class RunResult:
     """Why there is no answer, when there is none."""
     files: list[str] = field(default_factory=list)
     """Files copied from /testbed/output into `output_dir/files`."""
+    changes: Any = None
+    """With a workspace: what was saved of its changes (run_changes.SavedChanges), else None."""
 
     @property
     def trajectory_path(self) -> Path:
@@ -114,7 +117,7 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
                                     encoding="utf-8")
     writer.update(files=files.get("files", []), files_skipped=files.get("skipped", []))
     return RunResult(finished.answer, finished.reason, finished.steps, finished.usage, out,
-                     finished.message, finished.answer_note, files.get("files", []))
+                     finished.message, finished.answer_note, files.get("files", []), files.get("changes"))
 
 
 def _run(task: str, config: Config, spec: SandboxSpec | None, prompts: Prompts,
@@ -150,6 +153,8 @@ def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: st
             finally:
                 toolbox.close()
             files = export_output(sandbox, out / "files", spec.places.output) if sandbox.readable else {}
+            if spec.workspace is not None:  # kept whatever the run's end: the model's work is never lost
+                files["changes"] = save_changes(sandbox, out)
             return finished, files
     except (SandboxError, ShellError) as exc:
         return f"the sandbox failed: {exc}", {}
@@ -205,9 +210,10 @@ def new_run_dir(parent: Path | str) -> Path:
 
 
 def prepare_output_dir(path: str | Path | None) -> Path:
-    """The run's directory: `path`, or ./lis-output/<UTC time>-<id>/; refuses one in use."""
+    """The run's directory: `path`, or $XDG_DATA_HOME/lis-tui/runs/<UTC time>-<id>/ (never a folder in the
+    project); refuses one in use. One elsewhere is noted in the runs index, so `lis-tui runs` lists it."""
     if path is None:
-        path = new_run_dir(RUN_OUTPUT)
+        path = new_run_dir(app_runs_dir())
     out = Path(path).expanduser().absolute()
     if (out / "trajectory.json").exists() or (out / "files").exists():
         raise ValueError(f"{out} already holds a run; choose another --output-dir or remove it")
@@ -216,6 +222,10 @@ def prepare_output_dir(path: str | Path | None) -> Path:
     except OSError as exc:  # a file there, a read-only or full disk
         raise ValueError(f"cannot make the run's directory {out}: {exc.strerror}; choose another "
                          "--output-dir") from None
+    try:
+        remember(out)
+    except OSError:  # an unwritable data folder: the run goes on, only the listing misses it
+        pass
     return out
 
 

@@ -9,7 +9,7 @@ import sys
 from . import __version__
 
 # Subcommand modules, each with `add_parsers(subparsers)`; a missing one is skipped.
-COMMANDS = ("sandbox", "rootfs", "run", "runs", "config", "trust", "sessions", "bench", "tasks", "rollout", "env", "mcp",
+COMMANDS = ("sandbox", "rootfs", "run", "runs", "apply", "config", "trust", "sessions", "bench", "tasks", "rollout", "env", "mcp",
             "fake_server", "tui")
 
 

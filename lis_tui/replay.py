@@ -31,8 +31,8 @@ def load_trajectory(path: str | Path) -> dict[str, Any]:
             doc = json.loads(handle.read(WHOLE_LIMIT + 1))
     except FileNotFoundError:
         raise ValueError(f"{path} does not exist; give a run's directory or its "
-                         "trajectory.json (lis-tui run saves under ./lis-output/, the app under "
-                         "$XDG_STATE_HOME/lis-tui/runs/)") from None
+                         "trajectory.json (runs are kept under $XDG_DATA_HOME/lis-tui/runs/; "
+                         "lis-tui runs lists them all)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):

@@ -1,10 +1,13 @@
 """Past runs: where they are kept, what each one was, and finding one by its id (`lis-tui runs`,
 `lis-tui replay ID`).
 
-A run is a directory holding `trajectory.json`, named `<UTC time>-<6 hex digits>`. The app keeps
-them under $XDG_STATE_HOME/lis-tui/runs/, `lis-tui run` under ./lis-output/. Listing reads only the
-head of each trajectory (one top-level key a line, steps and messages last), so a long history of
-long runs lists in milliseconds.
+A run is a directory holding `trajectory.json`, named `<UTC time>-<6 hex digits>`. The app and
+`lis-tui run` keep them in one place outside any project, $XDG_DATA_HOME/lis-tui/runs/ (default
+~/.local/share), so nothing lands in the folder a run was started in; a run given its own
+`--output-dir` is noted in $XDG_DATA_HOME/lis-tui/runs.index (one folder a line), so `lis-tui runs`
+lists it too. Earlier versions' places ($XDG_STATE_HOME/lis-tui/runs/, ./lis-output/) are still
+listed. Listing reads only the head of each trajectory (one top-level key a line, steps and
+messages last), so a long history of long runs lists in milliseconds.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from typing import Any, Iterable
 from isolation.records import state_dir
 
 RUN_OUTPUT = Path("lis-output")
-"""Where `lis-tui run` puts its runs, relative to the directory it was started in."""
+"""Where `lis-tui run` put its runs before 0.x, relative to the directory it was started in (listed still)."""
 _HEAD_STOP = ' "steps": '
 HEAD_LIMIT = 4 << 20
 """Characters of a trajectory's head (the keys before `steps`) a listing reads, at most."""
@@ -26,14 +29,40 @@ WHOLE_LIMIT = 256 << 20
 """Bytes of a trajectory read whole (a listing of another layout, a replay), at most."""
 
 
+def data_dir() -> Path:
+    """$XDG_DATA_HOME/lis-tui (else ~/.local/share/lis-tui): what lis-tui keeps for the user."""
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data) / "lis-tui"
+
+
 def app_runs_dir() -> Path:
-    """Where the app keeps its runs: $XDG_STATE_HOME/lis-tui/runs."""
-    return state_dir() / "runs"
+    """Where runs go unless told otherwise, the app's and `lis-tui run`'s: $XDG_DATA_HOME/lis-tui/runs."""
+    return data_dir() / "runs"
 
 
 def default_places() -> list[Path]:
-    """The directories `lis-tui runs` looks in: the app's, then ./lis-output of `lis-tui run`."""
-    return [app_runs_dir(), RUN_OUTPUT.absolute()]
+    """The directories `lis-tui runs` looks in: the runs folder, then earlier versions' places."""
+    return [app_runs_dir(), state_dir() / "runs", RUN_OUTPUT.absolute()]
+
+
+def remember(run_dir: Path) -> None:
+    """Note a run folder outside the runs folder (an --output-dir) in the index, so it is listed."""
+    run_dir = run_dir.absolute()
+    if run_dir.parent == app_runs_dir() or "\n" in str(run_dir):
+        return
+    index = data_dir() / "runs.index"
+    index.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(index, "a", encoding="utf-8", errors="surrogateescape") as out:
+        out.write(f"{run_dir}\n")  # one write in append mode: runs started at once do not interleave
+
+
+def indexed_runs() -> list[Path]:
+    """The run folders the index names (those still there or not: a listing skips what is gone)."""
+    try:
+        with open(data_dir() / "runs.index", encoding="utf-8", errors="surrogateescape") as index:
+            return [Path(line.rstrip("\n")) for line in index if line.strip()]
+    except OSError:
+        return []
 
 
 @dataclass(frozen=True)
@@ -61,14 +90,16 @@ class RunSummary:
         return self.name.rsplit("-", 1)[-1]
 
 
-def list_runs(places: Iterable[Path] | None = None) -> list[RunSummary]:
-    """Every run found in `places` (default_places() if None), newest first."""
+def list_runs(places: Iterable[Path] | None = None, indexed: bool = True) -> list[RunSummary]:
+    """Every run found in `places` (default_places() if None), and with `indexed` those of the
+    index, newest first."""
     found: dict[Path, RunSummary] = {}
-    for place in places if places is not None else default_places():
-        for entry in _children(Path(place)):
-            summary = read_summary(entry)
-            if summary is not None:
-                found.setdefault(entry.resolve(), summary)
+    entries = [entry for place in (places if places is not None else default_places())
+               for entry in _children(Path(place))]
+    for entry in entries + (indexed_runs() if indexed else []):
+        summary = read_summary(entry)
+        if summary is not None:
+            found.setdefault(entry.resolve(), summary)
     return sorted(found.values(), key=lambda run: (run.created, run.name), reverse=True)
 
 

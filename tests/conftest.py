@@ -7,6 +7,8 @@ import pytest
 @pytest.fixture(autouse=True)
 def _own_scratch(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("LIS_SCRATCH", str(tmp_path_factory.getbasetemp() / "scratch"))
+    # Runs go to the data folder unless told otherwise: never the real user's.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.getbasetemp() / "data"))
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ tool call); 1 error (model server, sandbox); 2 usage or config error; 130 interr
 SIGTERM: the run stops after the current command, the trajectory is saved and the sandbox
 removed; a second Ctrl-C stops at once).
 
-The run's directory (--output-dir, default ./lis-output/<UTC time>-<id>/) holds answer.txt,
-files/ (a copy of /testbed/output) and trajectory.json, saved after every step."""
+The run's directory (--output-dir, default $XDG_DATA_HOME/lis-tui/runs/<UTC time>-<id>/) holds
+answer.txt, files/ (a copy of /testbed/output) and trajectory.json, saved after every step; with
+--workspace, also changes.patch (what the sandbox changed there, for `git apply` or `lis-tui apply RUN`)."""
 
 
 def add_parsers(sub) -> None:
@@ -44,6 +45,9 @@ def add_parsers(sub) -> None:
                        "read: ours (default), or the paper harness's (exit code, stdout and "
                        "stderr apart, steps left)")
     add_tool_format_flag(group)
+    p.add_argument("--apply", action="store_true",
+                   help="with --workspace: apply the changes to it at the end, as `lis-tui apply RUN` would "
+                        "(held-back ones stay in the run's changes.patch)")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-step log on stderr")
     p.set_defaults(func=cmd_run)
 
@@ -69,6 +73,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.rootfs = args.rootfs or configured_rootfs(config)
             args.network = args.network or config.network.mode
             spec = spec_from_args(args)
+        if args.apply and (spec is None or spec.workspace is None):
+            raise ValueError("--apply applies the changes to a workspace: give --workspace DIR too")
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _interrupt)
         log = None if args.quiet else StepLog(sys.stderr)
@@ -84,9 +90,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("lis-tui run: interrupted", file=sys.stderr)
         return 130
     _summary(result, sys.stderr)
+    code = _changes(result, args.apply, spec)
     if result.answer:
         print_answer(result.answer, sys.stdout)
-    return result.exit_code
+    return code or result.exit_code
+
+
+def _changes(result: Any, apply: bool, spec: Any) -> int:
+    """Say where the workspace's changes were saved; with --apply, apply them. A failed apply's code."""
+    from lis_tui.run_changes import ApplyRefused, apply_run  # noqa: PLC0415
+
+    saved = result.changes
+    if saved is None:
+        return 0
+    print(safe_terminal_text(saved.line()), file=sys.stderr)
+    if not apply or not saved.paths or saved.error:
+        return 0
+    try:
+        done = apply_run(result.output_dir, None, spec.held_back)
+    except ApplyRefused as exc:
+        print(safe_terminal_text(f"lis-tui run: --apply: {exc}"), file=sys.stderr)
+        return 1
+    held = f"; held back {len(done.held)}: {', '.join(sorted(done.held))} (apply by name: lis-tui apply " \
+        f"{result.output_dir} PATH)" if done.held else ""
+    print(safe_terminal_text(f"applied {len(done.applied)} to {done.project}{held}"), file=sys.stderr)
+    return 0
 
 
 def print_answer(answer: str, out: TextIO) -> None:

@@ -8,9 +8,11 @@ import shutil
 import sys
 
 _DESCRIPTION = """\
-List past runs, newest first: the app's (kept under $XDG_STATE_HOME/lis-tui/runs/) and those of
-`lis-tui run` started in this directory (./lis-output/). Show one with `lis-tui replay ID`; an id
-may be shortened to any prefix that names one run."""
+List past runs, newest first, wherever they were started: the app's and `lis-tui run`'s (kept under
+$XDG_DATA_HOME/lis-tui/runs/), those given an --output-dir (noted in $XDG_DATA_HOME/lis-tui/runs.index),
+and earlier versions' ($XDG_STATE_HOME/lis-tui/runs/, ./lis-output/). Show one with
+`lis-tui replay ID`; an id may be shortened to any prefix that names one run; `lis-tui apply ID`
+applies a workspace run's changes."""
 _RESULTS = {"submitted": "submitted", "max_steps": "limit: steps", "max_context": "limit: context",
             "wall_time": "limit: time", "no_action": "limit: no tool", "sandbox_limit": "limit: sandbox",
             "error": "error",
@@ -61,19 +63,27 @@ def _print_table(runs) -> None:
     from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
 
     width = shutil.get_terminal_size((120, 24)).columns
-    rows = [("ID", "WHEN", "STEPS", "MODEL", "RESULT", "TASK")]
+    rows = [("ID", "WHEN", "STEPS", "MODEL", "RESULT", "FOLDER", "TASK")]
     for run in runs:
         # Task, model and answer come from the run's file: the model wrote the answer.
         result = _RESULTS.get(run.finish_reason, str(run.finish_reason))
         if run.finish_reason == "submitted" and run.answer:
             result += ": " + _clip(_first_line(run.answer), 24)
         rows.append((run.short_id, _when(run.created), str(run.steps), _clip(run.model or "(server default)", 24),
-                     result, _first_line(run.task)))
+                     result, _folder(run.path.parent), _first_line(run.task)))
     rows = [tuple(safe_terminal_text(cell) for cell in row) for row in rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
     for row in rows:
         line = "  ".join(cell.rjust(w) if i == 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-        print(line + "  " + _clip(row[5], max(width - len(line) - 3, 20)))
+        print(line + "  " + _clip(row[6], max(width - len(line) - 3, 20)))
+
+
+def _folder(path) -> str:
+    """Where a run is kept, home as ~ (runs live in one place, but --output-dir puts one anywhere)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    home = Path.home()
+    return f"~/{path.relative_to(home)}" if path.is_relative_to(home) else str(path)
 
 
 def _when(created: str) -> str:

@@ -17,7 +17,7 @@ def add_parsers(sub) -> None:
     p.add_argument("-t", "--task", dest="task_option", metavar="TASK",
                    help="a task to start at once, even a single word")
     p.add_argument("--output-dir", metavar="DIR", help="where the session's trajectory.json, "
-                   "answer.txt and files/ go (default $XDG_STATE_HOME/lis-tui/runs/<time>-<id>/)")
+                   "answer.txt and files/ go (default $XDG_DATA_HOME/lis-tui/runs/<time>-<id>/)")
     add_sandbox_flags(p)
     group = add_model_flags(p)
     group.add_argument("--mode", choices=("sandbox", "llm"), help="sandbox (default) or llm")

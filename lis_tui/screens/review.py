@@ -26,6 +26,7 @@ from isolation.heldback import KINDS, held_kind
 from isolation.hostwalk import RefusedPaths
 from isolation.spec import places_of
 from isolation.workspace import WorkspaceConflict
+from lis_tui.run_changes import ApplyRefused, branch_for, fetch_commits, save_bundle
 from lis_tui.screens.confirm import ConfirmScreen
 from lis_tui.widgets.plain import notify_plain, plain
 from tools.terminal_text import safe_terminal_text
@@ -37,6 +38,8 @@ HELD_HEADER = "/held-back"
 """The id of the line that heads the held-back changes: never a change's path, which is relative."""
 KIND = "/kind/"
 """The id of a kind's header is this and the kind (isolation.heldback.KINDS)."""
+COMMITS = "/commits"
+"""The id of the one item for the model's new commits (with --git-writable), in place of .git/ entries."""
 
 
 class ReviewScreen(Screen[None]):
@@ -90,13 +93,16 @@ class ReviewScreen(Screen[None]):
     def load_changes(self) -> None:
         try:
             changes, diff = self.sandbox.changes(), self.sandbox.diff()
+            commits = self.sandbox.new_commits() if getattr(self.sandbox, "git_base", None) else 0
         except Exception as exc:  # the sandbox went away meanwhile: say so, keep the screen
             log.info("reading the changes failed", exc_info=True)
             self.app.call_from_thread(self._say, f"Could not read the changes: {exc}", "error")
             return
-        self.app.call_from_thread(self._show_changes, changes, split_diff(diff, changes))
+        if commits:  # they come home as one branch, not as the .git/ files that hold them
+            changes = [c for c in changes if not c.path.startswith(".git/")]
+        self.app.call_from_thread(self._show_changes, changes, split_diff(diff, changes), commits)
 
-    def _show_changes(self, changes: list[Any], diffs: dict[str, str]) -> None:
+    def _show_changes(self, changes: list[Any], diffs: dict[str, str], commits: int = 0) -> None:
         self.diffs = diffs
         self.held = {c.path: c.held for c in changes if getattr(c, "held", "")}
         self.kinds = {kind: [p for p in self.held if held_kind(self.held[p]) == kind] for kind in KINDS}
@@ -104,6 +110,13 @@ class ReviewScreen(Screen[None]):
         self.shown = {}
         listing = self.query_one(OptionList)
         listing.clear_options()
+        if commits:
+            branch = branch_for(self.conversation.out) if getattr(self.conversation, "out", None) else "lis-tui/RUN"
+            listing.add_option(Option(Text(f"⎇ {commits} new commit{'s' * (commits > 1)} -> branch {branch}"),
+                                      id=COMMITS))
+            self.diffs[COMMITS] = (f"The model's {commits} new commit(s). Press f to fetch them into a new branch "
+                                   f"{branch} of the host repository: its objects and that branch only, never the "
+                                   "sandbox's hooks, config or other refs; the work tree is not touched.")
         listing.add_options([Option(change_label(c), id=c.path) for c in changes if c.path not in self.held])
         if self.held:
             if listing.option_count:
@@ -114,7 +127,7 @@ class ReviewScreen(Screen[None]):
             for kind, paths in self.kinds.items():
                 listing.add_option(Option(Text(f"▸ {kind} ({len(paths)})", style="bold yellow"), id=KIND + kind))
                 listing.add_options([Option(change_label(by_path[p]), id=p) for p in paths])
-        if changes:
+        if changes or commits:
             pickable = [i for i in range(listing.option_count) if not listing.get_option_at_index(i).disabled]
             listing.highlighted = next((i for i in pickable if not str(listing.get_option_at_index(i).id)
                                         .startswith(KIND)), pickable[0])
@@ -156,6 +169,8 @@ class ReviewScreen(Screen[None]):
             self._say("No file selected.", "warning")
         elif chosen.startswith(KIND):
             self._say("That is a kind's header: k applies all of it; pick one file for f.", "warning")
+        elif chosen == COMMITS:
+            self.fetch_commits()
         else:
             self._apply([chosen])
 
@@ -205,6 +220,22 @@ class ReviewScreen(Screen[None]):
         where = self.sandbox.spec.workspace
         self.app.call_from_thread(self._say, f"Applied {len(applied)} change(s) to {where}.")
         self.app.call_from_thread(self.action_reload)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="review-write")
+    def fetch_commits(self) -> None:
+        """The sandbox's commits bundled inside, kept in the run folder, fetched into branch lis-tui/RUN."""
+        out = self.conversation.out
+        try:
+            saved = save_bundle(self.sandbox, out)
+            if saved is None:
+                self.app.call_from_thread(self._say, "No new commits to fetch.", "warning")
+                return
+            tip = fetch_commits(out, Path(self.sandbox.spec.workspace).expanduser(), {"commits": saved})
+        except (ApplyRefused, SandboxError, OSError) as exc:
+            self.app.call_from_thread(self._say, f"Could not fetch the commits: {exc}", "error")
+            return
+        self.app.call_from_thread(self._say, f"Fetched {saved['count']} commit(s) into branch {branch_for(out)} "
+                                  f"({tip[:12]}) of {self.sandbox.spec.workspace}.")
 
     def _refused(self, paths: list[str] | None, exc: RefusedPaths) -> None:
         """Say what was refused; a link named by the person that leaves the workspace is theirs to

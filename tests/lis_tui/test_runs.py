@@ -23,13 +23,13 @@ QUICK = '[model]\nmodel = "tiny-model"\nmax_retries = 1\nretry_base_delay = 0.00
 def lis(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LIS_MODEL")}
     env.update(PYTHONPATH=str(REPO), XDG_CONFIG_HOME=str(tmp_path / "xdg"),
-               XDG_STATE_HOME=str(tmp_path / "state"), COLUMNS="200")
+               XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"), COLUMNS="200")
     return subprocess.run([sys.executable, "-m", "lis_tui.cli", *args], cwd=tmp_path / "project", env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
 
 
 def made_runs(tmp_path: Path) -> list[dict]:
-    """Two real runs in ./lis-output (llm mode: no sandbox needed): one answered, one failed."""
+    """Two real runs in the runs folder (llm mode: no sandbox needed): one answered, one failed."""
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "lis-tui.toml").write_text(QUICK)
     trust.trust(tmp_path / "project", env={"XDG_STATE_HOME": str(tmp_path / "state")})
@@ -48,12 +48,14 @@ def test_runs_lists_real_runs_newest_first_with_their_result(tmp_path):
     assert failed["task"] == "a task that fails" and failed["finish_reason"] == "error"
     assert answered["finish_reason"] == "submitted" and answered["answer"].startswith("The answer is 42.")
     assert answered["model"] == "tiny-model" and answered["steps"] == 1
-    assert Path(answered["path"]).parent == tmp_path / "project" / "lis-output"
+    assert Path(answered["path"]).parent == tmp_path / "data" / "lis-tui" / "runs"
+    assert sorted(p.name for p in (tmp_path / "project").iterdir()) == ["lis-tui.toml"]  # nothing in the project
     assert answered["name"].endswith("-" + answered["id"]) and len(answered["id"]) == 6
 
     done = lis(tmp_path, "runs")
     header, first, second = done.stdout.splitlines()
-    assert header.split() == ["ID", "WHEN", "STEPS", "MODEL", "RESULT", "TASK"]
+    assert header.split() == ["ID", "WHEN", "STEPS", "MODEL", "RESULT", "FOLDER", "TASK"]
+    assert str(tmp_path / "data" / "lis-tui" / "runs") in first
     assert first.startswith(failed["id"]) and "error" in first and first.endswith("a task that fails")
     assert second.startswith(answered["id"]) and "submitted: The answer is 42. …" in second
     assert second.endswith("What is 6 * 7? …")  # the first line of a longer task
@@ -75,7 +77,7 @@ def test_replay_takes_an_id_or_a_unique_prefix_and_names_the_fix_otherwise(tmp_p
 def test_runs_with_none_says_where_it_looked_and_how_to_start(tmp_path):
     (tmp_path / "project").mkdir()
     done = lis(tmp_path, "runs")
-    assert done.returncode == 0 and "no runs yet" in done.stdout and str(tmp_path / "state") in done.stdout
+    assert done.returncode == 0 and "no runs yet" in done.stdout and str(tmp_path / "data") in done.stdout
 
 
 def write_run(parent: Path, name: str, task: str, answer: str, model: str = "m", steps: int = 3) -> Path:

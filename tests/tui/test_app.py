@@ -546,8 +546,9 @@ def test_a_run_that_cannot_start_says_so_in_the_transcript(tmp_path):
 
 
 @pytest.mark.sandbox
-def test_the_app_keeps_its_runs_in_the_state_directory(tmp_path, monkeypatch):
+def test_the_app_keeps_its_runs_in_the_data_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.chdir(tmp_path)
 
     async def scenario():
@@ -559,7 +560,7 @@ def test_the_app_keeps_its_runs_in_the_state_directory(tmp_path, monkeypatch):
                 await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
 
     run(scenario())
-    runs = list((tmp_path / "state" / "lis-tui" / "runs").iterdir())
+    runs = list((tmp_path / "data" / "lis-tui" / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "trajectory.json").exists()
     assert not (tmp_path / "lis-output").exists()
 

@@ -238,6 +238,7 @@ def test_a_failed_rootfs_build_says_why_and_can_be_tried_again(tmp_path):
 
 def test_the_welcome_says_what_to_type_the_keys_and_the_setup(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
 
     async def scenario():
         with FakeOpenAI() as server:
@@ -253,7 +254,7 @@ def test_the_welcome_says_what_to_type_the_keys_and_the_setup(tmp_path, monkeypa
     assert "Type a task below and press Enter" in before and "For example" in before
     assert f"qwen3-4b at {url}" in before and "Rootfs" in before and "host" in before
     assert "Network      OFF" in before and "Network      ASK" in after
-    assert str(tmp_path / "state" / "lis-tui" / "runs") in before
+    assert str(tmp_path / "data" / "lis-tui" / "runs") in before
     assert "F1 all keys" in before and fits
 
 

@@ -259,3 +259,35 @@ def test_a_held_back_kind_goes_with_one_key_only_once_its_list_is_shown_and_appl
     assert ".gitlab-ci.yml — CI & tool config: matches '.gitlab-ci.yml' (CI runs it)" in shown
     assert (ws / ".github/workflows/ci.yml").read_text() == "on\n" and (ws / ".envrc").exists()
     assert not (ws / "lib").exists()  # another kind: not taken with this one
+
+
+@pytest.mark.sandbox
+def test_commits_made_inside_are_one_item_fetched_into_a_branch(tmp_path):
+    """With --git-writable a commit showed as a dozen held-back .git/ entries, to apply one by one."""
+    import subprocess
+
+    ws = workspace(tmp_path)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "start"]):
+        subprocess.run(git + args, cwd=ws, check=True)
+    commit = ("cd /testbed && echo more >> a.txt && git -c safe.directory=* -c user.name=m -c user.email=m@x "
+              "commit -qam 'model: more' && echo 4 > /agent/output/answer.txt")
+
+    async def scenario():
+        with FakeOpenAI([reply(tool_calls=[bash(commit)]), submit()]) as server:
+            config = load_config(overrides={"model.model": "m", "model.base_url": server.base_url,
+                                            "model.max_retries": 0}, env={}, paths=[])
+            spec = SandboxSpec(rootfs="host", workspace=ws, git_writable=True)
+            app = create_app(config, spec, output_dir=tmp_path / "out", task="commit")
+            async with app.run_test(size=(100, 24)) as pilot:
+                listed = await open_review(pilot, app)
+                await pilot.press("f")  # the commits item is first, and highlighted
+                await wait_for(pilot, lambda: "Fetched" in notice(app) or "Could not" in notice(app))
+                return listed, notice(app)
+
+    listed, said = run(scenario())
+    assert listed[0] == "⎇ 1 new commit -> branch lis-tui/out" and not any(".git/" in label for label in listed)
+    assert "Fetched 1 commit(s) into branch lis-tui/out" in said, said
+    log = subprocess.run(["git", "log", "--format=%s", "lis-tui/out"], cwd=ws, capture_output=True, text=True)
+    assert log.stdout.split("\n")[:2] == ["model: more", "start"]
+    assert (ws / "a.txt").read_text() == "old\n" and (tmp_path / "out" / "commits.bundle").is_file()

@@ -140,6 +140,7 @@ def _live(monkeypatch, model: str = "qwen3-4b"):
     from lis_tui.rootfs_offer import RootfsOffer
 
     monkeypatch.setenv("XDG_STATE_HOME", "/srv/state")  # outside any home: shown as written
+    monkeypatch.setenv("XDG_DATA_HOME", "/srv/share")  # where the runs go
     overrides = {"model.base_url": "http://127.0.0.1:8080/v1"}
     if model:
         overrides["model.model"] = model

@@ -74,11 +74,12 @@ class Tmux:
 def lis_tui_command(tmp_path: Path, *args: str, cwd: Path | None = None,
                     output_dir: bool = True) -> str:
     """`lis-tui ARGS` run from `cwd` (default `tmp_path`), with a config dir of its own (empty
-    unless written); runs go to tmp_path/out unless `output_dir` is False (the state dir then)."""
+    unless written); runs go to tmp_path/out unless `output_dir` is False (the data dir then)."""
     # tmux started without a terminal (as under pytest) sets COLUMNS=80 LINES=24, which would
     # win over the real pane size: unset them. No variable may say where a model is.
     env = {"PYTHONPATH": str(REPO), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
-           "XDG_STATE_HOME": str(tmp_path / "state"), "TERM": "xterm-256color",
+           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "TERM": "xterm-256color",
            "LIS_SCRATCH": os.environ.get("LIS_SCRATCH", str(tmp_path / "scratch"))}
     argv = [sys.executable, "-m", "lis_tui.cli", *args]
     if output_dir:
@@ -199,7 +200,7 @@ def test_hostile_text_sets_neither_the_title_nor_the_clipboard(tmp_path):
             term.kill()
 
 
-def test_started_where_it_cannot_write_the_run_goes_to_the_state_dir_and_a_failure_stays(tmp_path):
+def test_started_where_it_cannot_write_the_run_goes_to_the_data_dir_and_a_failure_stays(tmp_path):
     # Issue 14: started in a directory the user cannot write (like /tmp with another user's
     # lis-output/), every run failed and only a vanishing toast said so.
     readonly = tmp_path / "readonly"
@@ -217,7 +218,7 @@ def test_started_where_it_cannot_write_the_run_goes_to_the_state_dir_and_a_failu
             term.wait_for("Type a task", "Runs go to")
             term.keys("What is 3+4?", "Enter")
             shown = term.wait_for("Answer", "7", "run ")
-            assert "state/lis-tui/runs/" in shown  # the status line names the run's directory
+            assert "data/lis-tui/runs/" in shown  # the status line names the run's directory
             term.keys("And now?", "Enter")
             shown = term.wait_for("The run failed", "refuses the follow-up")
             assert " failed " in shown.splitlines()[0]  # the status line says so too
@@ -228,7 +229,7 @@ def test_started_where_it_cannot_write_the_run_goes_to_the_state_dir_and_a_failu
         finally:
             term.kill()
             readonly.chmod(0o755)
-    runs = list((tmp_path / "state" / "lis-tui" / "runs").iterdir())
+    runs = list((tmp_path / "data" / "lis-tui" / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "answer.txt").read_text() == "7\n"
     assert list((readonly / "lis-output").iterdir()) == []
 

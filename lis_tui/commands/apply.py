@@ -1,0 +1,64 @@
+"""`lis-tui apply RUN [PATH...]`: a past run's changes to its workspace, applied to the project."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+_DESCRIPTION = """\
+Apply the changes a `lis-tui run --workspace DIR` saved (RUN/changes.patch) to that project, under
+the review's rules: held-back changes (links the sandbox made, new executables, .git, CI and tool
+config, ...) only when named; nothing at all when a chosen file changed in the project since the
+run (the message names it). With --commits, the model's new commits (a run with --git-writable)
+are fetched into a new branch lis-tui/RUN of the project's repository: objects and that branch
+only, never the sandbox's hooks, config or other refs."""
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("apply", help="apply a past run's changes to its project", description=_DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run", metavar="RUN", help="the run: its id from `lis-tui runs` (or a prefix), or its folder")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="apply just these (held-back ones included); default: all but the held-back ones")
+    p.add_argument("--list", action="store_true", help="list the run's changes, and why any is held back; "
+                   "apply nothing")
+    p.add_argument("--commits", action="store_true", help="fetch the run's new commits into branch lis-tui/RUN "
+                   "(alone, unless PATHs are given too)")
+    p.add_argument("--workspace", metavar="DIR", help="apply to DIR instead of the run's project")
+    p.set_defaults(func=cmd_apply)
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from pathlib import Path  # noqa: PLC0415
+
+    from lis_tui.config import ConfigError, load_config  # noqa: PLC0415
+    from lis_tui.run_changes import ApplyRefused, apply_run, listing  # noqa: PLC0415
+    from lis_tui.runs import find_run  # noqa: PLC0415
+    from lis_tui.workspace_config import workspace_options  # noqa: PLC0415
+    from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
+
+    def say(text: str) -> None:  # paths and reasons are the model's names
+        print(safe_terminal_text(text), file=sys.stderr)
+
+    try:
+        run_dir = find_run(args.run)
+        patterns = workspace_options(load_config())["held_back"]
+        project = Path(args.workspace).expanduser() if args.workspace else None
+        if args.list:
+            for path, kind, why in listing(run_dir, patterns, project):
+                print(safe_terminal_text(f"{kind:8}  {path}" + (f"  (held back: {why})" if why else "")))
+            return 0
+        done = apply_run(run_dir, args.paths or None, patterns, project, commits=args.commits)
+    except (ValueError, ConfigError) as exc:
+        say(f"lis-tui apply: {exc}")
+        return 2
+    except ApplyRefused as exc:
+        say(f"lis-tui apply: {exc}")
+        return exc.code
+    if done.commits:
+        say(f"fetched the run's commits into branch lis-tui/{run_dir.name} ({done.commits[:12]})")
+    if done.applied or not done.commits:
+        say(f"applied {len(done.applied)} change{'' if len(done.applied) == 1 else 's'} to {done.project}")
+    if done.held:
+        names = ", ".join(f"{path} ({why})" for path, why in sorted(done.held.items()))
+        say(f"held back {len(done.held)}, applied only by name (lis-tui apply {run_dir} PATH): {names}")
+    return 0
