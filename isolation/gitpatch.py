@@ -89,7 +89,7 @@ def write_patch(lower, upper, before: dict[str, tuple] | None, out: BinaryIO,
                 seen.add(path)
                 saved.paths.append(path)
 
-    _review(lower, upper, found, skip, ())
+    _review(lower, upper, found, skip)
     saved.unsaved += [f"{top} ({count} change{'' if count == 1 else 's'} inside: git apply never writes in a "
                       "repository's own folder)" for top, count in sorted(repos.items())]
     if before is not None:

@@ -180,7 +180,11 @@ def test_a_workspace_in_a_subfolder_of_a_repository_is_patched_where_it_is(tmp_p
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "app")
     done, inside = run_in(tmp_path, sub, work="cd /testbed && echo \"print('b')\" > main.py && echo new > more.txt")
-    applied = lis(tmp_path, "apply", str(run_dir(done)))
+    # At the top of a workspace inside a repository, a change is held back (git would take the
+    # workspace for a repository once it held HEAD, objects/ and refs/): named, it goes.
+    held = lis(tmp_path, "apply", str(run_dir(done)))
+    assert "applied 0 changes" in held.stderr and "nested repository" in held.stderr, held.stderr
+    applied = lis(tmp_path, "apply", str(run_dir(done)), "main.py", "more.txt")
     assert applied.returncode == 0 and "applied 2 changes" in applied.stderr, applied.stderr
     assert tree(sub) == inside and (sub / "main.py").read_text() == "print('b')\n"
 
