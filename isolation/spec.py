@@ -50,8 +50,9 @@ class Limits:
     memory: int | None = field(default_factory=lambda: default_memory())
     """Memory cap per process in bytes: its heap and private writable mappings (RLIMIT_DATA, which,
     unlike RLIMIT_AS, leaves the big reservations of V8 or Go alone); None: no cap. Default: 4 GiB
-    or half the machine's memory, whichever is less. Where cgroup v2 is delegated, also the cap of
-    the whole sandbox, its tmpfs files included (memory.max, no swap; cgroup.py)."""
+    or half the machine's memory, whichever is less. Also the cap of the whole sandbox: where cgroup
+    v2 is delegated, its tmpfs files included (memory.max, no swap; cgroup.py), else its processes'
+    anonymous memory summed by a watcher, which stops it past the cap (memcap.py)."""
     open_files: int | None = 4096
     """Most open descriptors per process (RLIMIT_NOFILE)."""
     wall_time: float | None = None
