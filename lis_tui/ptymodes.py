@@ -17,9 +17,11 @@ where the user's own output is, those that clear or move it all: erasing above o
 (CSI 1J, 2J), placing the cursor anywhere on it (CSI H, f, d), scroll regions and scrolling (CSI r,
 S, T). A full-screen program draws on the alternate screen, where all of them pass.
 
-The output is read as UTF-8 with bytes that are not passed through as they came; CSI as one C1
-byte (8-bit, or UTF-8-encoded) is read as ESC [. A sequence split over two reads is held (at most
-HELD characters), then judged whole.
+The output is read as UTF-8 (bytes that are not UTF-8 pass through as they came); CSI as one C1
+byte (8-bit, or UTF-8-encoded) is read as ESC [, as terminals do. A sequence split over two reads
+is held (at most HELD characters), then judged whole; a longer one, which no terminal takes, is
+dropped whole. `clear` and Ctrl-L in a relayed shell therefore clear nothing: the main screen is
+the user's.
 """
 from __future__ import annotations
 
@@ -73,7 +75,7 @@ class ScreenGuard:
         return self._judge(text)
 
     def restore(self) -> bytes:
-        """What undoes every mode the program left changed (and whatever it held back, dropped)."""
+        """What undoes every mode the program left changed (an unfinished sequence it held goes unsent)."""
         out = []
         if self._region:  # DECSTBM homes the cursor: saved and restored around it
             out.append("\x1b7\x1b[r\x1b8")
@@ -122,13 +124,14 @@ class ScreenGuard:
         if between:
             return True
         if params.startswith("?") and final in "hlsr":  # set, reset; save or restore (XTSAVE, XTRESTORE)
-            return final in "hl" and self._private([str(_number(m)) for m in params[1:].split(";")], final == "h")
+            modes = [str(n) for n in map(_number, params[1:].split(";")) if n > 0]
+            return final in "hl" and self._private(modes, final == "h")
         erased = {_number(p) for p in params.split(";")} if final == "J" else set()  # 0 (or none): below
         if final == "t" or 3 in erased:
             return False
         if self._alt is None and (final in _MAIN_SCREEN_ONLY_DROPPED or erased & {1, 2}):
             return False
-        if final == "u" and params[:1] in "><=" and params:
+        if final == "u" and params[:1] in ("<", ">", "="):
             return self._kitty(params)
         if final == "r":
             self._region = True
