@@ -18,7 +18,8 @@ where the user's own output is, those that clear or move it all: erasing above o
 S, T). A full-screen program draws on the alternate screen, where all of them pass.
 
 The output is read as UTF-8 (bytes that are not UTF-8 pass through as they came); CSI as one C1
-byte (8-bit, or UTF-8-encoded) is read as ESC [, as terminals do. A sequence split over two reads
+byte (8-bit, or UTF-8-encoded) is read as ESC [, as terminals do, and so are the controls a
+terminal runs inside a sequence before going on with it (CSI 2 LF J). A sequence split over two reads
 is held (at most HELD characters), then judged whole; a longer one, which no terminal takes, is
 dropped whole. `clear` and Ctrl-L in a relayed shell therefore clear nothing: the main screen is
 the user's.
@@ -30,10 +31,15 @@ import re
 
 HELD = 256
 _CSI = "\x1b\\[|[\x9b\udc9b]"
+# Inside a sequence a terminal runs C0 controls and goes on with it (CSI 2 LF J clears the screen),
+# ignores DEL, and gives up at CAN, SUB or ESC: what may come between its bytes.
+_C0 = "\x00-\x17\x19\x1c-\x1f\x7f"
 # A whole sequence: CSI (parameters, intermediates, final) or another ESC one (intermediates, final).
-_SEQUENCE = re.compile(f"(?:{_CSI})([\x30-\x3f]*)([\x20-\x2f]*)([\x40-\x7e])|\x1b([\x20-\x2f]*)([\x30-\x7e])")
-_UNFINISHED = re.compile(f"(?:(?:{_CSI})[\x20-\x3f]*|\x1b[\x20-\x2f]*)$")
-_REST = re.compile("[\x20-\x3f]*([\x40-\x7e])?")  # the rest of an overlong sequence
+_SEQUENCE = re.compile(f"(?:{_CSI})([\x30-\x3f{_C0}]*)([\x20-\x2f{_C0}]*)([\x40-\x7e])"
+                       f"|\x1b([\x20-\x2f{_C0}]*)([\x30-\x7e])")
+_UNFINISHED = re.compile(f"(?:(?:{_CSI})[\x20-\x3f{_C0}]*|\x1b[\x20-\x2f{_C0}]*)\\Z")
+_REST = re.compile(f"[\x20-\x3f{_C0}]*([\x40-\x7e])?")  # the rest of an overlong sequence
+_CONTROLS = re.compile(f"[{_C0}]")
 _ALT_SCREEN = {"47", "1047", "1049"}
 # Private modes whose default is set (the rest default to reset): cursor shown, autowrap.
 _ON_BY_DEFAULT = {"25", "7"}
@@ -96,8 +102,8 @@ class ScreenGuard:
         for found in _SEQUENCE.finditer(text):
             out.append(text[pos:found.start()])
             pos = found.end()
-            keep = len(found.group()) <= HELD and (self._csi(*found.group(1, 2, 3)) if found.group(3)
-                                                    else self._esc(*found.group(4, 5)))
+            parts = [_CONTROLS.sub("", part or "") for part in found.group(1, 2, 3, 4, 5)]
+            keep = len(found.group()) <= HELD and (self._csi(*parts[:3]) if found.group(3) else self._esc(*parts[3:]))
             if keep:
                 out += [self._before, found.group()]
                 self._before = ""

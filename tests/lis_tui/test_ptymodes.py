@@ -22,11 +22,14 @@ ALWAYS_DROPPED = {
     "8-bit CSI": b"\x9b3J",
     "leading zeros": CSI + b"003J",
     "bracketed paste, leading zeros": CSI + b"?02004h",
+    "a control inside (run by the terminal, which goes on with the sequence)": CSI + b"3\rJ",
+    "a full reset with a control inside": ESC + b"\x00c",
     "UTF-8 C1 CSI": b"\xc2\x9b3J",
 }
 MAIN_SCREEN_DROPPED = {
     "clear": CSI + b"2J",
     "clear, leading zeros": CSI + b"0;02J",
+    "clear, a newline inside": CSI + b"2\nJ",
     "erase above": CSI + b"1J",
     "home": CSI + b"H",
     "move anywhere": CSI + b"5;10H",
