@@ -168,7 +168,8 @@ def check_limits() -> Check:
     disk = ("a tmpfs of that size holds the writable layers, the kernel's bound: writes past it fail, and it is "
             "memory" if on_tmpfs(SandboxSpec(limits=limits)) else
             "measured by a walk, which stops the sandbox past either: LIS_DISK_TMPFS=0, or a kernel before 6.6")
-    return Check("limits", "ok", f"on every process, pid 1 included: memory {_size(limits.memory)} per process and per sandbox, "
+    return Check("limits", "ok", f"on every process, pid 1 included: memory {_size(limits.memory)} per process "
+                 "and per sandbox, "
                  f"files up to {_size(limits.file_size)}, {limits.processes} processes, {limits.open_files} open "
                  f"files, {limits.pending_signals} queued signals, {_size(limits.message_queues)} of message "
                  f"queues; disk {_size(limits.disk)} and {limits.inodes or 0:,} files ({disk}; a kept session's "

@@ -19,9 +19,9 @@ S, T). A full-screen program draws on the alternate screen, where all of them pa
 
 The output is read as UTF-8 (bytes that are not UTF-8 pass through as they came); CSI as one C1
 byte (8-bit, or UTF-8-encoded) is read as ESC [, as terminals do, and so are the controls a
-terminal runs inside a sequence before going on with it (CSI 2 LF J). A sequence split over two reads
-is held (at most HELD characters), then judged whole; a longer one, which no terminal takes, is
-dropped whole. `clear` and Ctrl-L in a relayed shell therefore clear nothing: the main screen is
+terminal runs inside a sequence before going on with it (CSI 2 LF J). A sequence split over two
+reads is held (at most HELD characters), then judged whole; a longer one, which no terminal takes,
+is dropped whole. `clear` and Ctrl-L in a relayed shell therefore clear nothing: the main screen is
 the user's.
 """
 from __future__ import annotations
