@@ -76,7 +76,8 @@ class Plan:
         """doctor's line: which limits apply, and why."""
         if self.usable:
             return f"cgroup v2 delegated at {self.own}: memory.max and pids.max per sandbox"
-        return f"no cgroup v2 ({self.reason}: {self.detail}): rlimits only"
+        return (f"no cgroup v2 ({self.reason}: {self.detail}): rlimits, and a watcher that sums each sandbox's "
+                "processes and stops it past its memory limit (memcap.py)")
 
 
 def _none(reason: str, detail: str, fix: str) -> Plan:

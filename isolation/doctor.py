@@ -168,7 +168,8 @@ def check_limits() -> Check:
     disk = ("a tmpfs of that size holds the writable layers, the kernel's bound: writes past it fail, and it is "
             "memory" if on_tmpfs(SandboxSpec(limits=limits)) else
             "measured by a walk, which stops the sandbox past either: LIS_DISK_TMPFS=0, or a kernel before 6.6")
-    return Check("limits", "ok", f"on every process, pid 1 included: memory {_size(limits.memory)} per process, "
+    return Check("limits", "ok", f"on every process, pid 1 included: memory {_size(limits.memory)} per process "
+                 "and per sandbox, "
                  f"files up to {_size(limits.file_size)}, {limits.processes} processes, {limits.open_files} open "
                  f"files, {limits.pending_signals} queued signals, {_size(limits.message_queues)} of message "
                  f"queues; disk {_size(limits.disk)} and {limits.inodes or 0:,} files ({disk}; a kept session's "
@@ -183,14 +184,16 @@ def _size(n: int | None) -> str:
 
 
 def check_counters() -> Check:
-    """The per-user kernel counters a sandbox may take of this user's: its user namespace's caps,
-    which the first zygote writes before it joins the sandbox's read-only /proc/sys."""
-    from .spec import Limits  # noqa: PLC0415
+    """Each sandbox's share of the per-user kernel counters it charges to this user (counters.py),
+    and the sysctl or limit that raises the host's."""
+    from . import counters  # noqa: PLC0415
 
-    limits = Limits()
-    host = {name: _read(f"/proc/sys/fs/inotify/max_user_{name}") for name in ("instances", "watches")}
-    detail = (f"each sandbox may hold {limits.inotify_instances} inotify instances and {limits.inotify_watches} "
-              f"watches of this user's {host['instances']} and {host['watches']} (fs.inotify.max_user_*)")
+    found = counters.host_counters()
+    shares = ", ".join(f"{_count(c.name, c.share)} of {_count(c.name, c.host) if c.host else 'unlimited'} {c.what}"
+                       for c in found)
+    detail = (f"each sandbox may take {shares}: {counters.SANDBOXES} live sandboxes leave this user half of each")
+    fix = ("for more at once, raise the host's: " + "; ".join(c.raise_with for c in found)
+           + " (each sandbox's share grows with it)")
     if not os.path.exists("/proc/sys/user/max_inotify_instances"):
         return Check("kernel counters", "warn", "this kernel (before 4.9) cannot cap inotify per sandbox: one can "
                      "take all of this user's inotify instances", "a newer kernel")
@@ -198,8 +201,11 @@ def check_counters() -> Check:
         return Check("kernel counters", "warn", f"/proc/sys is read-only here (a container): sandboxes are not "
                      f"capped, and one can take all of this user's inotify instances",
                      "run lis-tui on the host, or in a container with a writable /proc/sys")
-    return Check("kernel counters", "ok", detail,
-                 "for more sandboxes at once: sudo sysctl -w fs.inotify.max_user_instances=1024")
+    return Check("kernel counters", "ok", detail, fix)
+
+
+def _count(name: str, n: int) -> str:
+    return _size(n) if name == "message_queues" else f"{n:,}"
 
 
 def check_capacity() -> Check:
@@ -217,7 +223,7 @@ def check_capacity() -> Check:
 
 
 def check_cgroups() -> Check:
-    """Whether each sandbox gets a cgroup of its own (memory.max, pids.max), or rlimits only."""
+    """Whether each sandbox gets a cgroup of its own (memory.max, pids.max), or rlimits and the memory watcher."""
     from . import cgroup  # noqa: PLC0415
 
     found = cgroup.delegation()

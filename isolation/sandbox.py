@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ContextManager, Iterator
 
-from . import bwrap, capacity, cgroup, diskcap, hostnodes, idmap, records, sessions, spawn, workspace
+from . import bwrap, capacity, cgroup, diskcap, hostnodes, idmap, memcap, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
                      read_ends_in_root, read_in_root, write_in_root)
 from .output import collect, ready
@@ -169,6 +169,8 @@ class Sandbox:
                 raise
         if (self.spec.limits.disk or self.spec.limits.inodes) and not self._on_tmpfs:
             diskcap.watch(self)  # the walk: a kept session's layers, on disk
+        if memcap.applies(self):  # no cgroup holds its memory: a watcher sums its processes
+            memcap.watch(self)
         if self.spec.limits.wall_time:
             self._timer = threading.Timer(self.spec.limits.wall_time, self.close)
             self._timer.daemon = True
@@ -449,6 +451,7 @@ class Sandbox:
 
     def _close(self) -> None:
         diskcap.unwatch(self)
+        memcap.unwatch(self)
         if self._timer and self._timer is not threading.current_thread():
             self._timer.cancel()
         if self.network is not None:

@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import counters
 
 NETWORK_MODES = ("off", "ask", "on")
 GiB = 1 << 30
@@ -48,8 +49,9 @@ class Limits:
     memory: int | None = field(default_factory=lambda: default_memory())
     """Memory cap per process in bytes: its heap and private writable mappings (RLIMIT_DATA, which,
     unlike RLIMIT_AS, leaves the big reservations of V8 or Go alone); None: no cap. Default: 4 GiB
-    or half the machine's memory, whichever is less. Where cgroup v2 is delegated, also the cap of
-    the whole sandbox, its tmpfs files included (memory.max, no swap; cgroup.py)."""
+    or half the machine's memory, whichever is less. Also the cap of the whole sandbox: where cgroup
+    v2 is delegated, its tmpfs files included (memory.max, no swap; cgroup.py), else its processes'
+    anonymous memory summed by a watcher, which stops it past the cap (memcap.py)."""
     open_files: int | None = 4096
     """Most open descriptors per process (RLIMIT_NOFILE)."""
     wall_time: float | None = None
@@ -72,23 +74,25 @@ class Limits:
     secrets are read-only: a sandbox holds at most tmp_size + 193 MiB in these memory filesystems
     (`tmpfs_sizes`), each with an inode for every 8 KiB (4,096 at least), and its disk limit in its
     layers' tmpfs (diskcap.on_tmpfs). None: the kernel's default for /tmp (half the memory)."""
-    pending_signals: int | None = 1024
+    pending_signals: int | None = field(default_factory=lambda: counters.share("pending_signals"))
     """Signals queued at once, by all the sandbox's processes together (RLIMIT_SIGPENDING; each
     POSIX timer holds one). The kernel also counts them against the user's own limit on the host,
-    so a sandbox without it could leave the user's other programs unable to make a timer."""
-    message_queues: int | None = 128 << 10
-    """Bytes of POSIX message queues the sandbox may make (RLIMIT_MSGQUEUE); the user's whole
-    allowance on the host is usually 800 KiB, which the sandbox's use counts against."""
-    inotify_instances: int | None = 32
-    """inotify instances the sandbox may hold (its user namespace's max_inotify_instances); the
-    user's whole allowance on the host is fs.inotify.max_user_instances, often 128."""
-    inotify_watches: int | None = 16384
-    """inotify watches the sandbox may hold (its user namespace's max_inotify_watches), out of
-    the user's fs.inotify.max_user_watches on the host."""
-    ptys: int | None = 64
+    so each sandbox gets a share: the user's limit / 32 (counters.py; 3,011 of a usual 96,365)."""
+    message_queues: int | None = field(default_factory=lambda: counters.share("message_queues"))
+    """Bytes of POSIX message queues the sandbox may make (RLIMIT_MSGQUEUE), counted against the
+    user's own allowance on the host too: the user's limit / 32 (25 KiB of a usual 800 KiB: queues
+    of a few small messages; a default one, 10 of 8 KiB, needs 81 KiB)."""
+    inotify_instances: int | None = field(default_factory=lambda: counters.share("inotify_instances"))
+    """inotify instances the sandbox may hold (its user namespace's max_inotify_instances): the
+    user's fs.inotify.max_user_instances on the host / 32 (4 of a usual 128)."""
+    inotify_watches: int | None = field(default_factory=lambda: counters.share("inotify_watches"))
+    """inotify watches the sandbox may hold (its user namespace's max_inotify_watches): the user's
+    fs.inotify.max_user_watches on the host / 32."""
+    ptys: int | None = field(default_factory=lambda: counters.share("ptys"))
     """Pseudo-terminals the sandbox may hold at once (its /dev/pts's `max`). Every devpts but the
     host's own shares kernel.pty.max less kernel.pty.reserve (4,096 - 1,024 by default): without
-    it, one sandbox could take them all from every other sandbox and container of the machine."""
+    a cap one sandbox could take them all from every other sandbox and container of the machine;
+    its share is that / 32 (96)."""
 
     def export_bytes(self) -> int:
         """The export cap in force: `export_cap`, else `disk`, else EXPORT_CAP."""

@@ -5,7 +5,8 @@ its settings and foreground group. Instead our terminal goes raw, keystrokes (Ct
 included) are written to the pty, whose line discipline signals the sandbox's foreground job,
 window size changes are passed on, and the program's exit status comes back. What the program
 prints reaches our terminal without the escape strings that set its state (the clipboard, the
-title, ...: see ptyfilter).
+title, ...: see ptyfilter), nor those that wipe the user's screen, and the terminal's modes are
+given back as the program found them when it ends (see ptymodes).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import termios
 import tty
 
 from lis_tui.ptyfilter import EscapeStringFilter
+from lis_tui.ptymodes import ScreenGuard
 
 CHUNK = 1 << 16
 
@@ -29,6 +31,7 @@ def relay(child, stdin_fd: int = 0, output_fd: int = 1, forward_input: bool = Tr
     interactive = forward_input and os.isatty(stdin_fd)
     size_fd = stdin_fd if os.isatty(stdin_fd) else output_fd  # the terminal whose size the pty takes
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    screen = ScreenGuard()
     with contextlib.ExitStack() as undo:
         undo.callback(os.close, wake_r)
         undo.callback(os.close, wake_w)
@@ -40,12 +43,15 @@ def relay(child, stdin_fd: int = 0, output_fd: int = 1, forward_input: bool = Tr
             _copy_size(size_fd, child.fd)
             previous = signal.signal(signal.SIGWINCH, lambda *_: os.write(wake_w, b"w"))
             undo.callback(signal.signal, signal.SIGWINCH, previous)
-        _pump(child, stdin_fd if forward_input else -1, output_fd, size_fd, wake_r, interactive)
+        if os.isatty(output_fd):  # however the relay ends: the program may have died mid-screen
+            undo.callback(lambda: _write_all(output_fd, screen.restore()))
+        _pump(child, stdin_fd if forward_input else -1, output_fd, size_fd, wake_r, interactive, screen)
     child.close()
     return child.exit_code or 0
 
 
-def _pump(child, stdin_fd: int, output_fd: int, size_fd: int, wake_r: int, interactive: bool) -> None:
+def _pump(child, stdin_fd: int, output_fd: int, size_fd: int, wake_r: int, interactive: bool,
+          screen: ScreenGuard) -> None:
     """Until the program exits: our input to the pty (held back while it is full, so its output
     still flows), its output to us."""
     os.set_blocking(child.fd, False)
@@ -53,6 +59,10 @@ def _pump(child, stdin_fd: int, output_fd: int, size_fd: int, wake_r: int, inter
     reading = stdin_fd >= 0
     exit_fd = child.proc.exit_fd
     strings = EscapeStringFilter()
+
+    def shown(data: bytes) -> bytes:
+        return screen.feed(strings.feed(data))
+
     while True:
         poller = select.poll()
         poller.register(child.fd, select.POLLIN | (select.POLLOUT if pending else 0))
@@ -66,8 +76,8 @@ def _pump(child, stdin_fd: int, output_fd: int, size_fd: int, wake_r: int, inter
                 _copy_size(size_fd, child.fd)
             elif fd == exit_fd:  # the program is gone: what it printed last, then stop
                 while data := _read(child.fd):
-                    _write_all(output_fd, strings.feed(data))
-                _write_all(output_fd, strings.flush())
+                    _write_all(output_fd, shown(data))
+                _write_all(output_fd, screen.feed(strings.flush()))
                 return
             elif fd == stdin_fd:
                 pending = _read(stdin_fd)
@@ -79,7 +89,7 @@ def _pump(child, stdin_fd: int, output_fd: int, size_fd: int, wake_r: int, inter
             if fd == child.fd and events & (select.POLLIN | select.POLLHUP | select.POLLERR):
                 data = _read(child.fd)
                 if data:
-                    _write_all(output_fd, strings.feed(data))
+                    _write_all(output_fd, shown(data))
 
 
 def _copy_size(from_fd: int, to_fd: int) -> None:

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from isolation import SandboxError, bwrap
+from isolation import Limits, SandboxError, bwrap
 from isolation.bwrap import Bind, Overlay, Special, Symlink
 
 
@@ -119,11 +119,18 @@ def test_doctor_lists_every_limit_and_the_counters_a_sandbox_may_take():
 
     checks = {c.name: c for c in (doctor.check_limits(), doctor.check_counters())}
     limits = checks["limits"].detail
-    for shown in ("pid 1 included", "1024 processes", "1024 queued signals", "128 KiB of message queues",
+    own = Limits()
+    for shown in ("pid 1 included", "1024 processes", f"{own.pending_signals} queued signals",
+                  f"{own.message_queues >> 10} KiB of message queues",
                   "/ 64 MiB", "/tmp 1.0 GiB", "/run 64 MiB", "/dev/shm 64 MiB", "/dev 1 MiB", "disk 10.0 GiB"):
         assert shown in limits, (shown, limits)
     counters = checks["kernel counters"]
-    assert "32 inotify instances and 16384 watches" in counters.detail and "max_user_instances" in counters.fix
+    host = open("/proc/sys/fs/inotify/max_user_instances").read().strip()
+    assert f"{own.inotify_instances} of {host} inotify instances" in counters.detail, counters.detail
+    assert f"{own.ptys} of " in counters.detail and "16 live sandboxes leave this user half of each" in counters.detail
+    for sysctl in ("fs.inotify.max_user_instances", "fs.inotify.max_user_watches", "kernel.pty.max", "msgqueue",
+                   "sigpending"):
+        assert sysctl in counters.fix, counters.fix
 
 
 def test_the_bundled_bwrap_is_checked_against_the_pinned_releases_sha256(tmp_path):

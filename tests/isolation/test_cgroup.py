@@ -69,7 +69,7 @@ def test_no_mount_a_hybrid_hierarchy_and_no_v2_line_are_not_mounted(tmp_path):
     assert "hybrid" in _plan(tmp_path).detail
     _tree(tmp_path)
     assert cgroup.plan(tmp_path, "4:memory:/x\n", os.getuid(), ME, lambda p: True).reason == "not mounted"
-    assert plan.describe().startswith("no cgroup v2 (not mounted: ") and plan.describe().endswith("rlimits only")
+    assert plan.describe().startswith("no cgroup v2 (not mounted: ") and plan.describe().endswith("stops it past its memory limit (memcap.py)")
 
 
 def test_a_subtree_of_another_user_is_not_delegated(tmp_path):

@@ -92,7 +92,8 @@ def test_a_command_cannot_rewrite_pid_1_through_proc_mem_and_pid_1_holds_every_l
     pid_1 = _rows(sandbox.exec("cat /proc/1/limits").stdout)
     command = _rows(sandbox.exec("cat /proc/self/limits").stdout)
     assert pid_1 == command and len(command) == len(LIMIT_ROWS), (pid_1, command)
-    assert pid_1["Max processes"] == "1024 1024" and pid_1["Max pending signals"] == "1024 1024"
+    signals = Limits().pending_signals
+    assert pid_1["Max processes"] == "1024 1024" and pid_1["Max pending signals"] == f"{signals} {signals}"
 
 
 def test_the_disk_cap_stops_the_whole_sandbox_pid_1_included_and_says_how_to_raise_it(monkeypatch):
@@ -148,9 +149,13 @@ def count(make, most):
 def timer():
     t = ctypes.c_void_p()
     return libc.timer_create(1, None, ctypes.byref(t))  # CLOCK_MONOTONIC, SIGALRM on expiry
-def mqueue(name=[0]):
+class Attr(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_long), ("maxmsg", ctypes.c_long), ("msgsize", ctypes.c_long),
+                ("curmsgs", ctypes.c_long), ("pad", ctypes.c_long * 4)]
+def mqueue(name=[0]):  # one message of 1 KiB: 1,120 bytes of RLIMIT_MSGQUEUE with the kernel's bookkeeping
     name[0] += 1
-    return rt.mq_open(f"/lis-{os.getpid()}-{name[0]}".encode(), os.O_CREAT | os.O_RDWR, 0o600, None)
+    return rt.mq_open(f"/lis-{os.getpid()}-{name[0]}".encode(), os.O_CREAT | os.O_RDWR, 0o600,
+                      ctypes.byref(Attr(0, 1, 1024, 0)))
 class Value(ctypes.Union):
     _fields_ = [("i", ctypes.c_int), ("p", ctypes.c_void_p)]
 signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
@@ -187,7 +192,7 @@ def test_one_sandbox_holding_every_per_user_counter_leaves_them_to_the_host_and_
     limits = Limits()
     assert held["inotify"] == [limits.inotify_instances, "EMFILE"], held
     assert held["sigqueue"] == [limits.pending_signals, "EAGAIN"] and held["timer"] == [0, "EAGAIN"], held
-    assert held["mqueue"][0] == 1 and held["mqueue"][1] in ("EMFILE", "ENOMEM"), held  # one queue of 80 KiB
+    assert held["mqueue"] == [limits.message_queues // 1120, "EMFILE"], held
 
 
 PTYS = """

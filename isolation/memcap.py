@@ -1,0 +1,104 @@
+"""The memory cap of a whole sandbox where no cgroup holds it: a watcher that sums its processes.
+
+Without a delegated cgroup v2 (cgroup.py: there memory.max is the sandbox's, the kernel's wall, and
+no watcher runs), the kernel caps memory per process only (RLIMIT_DATA): three processes of one
+sandbox under `--memory 1G` held 2.85 GiB. So one thread per lis-tui process sums, for every such
+sandbox, the anonymous memory of the processes in its pid namespace (smaps_rollup's Pss_Anon and
+SwapPss: a page shared after a fork counts once over its sharers; file pages, which the kernel can
+drop, do not count, nor do its tmpfs files, which tmp_size and the disk limit bound) and stops the
+sandbox whole past its memory limit (`Sandbox._stop`, as the disk walk does): the command under way
+is told, every later one fails naming the limit and `--memory`, and a run ends as `sandbox_limit`.
+
+It spends at most DUTY of a core: a pass that took t seconds is followed by a pause of
+max(MIN_PAUSE, 9 t). Between two passes a fast allocator can overshoot (each process is still held
+to the limit by RLIMIT_DATA): a fallback, not the kernel's wall.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+
+from .diskcap import processes_by_ns
+
+MIN_PAUSE = 0.5
+DUTY = 0.1
+COUNTED = (b"Pss_Anon:", b"SwapPss:")
+
+_watched: weakref.WeakSet = weakref.WeakSet()
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+
+
+def applies(sandbox) -> bool:
+    """Whether the watcher holds this sandbox: a memory limit, and no cgroup of its own to hold it."""
+    return bool(sandbox.spec.limits.memory) and sandbox._cgroup is None
+
+
+def watch(sandbox) -> None:
+    """Check `usage(sandbox)` against its memory limit until it closes."""
+    global _thread
+    with _lock:
+        _watched.add(sandbox)
+        if _thread is None or not _thread.is_alive():
+            _thread = threading.Thread(target=_loop, name="lis-memory-cap", daemon=True)
+            _thread.start()
+
+
+def unwatch(sandbox) -> None:
+    with _lock:
+        _watched.discard(sandbox)
+
+
+def check(sandbox, by_ns: dict[str, list[int]] | None = None) -> None:
+    """One measure of one sandbox; over its memory limit, it is stopped whole."""
+    limit = sandbox.spec.limits.memory
+    found = usage(sandbox, by_ns)
+    if found is None or not limit or found[0] <= limit:
+        return
+    used, count = found
+    sandbox._stop(f"its memory limit of {_size(limit)} was reached ({_size(used)} held by its {count} processes "
+                  "together): every process in it was killed and nothing more can run there. For more, start it "
+                  "with a larger limit: --memory SIZE (or memory in [sandbox] of the config)")
+
+
+def usage(sandbox, by_ns: dict[str, list[int]] | None = None) -> tuple[int, int] | None:
+    """(bytes, processes): the anonymous memory the sandbox's processes hold together; None when
+    it cannot be measured just now (gone, or closing)."""
+    pid = sandbox.pid
+    if pid is None:
+        return None
+    try:
+        ns = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+    pids = (by_ns if by_ns is not None else processes_by_ns()).get(ns, [])
+    return sum(_held(p) for p in pids), len(pids)
+
+
+def _held(pid: int) -> int:
+    """Bytes of anonymous memory `pid` holds, resident or swapped, shared pages in proportion."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            lines = rollup.read().splitlines()
+    except OSError:  # gone meanwhile
+        return 0
+    return sum(int(line.split()[1]) << 10 for line in lines if line.startswith(COUNTED))
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n >> 20} MiB"
+
+
+def _loop() -> None:
+    while True:
+        with _lock:
+            sandboxes = list(_watched)
+        start = time.monotonic()
+        by_ns = processes_by_ns() if sandboxes else {}
+        for sandbox in sandboxes:
+            if sandbox.running:
+                check(sandbox, by_ns)
+        took = time.monotonic() - start
+        time.sleep(max(MIN_PAUSE, took * (1 - DUTY) / DUTY))
