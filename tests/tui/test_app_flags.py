@@ -1,0 +1,39 @@
+"""The app takes `run`'s model flags (`lis-tui --tool-format hermes --max-tokens 64 ...`), in a
+real terminal: what reaches the scripted model server is what the flags asked for."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from fakes.openai_server import FakeOpenAI, reply
+from test_tmux import Tmux, lis_tui_command, wait_gone
+
+pytestmark = [pytest.mark.sandbox,
+              pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
+SUBMIT = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)])
+def test_the_app_takes_the_tool_format_max_tokens_and_temperature_of_run(tmp_path, size):
+    term = Tmux(f"lis-flags-{os.getpid()}-{size[0]}")
+    with FakeOpenAI([reply(SUBMIT)]) as server:
+        try:
+            term.start(lis_tui_command(tmp_path, "--base-url", server.base_url, "--model", "m",
+                                       "--rootfs", "host", "--tool-format", "hermes",
+                                       "--max-tokens", "64", "--temperature", "0.2", "-t", "say hi"),
+                       width=size[0], height=size[1])
+            server.wait_for_requests(1, timeout=60)
+            term.wait_for("submit")
+            term.keys("C-q")
+            wait_gone(term)
+        finally:
+            term.kill()
+        (request,) = server.chat_requests
+    assert (request.body["max_tokens"], request.body["temperature"]) == (64, 0.2)
+    assert "tools" not in request.body and "<tools>" in request.messages[0]["content"]  # hermes
+    trajectory = json.loads((tmp_path / "out" / "trajectory.json").read_text())
+    assert trajectory["tool_format"] == "hermes" and trajectory["model"]["max_tokens"] == 64
