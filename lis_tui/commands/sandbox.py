@@ -128,6 +128,7 @@ def spec_from_args(args: argparse.Namespace, config=None):
     from lis_tui.config import configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: PLC0415
     from lis_tui.workspace_config import workspace_options  # noqa: PLC0415
 
+    _check_host_dirs(args)
     if config is None:
         config = load_config()
     if getattr(args, "memory", None) is not None:
@@ -161,6 +162,22 @@ def spec_from_args(args: argparse.Namespace, config=None):
                        workspace=args.workspace, input_dir=args.input_dir, documents_dir=args.documents_dir,
                        env=env, session=getattr(args, "session", None), limits=sandbox_limits(config),
                        nested_userns=config.sandbox.nested_userns, **hosts)
+
+
+def _check_host_dirs(args: argparse.Namespace) -> None:
+    """A folder flag that names no folder is said now, before a run folder is made for a run that
+    could never start."""
+    from isolation import SandboxError  # noqa: PLC0415
+
+    for flag in ("--workspace", "--input-dir", "--documents-dir"):
+        path = getattr(args, flag[2:].replace("-", "_"), None)
+        if not path:
+            continue
+        try:
+            os.close(os.open(os.path.expanduser(path), os.O_RDONLY | os.O_DIRECTORY))
+        except OSError as exc:
+            raise SandboxError(f"{flag} {path!r} is not a directory ({exc.strerror}); give a folder "
+                               f"you can read: {flag} DIR") from None
 
 
 def _saved_session_spec(session: str):
