@@ -4,6 +4,7 @@ traceback on any port, and the smaller things a person met. `lis-tui` runs in th
 
 import argparse
 import html
+import json
 import os
 import re
 import socket
@@ -207,3 +208,28 @@ def test_one_mode_s_table_is_not_titled_sandbox_against_llm(tmp_path):
     text = markdown(summary)
     assert "sandbox against LLM" not in text and "## Per domain: sandbox mode only" in text
     assert "ratio" not in text.split("## Per domain")[1].split("##")[0]
+
+
+def test_an_episode_s_page_shows_what_the_model_and_sandbox_wrote_escaped(tmp_path):
+    """The trajectory is the model's and the sandbox's text: no markup, no raw control character."""
+    from fakes.hostile import HOSTILE, raw_in
+    from lis_tui.bench.report import write_reports
+
+    folder = tmp_path / "episodes" / "a.sandbox.0"
+    folder.mkdir(parents=True)
+    evil = f"<script>alert(1)</script>{HOSTILE}"
+    (folder / "trajectory.json").write_text(json.dumps({
+        "id": evil, "mode": "sandbox", "task": evil, "finish_reason": "submitted", "answer": evil,
+        "steps": [{"step": 1, "text": evil, "reasoning": evil, "tool_calls": [
+            {"name": "execute_bash", "arguments": json.dumps({"command": evil}), "output": evil,
+             "exit_code": 0}, {"name": evil, "arguments": "{", "output": 7, "error": True}]},
+            "not a step"]}))
+    record = {"id": "a", "mode": "sandbox", "repeat": 0, "domain": "d", "reward": 0.0, "correct": False,
+              "answer": "x", "finish_reason": "submitted", "steps": 1, "wall_time": 1.0,
+              "tokens": {"prompt": 1, "completion": 1, "environment": 0, "trajectory": 2},
+              "capability": {}, "trajectory": "episodes/a.sandbox.0/trajectory.json"}
+    write_reports([record], tmp_path)
+    page = (folder / "trajectory.html").read_text()
+    assert "<script" not in page and raw_in(page) == [] and "&lt;script&gt;" in page
+    assert page.count("\\x1b]52;c;SGFja2Vk\\x07") >= 6  # each field shown, made visible
+    assert 'href="episodes/a.sandbox.0/trajectory.html">steps</a>' in (tmp_path / "report.html").read_text()
