@@ -37,3 +37,24 @@ def test_the_app_takes_the_tool_format_max_tokens_and_temperature_of_run(tmp_pat
     assert "tools" not in request.body and "<tools>" in request.messages[0]["content"]  # hermes
     trajectory = json.loads((tmp_path / "out" / "trajectory.json").read_text())
     assert trajectory["tool_format"] == "hermes" and trajectory["model"]["max_tokens"] == 64
+
+
+def test_the_transcript_says_when_auto_switched_and_the_first_text_call_ran(tmp_path):
+    from lis_tui.widgets.blocks import AnswerBlock, NoticeBlock
+    from lis_tui.widgets.tool_block import ToolBlock
+    from test_app import app_for, run, texts, wait_for
+
+    script = [reply('<tool_call>\n{"name": "execute_bash", "arguments": {"command": '
+                    '"echo 42 > /testbed/output/answer.txt"}}\n</tool_call>'), reply(SUBMIT)]
+
+    async def scenario():
+        with FakeOpenAI(script) as server:
+            app = app_for(server, tmp_path, task="What is 6*7?")
+            async with app.run_test(size=(100, 40)) as pilot:
+                await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
+                notices = texts(app, NoticeBlock)
+                assert any("Tool format: native -> hermes (the model wrote a tool call as hermes text; "
+                           "it runs" in n for n in notices), notices
+                assert app.screen.query(ToolBlock)  # the first call ran, shown as any command
+                assert "42" in texts(app, AnswerBlock)[0]
+    run(scenario())
