@@ -79,8 +79,8 @@ say "lis-tui doctor"
 code=0
 .venv/bin/lis-tui doctor || code=$?
 if [ "$code" = 0 ]; then
-  say "try next: .venv/bin/lis-tui exec -- uname -a   (a sandbox), then: .venv/bin/lis-tui   (the app; it asks for a model server)"
+  say "try next: source .venv/bin/activate   (puts lis-tui on PATH in this shell), then: lis-tui exec -- uname -a   (a sandbox), then: lis-tui   (the app; it asks for a model server)"
 else
-  say "fix what doctor names above, then check again: .venv/bin/lis-tui doctor   and try: .venv/bin/lis-tui exec -- uname -a"
+  say "fix what doctor names above, then: source .venv/bin/activate   (puts lis-tui on PATH in this shell), check again: lis-tui doctor   and try: lis-tui exec -- uname -a"
 fi
 exit "$code"

@@ -246,10 +246,10 @@ class Agent:
                                      f"{tried} -> {max_tokens} (agent.prompt_too_long)"))
         raise AssertionError("unreachable")
 
-    def _format_switched(self, new: Any, reason: str) -> None:
+    def _format_switched(self, new: Any, reason: str, replied: bool = False) -> None:
         """auto switched to a text format: its instructions go where the model will read them."""
         note = self._fill(new.system_note(self.tools.schemas if self.tools is not None else []))
-        said = any(m.get("role") == "assistant" for m in self.messages)
+        said = replied or any(m.get("role") == "assistant" for m in self.messages)
         if not said and self.messages and self.messages[0].get("role") == "system":
             # nothing sent has been answered yet: the prompt is as if the format had been chosen
             self.messages[0] = {**self.messages[0], "content": f"{self.messages[0]['content']}\n\n{note}"}

@@ -98,10 +98,14 @@ def _unknown_app_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str |
     """The first flag the app does not know, before any `--`: `lis-tui --netwrok on` is a typo,
     not the task "on"."""
     known = {o for a in parser._actions for o in a.option_strings}  # noqa: SLF001
-    for token in argv:
+    takes_value = {o for a in parser._actions if a.nargs != 0 for o in a.option_strings}  # noqa: SLF001
+    tokens = iter(argv)
+    for token in tokens:
         if token == "--":
             return None
-        if token.startswith("-") and token != "-" and token.split("=", 1)[0] not in known:
+        if token in takes_value:  # its value may look like a flag: --max-steps -1
+            next(tokens, None)
+        elif token.startswith("-") and token != "-" and token.split("=", 1)[0] not in known:
             return token
     return None
 

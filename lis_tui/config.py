@@ -98,7 +98,7 @@ class SandboxConfig:
 class AgentConfig:
     """Limits and mode of the ReAct loop."""
 
-    max_steps: int = 100
+    max_steps: int = field(default=100, metadata={"min": 1})
     """Most model calls in one run."""
     max_no_action: int = 3
     """Replies in a row without a tool call before the run stops; 0 means no limit."""
@@ -262,11 +262,18 @@ def check_base_url(url: str, what: str) -> None:
     """ConfigError at once for a URL the client would retry for half a minute: no scheme, no host."""
     from urllib.parse import urlsplit  # noqa: PLC0415
 
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a port past 65535, or not a number, raises here)
+    except ValueError as exc:  # "Invalid IPv6 URL" alone names neither the URL nor the fix
+        fix = ("an IPv6 address goes in brackets, its port after them, e.g. --base-url "
+               "http://[::1]:8000/v1") if "IPv6" in str(exc) else "its port is a number from 1 to 65535"
+        raise ConfigError(f"{what} {url!r} is not a URL ({exc}); {fix}") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        fixed = url if "://" in url else f"http://{url}"
+        # the same wrong scheme again would be no fix: ftp://host becomes http://host
+        rest = url.split("://", 1)[1] if "://" in url else url
         raise ConfigError(f"{what} {url!r} is not an http(s) URL; write it with its scheme, "
-                          f"e.g. --base-url {fixed}")
+                          f"e.g. --base-url http://{rest}")
 
 
 def _apply_project_file(config: Config, directory: Path, env: Mapping[str, str]) -> None:
@@ -350,6 +357,10 @@ def _checked(dotted: str, value: Any, *, path: Path | None = None, text: str = "
                           key=dotted) from None
     if dotted == "network.credentials":
         credentials_from(value, path=path, line=line)
+    low = f.metadata.get("min")
+    if low is not None and value < low:  # max_steps 0 would stop before the first model call
+        raise ConfigError(f"{dotted} must be at least {low}, not {value}", path=path, line=line,
+                          key=dotted)
     choices = f.metadata.get("choices")
     if choices and value not in choices:
         raise ConfigError(f'{dotted} must be one of {", ".join(choices)}, not "{value}"',

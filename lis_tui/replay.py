@@ -33,7 +33,12 @@ def load_trajectory(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path} does not exist; give a run's directory or its "
                          "trajectory.json (runs are kept under $XDG_DATA_HOME/lis-tui/runs/; "
                          "lis-tui runs lists them all)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:  # "Expecting value: line 1" says nothing
+        kind = "UTF-8" if isinstance(exc, UnicodeDecodeError) else "JSON"
+        raise ValueError(f"cannot read {path} as a trajectory: it is not {kind}, so not one of "
+                         "lis-tui's; give a run's id from `lis-tui runs`, its directory or its "
+                         "trajectory.json") from None
+    except (OSError, RecursionError) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
         raise ValueError(f"{path} is not a lis-tui trajectory (no \"steps\" list)")

@@ -7,8 +7,9 @@
 - json: the same, with calls written as a fenced JSON block;
 - bash: mini-swe-agent's way for the weakest models: one fenced bash block a reply runs in the
   persistent shell; `submit` and `str_replace_editor` are written as shell commands;
-- auto: native until the server refuses `tools` (400) or the model writes calls as text twice,
-  then the text format it used (docs/tool-formats.md).
+- auto: native until the server refuses `tools` (400) or the model writes a call as text (a
+  `<tool_call>` or JSON call at once, bash blocks twice), then the text format it used
+  (docs/tool-formats.md).
 
 Replies in text formats are read by the same parser as `env serve` (`lis_tui.textcalls`). The
 conversation keeps the model's text as it wrote it and the results as the model read them, so a
@@ -232,10 +233,12 @@ TEXT_FORMATS: dict[str, Callable[[], _TextFormat]] = {
 
 
 class AutoFormat:
-    """Native until the server refuses `tools` or the model writes its calls as text twice; then
-    the text format it used, for the rest of the run. `on_switch(format, reason)` is told once."""
+    """Native until the server refuses `tools`, the model writes a call that a text format reads
+    (hermes, json: that reply's calls run) or writes bash blocks twice; then the text format it
+    used, for the rest of the run. `on_switch(format, reason, replied)` is told once; `replied`:
+    the model had answered the request that the switch came from."""
 
-    def __init__(self, on_switch: Callable[[object, str], None]) -> None:
+    def __init__(self, on_switch: Callable[[object, str, bool], None]) -> None:
         self.current: object = NativeFormat()
         self.on_switch = on_switch
         self.accepted = False  # a request with `tools` has succeeded: a 400 is about something else
@@ -275,9 +278,15 @@ class AutoFormat:
         if kind is None:
             return reply
         self.text_replies += 1
-        if self.text_replies < 2:
+        if kind in ("hermes", "json") and text_tool_calls(reply.text, prefix)[0]:
+            # A readable call is an unmistakable one: answering "you called no tool" would be
+            # false, and a small model that believes its command ran goes astray. It runs now.
+            self._switch(kind, f"the model wrote a tool call as {kind} text; it runs, and the "
+                               "run goes on in that format", replied=True)
+        elif self.text_replies < 2:  # a bash block may be an example in prose: twice to switch
             return reply
-        self._switch(kind, f"the model wrote its tool calls as {kind} text twice")
+        else:
+            self._switch(kind, f"the model wrote its tool calls as {kind} text twice", replied=True)
         return self.current.read(reply, prefix)
 
     def refused(self, status: int | None, message: str = "") -> bool:
@@ -291,12 +300,13 @@ class AutoFormat:
         other_cause = any(word in text for word in ("context", "too long", "max_tokens", "token"))
         if not about_tools and (status != 400 or other_cause):
             return False
-        self._switch("hermes", f"the model server answered {status} to a request with `tools`")
+        self._switch("hermes", f"the model server answered {status} to a request with `tools`",
+                     replied=False)
         return True
 
-    def _switch(self, kind: str, reason: str) -> None:
+    def _switch(self, kind: str, reason: str, replied: bool) -> None:
         self.current = TEXT_FORMATS[kind]()
-        self.on_switch(self.current, reason)
+        self.on_switch(self.current, reason, replied)
 
 
 def written_format(text: str) -> str | None:
@@ -309,7 +319,7 @@ def written_format(text: str) -> str | None:
     return "bash" if bash_blocks(text) else None
 
 
-def make_format(name: str, on_switch: Callable[[object, str], None]) -> object:
+def make_format(name: str, on_switch: Callable[[object, str, bool], None]) -> object:
     """The format object for `agent.tool_format`."""
     if name == "auto":
         return AutoFormat(on_switch)

@@ -67,8 +67,9 @@ def page(title: str, run: dict[str, str], charts: str, body: str) -> str:
             f"{charts}\n{body}\n</body></html>\n")
 
 
-def episodes_html(records: list[dict]) -> str:
-    """Every episode: its answer, reward, finish reason and a relative link to its trajectory."""
+def episodes_html(records: list[dict], pages: dict[str, str] | None = None) -> str:
+    """Every episode: its answer, reward, finish reason and relative links to its page (`pages`:
+    trajectory path -> its trajectory.html) and its trajectory's raw JSON."""
     if not records:
         return ""
     rows = []
@@ -78,6 +79,8 @@ def episodes_html(records: list[dict]) -> str:
         path = str(r.get("trajectory") or "")
         link = (f'<a href="{_e(urllib.parse.quote(path))}">trajectory</a>'
                 if path and not _outside(path) else "-")
+        if (pages or {}).get(path):  # its steps as a page; the JSON a link away
+            link = f'<a href="{_e(urllib.parse.quote(pages[path]))}">steps</a> (raw JSON: {link})'
         finish = str(r.get("finish_reason", ""))
         why = " ".join(str(r.get("message") or r.get("reward_error") or "").split())
         finish += f": {why[:ANSWER_SHOWN]}{'…' if len(why) > ANSWER_SHOWN else ''}" if why else ""
@@ -97,8 +100,8 @@ def _outside(path: str) -> bool:
 
 
 def markdown_to_html(text: str) -> str:
-    """The small Markdown our summary uses: headings, tables, paragraphs, **bold**, and the
-    backslash escapes of `report.md_text`."""
+    """The small Markdown our summary uses: headings, tables, paragraphs, **bold**, `code`, and
+    the backslash escapes of `report.md_text`."""
     out, rows = [], []
     for line in text.splitlines() + [""]:
         if line.startswith("|"):
@@ -131,14 +134,17 @@ def _align(cell: str) -> str:
 
 
 _CELL = re.compile(r"((?:\\.|[^\\|])*)\|")  # a cell ends at a `|` that is not escaped
-_INLINE = re.compile(r"\\(.)|(\*\*)|([^\\*]+|.)", re.S)
+_INLINE = re.compile(r"\\(.)|(`+)(.+?)(?<!`)\2(?!`)|(\*\*)|([^\\*`]+|.)", re.S)
 
 
 def _inline(text: str) -> str:
-    """`\\X` is X as written; `**` opens or closes bold; the rest is text."""
+    """`\\X` is X as written; a `code` span is code (a command to copy); `**` opens or closes
+    bold; the rest is text."""
     out, bold = [], False
-    for escaped, star, rest in _INLINE.findall(text):
-        if star:
+    for escaped, _, code, star, rest in _INLINE.findall(text):
+        if code:
+            out.append(f"<code>{_e(code.strip() or code)}</code>")
+        elif star:
             out.append("</b>" if bold else "<b>")
             bold = not bold
         else:

@@ -347,7 +347,7 @@ def _scorer_notes(task: Task) -> list[str]:
     if parse_reward(task.reward)[0] in MATH_REWARDS and math_verify_missing():
         from isolation.extras import install_hint  # noqa: PLC0415
 
-        notes.append(f"scored without math-verify ({install_hint('paper')}): equal "
+        notes.append(f"scored without math-verify (to install it: `{install_hint('paper')}`): equal "
                      "expressions written differently, like \\sqrt{12} and 2\\sqrt{3}, count "
                      "as wrong")
     return notes

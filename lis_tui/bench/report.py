@@ -14,6 +14,7 @@ from typing import Any
 
 from lis_tui.bench.capability import KINDS
 from lis_tui.bench.charts import bar_chart, episodes_html, markdown_to_html, page
+from lis_tui.bench.episode_page import write_episode_pages
 from lis_tui.bench.summary import TOKEN_KINDS, model_tokens, summarize
 from tools.terminal_text import safe_terminal_text
 
@@ -34,7 +35,8 @@ def write_reports(records: list[dict[str, Any]], output: Path, title: str = "",
     summary["not_run"] = list(not_run or ())
     (output / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     (output / "summary.md").write_text(markdown(summary), encoding="utf-8")
-    (output / "report.html").write_text(html(summary, records), encoding="utf-8")
+    pages = write_episode_pages(records, output)
+    (output / "report.html").write_text(html(summary, records, pages), encoding="utf-8")
     return summary
 
 
@@ -71,7 +73,7 @@ def tables(summary: dict[str, Any]) -> str:
     parts = [summary.get("preface_md", ""), f"{summary['episodes']} episodes.\n",
              _group_table(summary), _accuracy_table(summary),
              _mode_table(summary), _capability_table(summary), _error_table(summary),
-             "".join(f"Note: {md_text(n)}\n" for n in summary.get("notes") or ()),
+             "".join(f"Note: {md_note(n)}\n" for n in summary.get("notes") or ()),
              _not_run(summary)]
     return "\n".join(p for p in parts if p)
 
@@ -116,14 +118,18 @@ def _group_table(s: dict[str, Any]) -> str:
                      *(f"{got[m]['total_tokens']:,.0f}" if m in got else "-" for m in modes),
                      *[_times(g.get("token_ratio")), _times(g.get("trajectory_ratio"))] * both,
                      *(_pct(box["capability"][k]) if box else "-" for k in kinds)])
-    return (f"## Per {by}: sandbox against LLM\n\n" + _table(header, rows) +
+    # A title promising a comparison that one mode cannot make would mislead: say which ran.
+    title = f"Per {by}: sandbox against LLM" if both else \
+        f"Per {by}: {modes[0]} mode only (`--mode both` compares sandbox and llm)"
+    ratio = ("; ratio: sandbox / llm (the paper reports 0.5-0.8x, and up to 8x fewer on long "
+             "context). trajectory ratio: the same for the whole conversation counted once, the "
+             "last call's prompt and reply (each mode's value is in summary.json)") if both else ""
+    capability = (" Capability columns: share of sandbox steps that computed, managed files or "
+                  "fetched external resources.") if kinds else ""
+    return (f"## {title}\n\n" + _table(header, rows) +
             "\nacc: share of episodes scored correct. score: mean reward, the paper's headline "
             "number (partial credit counts: F1, ROUGE-L). tokens: prompt + completion over all "
-            "model calls, mean per episode; ratio: sandbox / llm (the paper reports 0.5-0.8x, "
-            "and up to 8x fewer on long context). trajectory ratio: the same for the whole "
-            "conversation counted once, the last call's prompt and reply (each mode's value is "
-            "in summary.json). Capability columns: share of sandbox steps that computed, "
-            "managed files or fetched external resources.\n")
+            f"model calls, mean per episode{ratio}.{capability}\n")
 
 
 def _n_pct(mode: dict) -> str:
@@ -142,6 +148,22 @@ def md_text(text: object) -> str:
     """`text` for one line or table cell of Markdown: controls visible, one line, and every
     character Markdown or HTML would act on (`<`, `|`, `*`, `[`, ...) backslash-escaped."""
     return _MD_SPECIAL.sub(r"\\\1", safe_terminal_text(str(text)).replace("\n", " "))
+
+
+_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def md_note(text: object) -> str:
+    """A note as Markdown: its `code` spans (the commands a note names) as code, so a copied
+    command is the command, not `'/path\\[paper\\]'`; the rest as `md_text`."""
+    parts = _CODE.split(safe_terminal_text(str(text)).replace("\n", " "))
+    return "".join(md_text(part) if n % 2 == 0 else _code_span(part) for n, part in enumerate(parts))
+
+
+def _code_span(text: str) -> str:
+    """`text` as a Markdown code span; nothing in it acts (a backtick in it cannot close it)."""
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}" if text[:1] == "`" or text[-1:] == "`" else f"{fence}{text}{fence}"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -213,9 +235,11 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-def html(summary: dict[str, Any], records: list[dict[str, Any]] | None = None) -> str:
+def html(summary: dict[str, Any], records: list[dict[str, Any]] | None = None,
+         pages: dict[str, str] | None = None) -> str:
     """One self-contained HTML page: the head (title, model, server, date), inline SVG bar
-    charts, the tables, and every episode with a link to its trajectory."""
+    charts, the tables, and every episode with links to its page (`pages`, from
+    `write_episode_pages`) and its trajectory's JSON."""
     title = summary.get("title") or "lis-tui bench"
     if not summary["episodes"]:
         return page(title, summary.get("run") or {}, "", "<p>No episodes finished yet.</p>")
@@ -234,5 +258,5 @@ def html(summary: dict[str, Any], records: list[dict[str, Any]] | None = None) -
                                 [k.replace("_", " ") for k in KINDS],
                                 {m: [per[m]["capability"][k] for k in KINDS] for m in sandboxed},
                                 percent=True))
-    body = markdown_to_html(tables(summary)) + episodes_html(records or [])
+    body = markdown_to_html(tables(summary)) + episodes_html(records or [], pages)
     return page(title, summary.get("run") or {}, "\n".join(charts), body)

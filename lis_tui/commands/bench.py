@@ -86,7 +86,8 @@ def add_parsers(sub) -> None:
                        "suite: the package's prompt, its whole reply the answer (default), or ours, "
                        "the answer after ANSWER:")
     add_tool_format_flag(group)
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress line, no table")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress line, no table: only the line saying where the results are")
     p.set_defaults(func=cmd_bench, late_positional="data")
 
 
@@ -285,6 +286,7 @@ def _report(args: argparse.Namespace, runner: Any, outcome: Any, settings: Any =
         from lis_tui.bench.report import markdown  # noqa: PLC0415
 
         print(markdown(summary))
+    if not getattr(args, "one_of_all", False):  # even -q says where the results went (paper:all: once)
         print(f"results in {runner.options.output} (summary.md, report.html, results.jsonl)",
               file=sys.stderr)
     if outcome.interrupted:

@@ -54,7 +54,8 @@ def cmd_paper_all(args: argparse.Namespace) -> int:
         if outcome is None:
             not_run[suite] = "the cluster failed (see above)"
             continue
-        bench._report(argparse.Namespace(**{**vars(one), "quiet": True}), runner, outcome, chosen)
+        bench._report(argparse.Namespace(**{**vars(one), "quiet": True, "one_of_all": True}), runner,
+                      outcome, chosen)
         records += [{**r, "trajectory": f"{suite}/{r['trajectory']}"} for r in outcome.results]
         settings.append(chosen)
         if outcome.interrupted:
@@ -105,8 +106,7 @@ def _write(args: argparse.Namespace, out: Path, records: list, settings: list,
     (out / "not_run.json").write_text(json.dumps(not_run, indent=1), encoding="utf-8")
     if not args.quiet:
         print(markdown(summary))
-        print(f"results in {out} (summary.md, report.html; each suite in its folder)",
-              file=sys.stderr)
+    print(f"results in {out} (summary.md, report.html; each suite in its folder)", file=sys.stderr)
     if interrupted:
         print(f"lis-tui bench: interrupted; continue with --resume --output {out}", file=sys.stderr)
         return 130

@@ -11,7 +11,9 @@ import socket
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
+from lis_tui.commands.ports import cannot_listen, port_number
 from lis_tui.commands.sandbox import add_sandbox_flags, spec_from_args
 from tools.terminal_text import safe_terminal_text
 
@@ -27,7 +29,7 @@ Every request but GET /health needs `Authorization: Bearer TOKEN`: --token, else
 else a fresh one printed at start. Tasks sent over HTTP bring their files as name -> text; they
 may name a host folder only inside --allow-dir. Ctrl-C or SIGTERM closes every sandbox.
 
-exit codes: 0 stopped; 2 usage or config error."""
+exit codes: 0 stopped; 1 the port cannot be had (in use, privileged); 2 usage or config error."""
 
 
 def add_parsers(sub) -> None:
@@ -40,7 +42,7 @@ def add_parsers(sub) -> None:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; anything else is reachable by others)")
-    s.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
+    s.add_argument("--port", type=port_number, default=8765, help="port (default 8765; 0 picks a free one)")
     s.add_argument("--token", metavar="T", help=f"the bearer token (default ${TOKEN_ENV}, else generated)")
     s.add_argument("--tasks", metavar="TASKS", help="a task set whose tasks a reset may name by id")
     s.add_argument("--allow-dir", metavar="DIR",
@@ -70,10 +72,16 @@ def add_parsers(sub) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
-        server = _build(args)
+        server, new_token = _build(args)
+    except _CannotListen as exc:
+        print(safe_terminal_text(f"lis-tui env serve: {exc}"), file=sys.stderr)
+        return 1
     except (OSError, ValueError) as exc:
         print(safe_terminal_text(f"lis-tui env serve: {exc}"), file=sys.stderr)
         return 2
+    if new_token:  # only once the port is ours: a token for a server that never ran misleads
+        print(f"lis-tui env: token (send `Authorization: Bearer TOKEN`; set {TOKEN_ENV} or --token "
+              f"to choose one):\n{new_token}", file=sys.stderr, flush=True)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_SafeFormatter("lis-tui env: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[handler])
@@ -99,7 +107,8 @@ class _SafeFormatter(logging.Formatter):
         return safe_terminal_text(super().format(record))
 
 
-def _build(args: argparse.Namespace):
+def _build(args: argparse.Namespace) -> tuple[Any, str]:
+    """The server, listening, and the token made for it ("" when one was given)."""
     from lis_tui.bench.rewards import parse_reward  # noqa: PLC0415 (keep --help fast)
     from lis_tui.bench.tasks import TaskError, load_tasks  # noqa: PLC0415
     from lis_tui.config import ConfigError, configured_rootfs, load_config  # noqa: PLC0415
@@ -130,10 +139,8 @@ def _build(args: argparse.Namespace):
     if allow is not None and not allow.is_dir():
         raise ValueError(f"--allow-dir {args.allow_dir!r} is not a folder")
     token = args.token or os.environ.get(TOKEN_ENV) or ""
-    if not token:
-        token = secrets.token_urlsafe(24)
-        print(f"lis-tui env: token (send `Authorization: Bearer TOKEN`; set {TOKEN_ENV} or --token "
-              f"to choose one):\n{token}", file=sys.stderr, flush=True)
+    given = bool(token)
+    token = token or secrets.token_urlsafe(24)
     _warn_if_exposed(args.host)
     judge = None
     if args.judge_model:
@@ -146,9 +153,17 @@ def _build(args: argparse.Namespace):
     pool = EnvPool(lambda steps: SandboxEnv(config, spec, judge, max_steps=steps),
                    PoolConfig(args.max_envs, args.idle_timeout, config.agent.max_steps))
     connections = args.max_connections or max(2 * args.max_envs, 64)
-    return EnvServer((args.host, args.port), pool,
-                     ServerConfig(token, tasks, allow, args.max_body << 20, judge is not None,
-                                  args.read_timeout, connections))
+    try:
+        server = EnvServer((args.host, args.port), pool,
+                           ServerConfig(token, tasks, allow, args.max_body << 20, judge is not None,
+                                        args.read_timeout, connections))
+    except OSError as exc:
+        raise _CannotListen(cannot_listen(args.host, args.port, exc)) from None
+    return server, "" if given else token
+
+
+class _CannotListen(Exception):
+    """The port cannot be had: exit 1, not a usage error."""
 
 
 def _warn_if_exposed(host: str) -> None:

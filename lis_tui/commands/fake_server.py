@@ -7,6 +7,8 @@ import argparse
 import sys
 import threading
 
+from lis_tui.commands.ports import cannot_listen, port_number
+
 ANSWER = "fake answer: lis-tui's fake server read nothing of the task"
 _EPILOG = """\
 Then, in another terminal:
@@ -24,7 +26,8 @@ def add_parsers(sub) -> None:
                        description="Serve a scripted OpenAI-compatible model on 127.0.0.1, so the "
                                    "app, run, bench and rollout can be tried with no model at all.",
                        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--port", type=int, default=8799, help="port on 127.0.0.1 (default 8799; 0: any free one)")
+    p.add_argument("--port", type=port_number, default=8799,
+                   help="port on 127.0.0.1 (default 8799; 0: any free one)")
     p.add_argument("--model", default="fake", help="the model name it lists (default fake)")
     p.set_defaults(func=cmd_fake_server)
 
@@ -62,8 +65,7 @@ def cmd_fake_server(args: argparse.Namespace) -> int:
     try:
         server.start()
     except OSError as exc:
-        print(f"lis-tui fake-server: cannot listen on 127.0.0.1:{args.port}: {exc.strerror}; "
-              "choose another --port (0: any free one)", file=sys.stderr)
+        print(f"lis-tui fake-server: {cannot_listen('127.0.0.1', args.port, exc)}", file=sys.stderr)
         return 1
     print(f"fake model server on {server.base_url} (model {args.model}); try:\n"
           f"  lis-tui run --base-url {server.base_url} --model {args.model} \"any task\"\n"

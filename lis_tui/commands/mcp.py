@@ -8,6 +8,9 @@ import socket
 import sys
 from pathlib import Path
 
+from lis_tui.commands.ports import cannot_listen, port_number
+from tools.terminal_text import safe_terminal_text
+
 
 def add_parsers(sub) -> None:
     from lis_tui.commands.sandbox import add_sandbox_flags  # noqa: PLC0415
@@ -27,7 +30,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--http", action="store_true",
                    help="serve streamable HTTP instead of stdio; clients send the token as a bearer token")
     p.add_argument("--host", default="127.0.0.1", help="with --http: the address to listen on (default loopback)")
-    p.add_argument("--port", type=int, default=0, help="with --http: the port (default: any free one, printed)")
+    p.add_argument("--port", type=port_number, default=0,
+                   help="with --http: the port (default: any free one, printed)")
     p.add_argument("--idle-timeout", type=float, default=1800, metavar="SECONDS",
                    help="with --http: remove a client's sandbox once its session was idle this long, for "
                         "clients that vanish without ending it (default 1800; 0: never)")
@@ -47,7 +51,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         serve_stdio(make())
         return 0
     token = os.environ.get("LIS_MCP_TOKEN") or secrets.token_urlsafe(24)
-    sock = socket.create_server((args.host, args.port))
+    try:
+        sock = socket.create_server((args.host, args.port))
+    except OSError as exc:
+        print(safe_terminal_text(f"lis-tui mcp: {cannot_listen(args.host, args.port, exc)}"), file=sys.stderr)
+        return 1
     host, port = sock.getsockname()[:2]
     print(f"lis-tui mcp: serving http://{host}:{port}/mcp (send Authorization: Bearer <token>)", file=sys.stderr)
     if not os.environ.get("LIS_MCP_TOKEN"):

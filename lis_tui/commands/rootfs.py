@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -46,7 +47,7 @@ def _add_build(sub) -> None:
                        "Ctrl-C or a failure leaves nothing behind.", epilog=_BUILD_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", help="name for the new rootfs")
-    p.add_argument("--suite", default="noble", help="distribution release (default: noble, Ubuntu 24.04)")
+    p.add_argument("--suite", help="distribution release (default: noble, Ubuntu 24.04)")
     p.add_argument("--mirror", help="archive URL (default: archive.ubuntu.com for Ubuntu, "
                    "deb.debian.org for Debian)")
     p.add_argument("--include", action="append", default=[], metavar="PKG,...",
@@ -142,10 +143,46 @@ def _progress(line: str) -> None:
 
 
 def _build(args, store: RootfsStore) -> int:
+    from isolation.rootfs.build import is_ubuntu  # noqa: PLC0415
+
+    suite = args.suite or "noble"
+    if args.suite is None and (refused := _distro_name(args.name, args.mirror)):
+        print(safe_terminal_text(f"lis-tui rootfs build: {refused}"), file=sys.stderr)
+        return 2
+    distro = "Ubuntu" if is_ubuntu(suite, args.mirror) else "Debian"
+    # Minutes of work: say what is built, since the name says nothing of it.
+    print(safe_terminal_text(f"lis-tui rootfs: building {args.name!r}: {distro} {suite} from "
+                             f"{args.mirror or 'its default mirror'}, preset {args.preset} (the name "
+                             "is only a name; --suite and --mirror choose the distribution)"),
+          file=sys.stderr, flush=True)
     include = [pkg for group in args.include for pkg in group.split(",") if pkg]
-    found = store.build(args.name, suite=args.suite, mirror=args.mirror, include=include, preset=args.preset,
+    found = store.build(args.name, suite=suite, mirror=args.mirror, include=include, preset=args.preset,
                         force=args.force, progress=_progress, slim=not args.with_docs)
     return _made(found)
+
+
+_DEBIAN = {"debian", "sid", "forky", "trixie", "bookworm", "bullseye", "buster", "stretch"}
+_NOT_DEBIAN = {"alpine", "fedora", "arch", "archlinux", "centos", "rocky", "rockylinux", "alma",
+               "almalinux", "rhel", "opensuse", "suse", "gentoo", "void", "nixos", "amazonlinux"}
+
+
+def _distro_name(name: str, mirror: str | None) -> str:
+    """Why `name` reads as a distribution that the build without --suite would not make
+    (`build debian` would be Ubuntu noble named debian), with the fix; "" when it does not."""
+    from isolation.rootfs.build import _UBUNTU_FALLBACK  # noqa: PLC0415
+
+    word = re.split(r"[^a-z]", name.lower(), maxsplit=1)[0]
+    if word in _NOT_DEBIAN:
+        return (f"mmdebstrap builds Debian and Ubuntu only, not {word}; import an image of it "
+                f"instead: lis-tui rootfs import {name} image.tar.gz (a docker export, say)")
+    if word in _DEBIAN and not (mirror and "debian" in mirror):
+        suite = word if word != "debian" else "bookworm"
+        return (f"{name!r} is only the new rootfs's name: without --suite it would be Ubuntu noble. "
+                f"For Debian: lis-tui rootfs build {name} --suite {suite} --mirror http://deb.debian.org/debian")
+    if word in _UBUNTU_FALLBACK - {"noble"}:
+        return (f"{name!r} is only the new rootfs's name: without --suite it would be Ubuntu noble. "
+                f"For {word}: lis-tui rootfs build {name} --suite {word}")
+    return ""
 
 
 def _import(args, store: RootfsStore) -> int:

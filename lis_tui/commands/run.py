@@ -7,7 +7,7 @@ import sys
 import threading
 from typing import Any, TextIO
 
-from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, add_tool_format_flag, spec_from_args
+from lis_tui.commands.sandbox import add_agent_flags, add_sandbox_flags, agent_overrides, spec_from_args
 from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
@@ -31,20 +31,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--output-dir", metavar="DIR",
                    help="where answer.txt, files/ and trajectory.json go (must not hold a run)")
     add_sandbox_flags(p)
-    group = add_model_flags(p)
-    group.add_argument("--mode", choices=("sandbox", "llm"),
-                       help="sandbox: the agent with tools (default); llm: one reply, no sandbox")
-    group.add_argument("--temperature", type=float, metavar="T", help="sampling temperature "
-                       "(default: the server's)")
-    group.add_argument("--max-tokens", type=int, metavar="N", help="most tokens in one reply "
-                       "(a small model may otherwise ramble for minutes)")
-    group.add_argument("--max-context-tokens", type=int, metavar="N",
-                       help="stop before the prompt grows past N tokens")
-    group.add_argument("--prompts", metavar="FILE", help="a TOML file replacing built-in prompts")
-    group.add_argument("--observation", choices=("lis-tui", "paper"), help="how tool results "
-                       "read: ours (default), or the paper harness's (exit code, stdout and "
-                       "stderr apart, steps left)")
-    add_tool_format_flag(group)
+    add_agent_flags(p)
     p.add_argument("--apply", action="store_true",
                    help="with --workspace: apply the changes to it at the end, as `lis-tui apply RUN` would "
                         "(held-back ones stay in the run's changes.patch)")
@@ -59,13 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from lis_tui.api import configured_rootfs, run_task  # noqa: PLC0415 (keep --help fast)
     from lis_tui.config import ConfigError, load_config  # noqa: PLC0415
 
-    overrides = {"model.model": args.model, "model.base_url": args.base_url,
-                 "model.temperature": args.temperature, "model.max_tokens": args.max_tokens,
-                 "agent.max_steps": args.max_steps, "agent.mode": args.mode,
-                 "agent.wall_time": args.wall_time, "agent.prompts": args.prompts,
-                 "agent.observation": args.observation, "agent.tool_format": args.tool_format,
-                 "agent.max_context_tokens": args.max_context_tokens,
-                 "network.mode": args.network, "sandbox.rootfs": args.rootfs}
+    overrides = {**agent_overrides(args), "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     try:
         config = load_config(args.profile, overrides)
         spec = None

@@ -56,18 +56,69 @@ def add_model_flags(parser: argparse.ArgumentParser):
     group.add_argument("--base-url", metavar="U", help="OpenAI-compatible server URL, e.g. "
                        "http://localhost:8000/v1 (default: config, $OPENAI_BASE_URL)")
     group.add_argument("--profile", metavar="P", help="a [models.P] profile from the config")
-    group.add_argument("--max-steps", type=int, metavar="N", help="most model calls per task (default 100)")
+    group.add_argument("--max-steps", type=at_least_one, metavar="N",
+                       help="most model calls per task (default 100)")
     group.add_argument("--wall-time", type=float, metavar="S", help="stop a task after S seconds")
     return group
 
 
+def at_least_one(text: str) -> int:
+    """argparse type: a whole number of 1 or more (`--max-steps 0` would stop before the first call)."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
+TOOL_FORMAT_HELP = ("how the model calls tools: OpenAI tools (native), <tool_call> text (hermes), "
+                    "fenced JSON (json), one ```bash block a reply (bash), or auto (default: native, "
+                    "switching when the server or model has none; docs/tool-formats.md)")
+
+# The agent's flags that `run` and the app share, and the setting each sets: one table, so the app
+# takes every flag `run` does and both read them the same way (`agent_overrides`).
+AGENT_FLAGS: tuple[tuple[str, str, dict], ...] = (
+    ("--mode", "agent.mode", {"choices": ("sandbox", "llm"),
+                              "help": "sandbox: the agent with tools (default); llm: one reply, no sandbox"}),
+    ("--temperature", "model.temperature", {"type": float, "metavar": "T",
+                                            "help": "sampling temperature (default: the server's)"}),
+    ("--max-tokens", "model.max_tokens", {"type": int, "metavar": "N", "help": "most tokens in "
+                                          "one reply (a small model may otherwise ramble for minutes)"}),
+    ("--max-context-tokens", "agent.max_context_tokens", {
+        "type": int, "metavar": "N", "help": "stop before the prompt grows past N tokens"}),
+    ("--prompts", "agent.prompts", {"metavar": "FILE", "help": "a TOML file replacing built-in prompts"}),
+    ("--observation", "agent.observation", {"choices": ("lis-tui", "paper"), "help": "how tool results "
+                                            "read: ours (default), or the paper harness's (exit code, "
+                                            "stdout and stderr apart, steps left)"}),
+    ("--tool-format", "agent.tool_format", {"choices": ("auto", "native", "hermes", "json", "bash"),
+                                            "help": TOOL_FORMAT_HELP}),
+)
+_MODEL_FLAG_KEYS = {"model": "model.model", "base_url": "model.base_url",
+                    "max_steps": "agent.max_steps", "wall_time": "agent.wall_time"}
+
+
+def add_agent_flags(parser: argparse.ArgumentParser):
+    """`add_model_flags` and AGENT_FLAGS: every model flag of `run` and the app; returns the group."""
+    group = add_model_flags(parser)
+    for flag, _, keywords in AGENT_FLAGS:
+        group.add_argument(flag, **keywords)
+    return group
+
+
+def agent_overrides(args: argparse.Namespace) -> dict:
+    """The config overrides that `add_agent_flags`'s flags ask for (None: not given)."""
+    overrides = {key: getattr(args, name) for name, key in _MODEL_FLAG_KEYS.items()}
+    for flag, key, _ in AGENT_FLAGS:
+        overrides[key] = getattr(args, flag[2:].replace("-", "_"))
+    return overrides
+
+
 def add_tool_format_flag(group) -> None:
-    """--tool-format, for the commands that run the agent."""
+    """--tool-format, for the commands that run the agent without AGENT_FLAGS (bench, rollout)."""
     group.add_argument("--tool-format", choices=("auto", "native", "hermes", "json", "bash"),
-                       help="how the model calls tools: OpenAI tools (native), <tool_call> text "
-                       "(hermes), fenced JSON (json), one ```bash block a reply (bash), or auto "
-                       "(default: native, switching when the server or model has none; "
-                       "docs/tool-formats.md)")
+                       help=TOOL_FORMAT_HELP)
 
 
 def spec_from_args(args: argparse.Namespace, config=None):
@@ -77,6 +128,7 @@ def spec_from_args(args: argparse.Namespace, config=None):
     from lis_tui.config import configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: PLC0415
     from lis_tui.workspace_config import workspace_options  # noqa: PLC0415
 
+    _check_host_dirs(args)
     if config is None:
         config = load_config()
     if getattr(args, "memory", None) is not None:
@@ -110,6 +162,22 @@ def spec_from_args(args: argparse.Namespace, config=None):
                        workspace=args.workspace, input_dir=args.input_dir, documents_dir=args.documents_dir,
                        env=env, session=getattr(args, "session", None), limits=sandbox_limits(config),
                        nested_userns=config.sandbox.nested_userns, **hosts)
+
+
+def _check_host_dirs(args: argparse.Namespace) -> None:
+    """A folder flag that names no folder is said now, before a run folder is made for a run that
+    could never start."""
+    from isolation import SandboxError  # noqa: PLC0415
+
+    for flag in ("--workspace", "--input-dir", "--documents-dir"):
+        path = getattr(args, flag[2:].replace("-", "_"), None)
+        if not path:
+            continue
+        try:
+            os.close(os.open(os.path.expanduser(path), os.O_RDONLY | os.O_DIRECTORY))
+        except OSError as exc:
+            raise SandboxError(f"{flag} {path!r} is not a directory ({exc.strerror}); give a folder "
+                               f"you can read: {flag} DIR") from None
 
 
 def _saved_session_spec(session: str):

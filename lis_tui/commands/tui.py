@@ -6,7 +6,7 @@ import logging
 import sys
 from pathlib import Path
 
-from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, spec_from_args
+from lis_tui.commands.sandbox import add_agent_flags, add_sandbox_flags, agent_overrides, spec_from_args
 
 
 def add_parsers(sub) -> None:
@@ -19,8 +19,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--output-dir", metavar="DIR", help="where the session's trajectory.json, "
                    "answer.txt and files/ go (default $XDG_DATA_HOME/lis-tui/runs/<time>-<id>/)")
     add_sandbox_flags(p)
-    group = add_model_flags(p)
-    group.add_argument("--mode", choices=("sandbox", "llm"), help="sandbox (default) or llm")
+    group = add_agent_flags(p)  # every model flag of `run`
     group.add_argument("--approve", action="store_true",
                        help="ask before each command (Run / Edit / Skip); F3 toggles it")
     group.add_argument("--no-stream", action="store_true", help="do not stream model replies")
@@ -52,12 +51,13 @@ def cmd_tui(args: argparse.Namespace) -> int:
         return refused
     args.task = args.task_option or args.task
 
-    overrides = {"model.model": args.model, "model.base_url": args.base_url,
-                 "agent.max_steps": args.max_steps, "agent.mode": args.mode,
-                 "agent.wall_time": args.wall_time, "network.mode": args.network,
-                 "sandbox.rootfs": args.rootfs}
+    overrides = {**agent_overrides(args), "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     try:
         config = load_config(args.profile, overrides)
+        if config.agent.prompts:  # a bad --prompts file: said here, not after the app opened
+            from lis_tui.prompts import load_prompts  # noqa: PLC0415
+
+            load_prompts(config.agent.prompts)
     except ConfigError as exc:
         print(f"lis-tui tui: {exc}", file=sys.stderr)
         return 2

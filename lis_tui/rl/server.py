@@ -76,8 +76,9 @@ class EnvServer(ThreadingHTTPServer):
     request_queue_size = 1024  # hundreds of trainers' workers connect at once
 
     def __init__(self, address: tuple[str, int], pool: EnvPool, config: ServerConfig) -> None:
-        super().__init__(address, _Handler)
+        # Set before binding: a port that cannot be had closes the server at once (server_close).
         self.pool, self.settings = pool, config
+        super().__init__(address, _Handler)
         self._open, self._open_lock, self._full = 0, threading.Lock(), False
 
     def server_close(self) -> None:

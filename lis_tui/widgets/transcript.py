@@ -75,6 +75,10 @@ class Transcript(VerticalScroll):
     def _on_NetworkRefused(self, e: ev.NetworkRefused) -> None:
         self.mount(NoticeBlock(f"Network: {e.text}", "warning"))
 
+    def _on_ToolFormatChanged(self, e: ev.ToolFormatChanged) -> None:
+        self.mount(NoticeBlock(f"Tool format: {e.old} -> {e.new} ({e.reason}; --tool-format "
+                               f"{e.new} starts there)"))
+
     def _on_ToolStarted(self, e: ev.ToolStarted) -> None:
         block = ToolBlock(e.call.name, e.arguments, e.call.arguments)
         self._tools[(e.step, e.index)] = self.last_tool = block

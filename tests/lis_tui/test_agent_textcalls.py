@@ -204,15 +204,40 @@ def test_auto_switches_at_once_on_llama_cpps_500_for_tools_without_jinja(tmp_pat
     assert ["tools" in r.body for r in requests] == [True, False]  # not retried: it would not change
 
 
-def test_auto_switches_after_two_replies_written_as_text(tmp_path):
-    script = [reply(hermes("execute_bash", {"command": "echo early"})),
-              reply(hermes("execute_bash", {"command": f"echo 42 > {ANSWER}"})), reply(hermes("submit"))]
+def test_auto_runs_the_first_call_written_as_text_and_says_so(tmp_path):
+    """The model's first <tool_call> runs: answering "Your reply called no tool" would be false."""
+    log = io.StringIO()
+    script = [reply(hermes("execute_bash", {"command": f"echo 42 > {ANSWER}"})), reply(hermes("submit"))]
+    result, requests, trajectory = run(script, tmp_path, "auto", listener=StepLog(log))
+    assert (result.answer, result.finish_reason) == ("42", "submitted") and len(requests) == 2
+    assert "tools" in requests[0].body and "tools" not in requests[1].body
+    assert not trajectory["steps"][0]["nudged"]
+    assert ran(trajectory)[0] == ("execute_bash", {"command": f"echo 42 > {ANSWER}"})
+    assert "called no tool" not in json.dumps(requests[1].messages)
+    assert requests[1].messages[-1]["role"] == "user" and "<tool_response>" in requests[1].messages[-1]["content"]
+    # the model answered the first prompt as it was: it is not rewritten behind it
+    assert requests[1].messages[0] == requests[0].messages[0] == trajectory["messages"][0]
+    assert trajectory["tool_format_switch"]["step"] == 1 and trajectory["tool_format"] == "hermes"
+    assert "tool format: native -> hermes (the model wrote a tool call as hermes text; it runs" in log.getvalue()
+
+
+def test_auto_runs_a_first_fenced_json_call_too(tmp_path):
+    script = [reply("Let me write it.\n" + fenced({"name": "execute_bash",
+                                                     "arguments": {"command": f"echo 7 > {ANSWER}"}})),
+              reply(fenced({"name": "submit", "arguments": {}}))]
+    result, _, trajectory = run(script, tmp_path, "auto")
+    assert (result.answer, trajectory["tool_format"]) == ("7", "json")
+    assert not trajectory["steps"][0]["nudged"]
+
+
+def test_auto_switches_to_bash_only_after_two_bash_blocks(tmp_path):
+    """A bash block may be an example in prose: the first is nudged, the second switches and runs."""
+    script = [reply("Try:\n" + sh("echo early")), reply(sh(f"echo 42 > {ANSWER}")), reply(sh("submit"))]
     result, requests, trajectory = run(script, tmp_path, "auto")
     assert (result.answer, result.finish_reason) == ("42", "submitted")
     assert "tools" in requests[1].body and "tools" not in requests[2].body
     assert trajectory["steps"][0]["nudged"] and trajectory["steps"][0]["tool_calls"] == []
-    assert trajectory["tool_format_switch"]["step"] == 2 and trajectory["tool_format"] == "hermes"
-    assert requests[2].messages[-1]["role"] == "user" and "<tool_response>" in requests[2].messages[-1]["content"]
+    assert trajectory["tool_format_switch"]["step"] == 2 and trajectory["tool_format"] == "bash"
 
 
 def test_auto_does_not_switch_on_a_400_once_tools_were_accepted(tmp_path):

@@ -77,7 +77,7 @@ NLTK_RESOURCES = ("tokenizers/punkt", "tokenizers/punkt_tab",
 NLTK_DATA = ("python -m nltk.downloader punkt punkt_tab averaged_perceptron_tagger_eng "
              "stopwords")
 FALLBACK_NOTE = ("instruct_follow scored with lis-tui's own IFEval-style checks, not IFBench's "
-                 "as in the paper (for those: {hint})")
+                 "as in the paper (for those: `{hint}`)")
 
 
 Checks = dict[str, Callable[[str, dict], bool]]
