@@ -139,7 +139,10 @@ def _entries(change: Change, site: _Site, out: BinaryIO, saved: SavedPatch) -> b
 
 def _delete_tree(site: _Site, path: str, out: BinaryIO, saved: SavedPatch) -> None:
     def gone(change: Change, below: _Site | None) -> None:
-        if below is not None and not change.path.endswith("/"):
+        if any(_is_git(name) for name in change.path.split("/")):  # git apply refuses the whole patch for one
+            if not change.path.endswith("/"):
+                saved.unsaved.append(f"{change.path} (in a repository's own folder: git apply never removes it)")
+        elif below is not None and not change.path.endswith("/"):
             if _entries(change, below, out, saved):
                 saved.paths.append(change.path)
         elif below is None:

@@ -24,6 +24,7 @@ from lis_tui.events import (Listeners, RunFinished, RunStarted, RunUsage, ToolFi
                              ToolStarted, network_listener)
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts
+from lis_tui.run_changes import save_changes
 from lis_tui.runs import app_runs_dir
 from lis_tui.trajectory import TrajectoryWriter, export_output
 
@@ -212,6 +213,8 @@ class Conversation:
             files = _quietly(export_output, self._sandbox, self.out / "files", self.spec.places.output) or {}
             if self._writer is not None:
                 self._writer.update(files=files.get("files", []))
+            if self._sandbox.spec.workspace is not None:  # what was not applied stays: lis-tui apply RUN
+                _quietly(save_changes, self._sandbox, self.out)
         self._close_parts()
 
     def _close_parts(self) -> None:

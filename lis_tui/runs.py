@@ -90,9 +90,11 @@ class RunSummary:
         return self.name.rsplit("-", 1)[-1]
 
 
-def list_runs(places: Iterable[Path] | None = None, indexed: bool = True) -> list[RunSummary]:
-    """Every run found in `places` (default_places() if None), and with `indexed` those of the
-    index, newest first."""
+def list_runs(places: Iterable[Path] | None = None, indexed: bool | None = None) -> list[RunSummary]:
+    """Every run found in `places` (default_places() if None), and with `indexed` (by default when
+    `places` is None) those the index names, newest first."""
+    if indexed is None:
+        indexed = places is None
     found: dict[Path, RunSummary] = {}
     entries = [entry for place in (places if places is not None else default_places())
                for entry in _children(Path(place))]

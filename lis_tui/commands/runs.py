@@ -42,7 +42,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                   "give the folder that holds the runs (a run's --output-dir parent)", file=sys.stderr)
             return 2
     places = default_places() + given
-    runs = list_runs(places)
+    runs = list_runs(places, indexed=True)
     shown = runs if args.limit <= 0 else runs[:args.limit]
     if args.json:
         for run in shown:

@@ -291,3 +291,25 @@ def test_commits_made_inside_are_one_item_fetched_into_a_branch(tmp_path):
     log = subprocess.run(["git", "log", "--format=%s", "lis-tui/out"], cwd=ws, capture_output=True, text=True)
     assert log.stdout.split("\n")[:2] == ["model: more", "start"]
     assert (ws / "a.txt").read_text() == "old\n" and (tmp_path / "out" / "commits.bundle").is_file()
+
+
+@pytest.mark.sandbox
+def test_what_was_not_applied_is_kept_as_a_patch_when_the_app_closes(tmp_path):
+    import shutil
+    import subprocess
+
+    ws = workspace(tmp_path)
+
+    async def scenario():
+        with FakeOpenAI([reply(tool_calls=[bash(EDIT)]), submit()]) as server:
+            app = app_for(server, tmp_path, ws)
+            async with app.run_test(size=(80, 24)) as pilot:
+                await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
+
+    run(scenario())
+    patch = tmp_path / "out" / "changes.patch"
+    assert b"+++ b/b.txt" in patch.read_bytes() and (ws / "a.txt").read_text() == "old\n"
+    copy = tmp_path / "copy"
+    shutil.copytree(ws, copy)
+    subprocess.run(["git", "apply", str(patch)], cwd=copy, check=True)
+    assert (copy / "a.txt").read_text() == "new\n" and (copy / "b.txt").read_text() == "hi\n"
