@@ -283,7 +283,7 @@ def admit(limits, on_tmpfs: bool, default_disk: int | None):
                            "config, or keep the layers on disk (--disk-on disk)")
     if room < (MIN_DISK if on_tmpfs else SLACK):
         raise SandboxError(f"cannot start another sandbox: the memory budget of all sandboxes' files "
-                           f"({_size(budget)}) is in use ({_size(use)} by {_count(entries)} sandboxes, "
+                           f"({_size(budget)}) is in use ({_size(use)} by {_sandboxes(entries)}, "
                            f"{_size(mem.get('MemAvailable', 0))} of memory available): close some, raise tmpfs_budget "
                            "in [sandbox] of the config, or keep the layers on disk (--disk-on disk)")
     if on_tmpfs and limits.disk and limits.disk > room:  # overcommitted, but never past the whole budget
@@ -298,6 +298,11 @@ def _count(entries: dict[str, dict]) -> int:
     return sum(entry.get("sandboxes", 0) for entry in entries.values())
 
 
+def _sandboxes(entries: dict[str, dict]) -> str:
+    count = _count(entries)
+    return f"{count} sandbox" if count == 1 else f"{count} sandboxes"
+
+
 # ---- the pass --------------------------------------------------------------------------------
 
 class _Tracker:
@@ -307,12 +312,16 @@ class _Tracker:
         self.sandboxes: weakref.WeakSet = weakref.WeakSet()
         self.shrunk: weakref.WeakSet = weakref.WeakSet()
         self.lock = threading.Lock()
-        self.use = 0
+        self.costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # sandbox -> what it held at the last pass
         self.tight = False
         self.last: tuple[float, int] | None = None  # (time, the user's whole use) of the last pass
         self.state: dict = {}  # the last pass's budget, use and floor, for doctor and the notes
         self.wake = threading.Event()  # a new sandbox: measured at once
         threading.Thread(target=self._loop, name="lis-tmpfs-budget", daemon=True).start()
+
+    @property
+    def use(self) -> int:
+        return sum(self.costs.values())
 
     def entry(self) -> dict:
         return {"use": self.use, "sandboxes": len(self.sandboxes), "budget": self.state.get("budget", 0)}
@@ -333,7 +342,11 @@ class _Tracker:
         """One pass; returns the pause before the next."""
         with self.lock:
             sandboxes = [s for s in self.sandboxes if s.running]
-        self.use = sum(cost(fs) for s in sandboxes for fs in usage(s).values())
+        for sandbox in sandboxes:
+            found = sum(cost(fs) for fs in usage(sandbox).values())
+            with self.lock:
+                if sandbox in self.sandboxes:  # not closed meanwhile
+                    self.costs[sandbox] = found
         mem = meminfo()
         try:
             entries = exchange(self.entry() if sandboxes else None)
@@ -390,6 +403,7 @@ def untrack(sandbox) -> None:
         with _tracker.lock:
             _tracker.sandboxes.discard(sandbox)
             _tracker.shrunk.discard(sandbox)
+            _tracker.costs.pop(sandbox, None)
 
 
 def note(sandbox) -> str:
@@ -402,7 +416,7 @@ def note(sandbox) -> str:
         return ""
     state = _tracker.state
     return (f"the memory budget of all sandboxes' files ({_size(state.get('budget', 0))}) is reached "
-            f"({_size(state.get('use', 0))} in use by {state.get('sandboxes', 0)} sandboxes, or the machine's "
+            f"({_size(state.get('use', 0))} in use by {state.get('sandboxes', 0)} of them, or the machine's "
             f"free memory is near its floor): writing more to {', '.join(full)} fails with \"No space left on "
             "device\" until files are removed or other sandboxes end. For more, raise tmpfs_budget in [sandbox] "
             "of the config, or keep the layers on disk (--disk-on disk)")
@@ -422,7 +436,7 @@ def status() -> dict:
 
 
 def _size(n: int) -> str:
-    for unit, scale in (("G", GiB), ("M", MiB), ("K", 1 << 10)):
+    for unit, scale in (("T", 1 << 40), ("G", GiB), ("M", MiB), ("K", 1 << 10)):
         if abs(n) >= scale:
             return f"{n / scale:.3g}{unit}"
     return f"{n}B"
