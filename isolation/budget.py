@@ -47,6 +47,9 @@ MIN_MARGIN = 32 * MiB
 MIN_DISK = 16 * MiB  # a start left less than this for its layers is refused
 SLACK = 2 * MiB  # a shrunk tmpfs keeps this much room, so that a write racing the shrink cannot fail it
 PAUSE = (0.02, 1.0)  # seconds between two passes: the fastest and the slowest
+NOTICE = 0.25  # seconds: the band is at least what the sandboxes write in this long, at the last pass's rate
+NEAR = 4  # within this many bands of the bound, a growing sandbox's contexts are picked ahead
+MAX_HELD = 256  # sandboxes whose contexts are held at once (descriptors: one per tmpfs)
 WRITE_RATE = 4 * GiB  # bytes a second the sandboxes together may write into tmpfs: a pass comes before they cross
 DUTY = 0.1
 FULL_MARGIN = 64 << 10  # a tmpfs with less free than this is full
@@ -235,35 +238,38 @@ def cost(fs: os.statvfs_result) -> int:
     return (fs.f_blocks - fs.f_bfree) * fs.f_frsize + (fs.f_files - fs.f_ffree) * INODE_COST
 
 
-def _resize(sandbox, shrink: bool) -> None:
-    """Shrink each budgeted tmpfs of the sandbox to what it holds now (plus SLACK), or give each
-    its own size back. A shrink that a write outran (EINVAL: the kernel then refuses that context)
-    is left for the next pass."""
-    mounts = _mounts(sandbox)
-    paths = [path for path in mounts if path]
-    if "" in mounts:
+def pick(sandbox) -> list[tuple[str, int]]:
+    """(mount, resize context) for each budgeted tmpfs of the sandbox: made by a fork joined to it
+    (spawn.Zygote.pick), so a few milliseconds; the caller closes them."""
+    paths = [path for path in _mounts(sandbox) if path]
+    if sandbox._on_tmpfs:
         with sandbox._file_op(sandbox._dup_rw) as layers:
-            contexts = sandbox._zygote.pick(paths, layers)
-    else:
-        contexts = sandbox._zygote.pick(paths)
-    try:
-        for path, context in zip([p for p in mounts if p == ""] + paths, contexts):
-            size, inodes = mounts[path]
-            if shrink:
-                fs = usage(sandbox).get(path)
-                if fs is None:
-                    continue
-                options = {"size": (fs.f_blocks - fs.f_bfree) * fs.f_frsize + SLACK,
-                           "nr_inodes": fs.f_files - fs.f_ffree + SLACK // INODE_COST}
-            else:
-                options = {"size": size or "50%", **({"nr_inodes": inodes} if inodes is not None else {})}
-            try:
-                linux.reconfigure(context, options)
-            except OSError as exc:
-                log.info("could not resize %s of sandbox %s: %s", path or "its layers", sandbox.pid, exc)
-    finally:
-        for context in contexts:
+            return list(zip(["", *paths], sandbox._zygote.pick(paths, layers)))
+    return list(zip(paths, sandbox._zygote.pick(paths)))
+
+
+def resize(sandbox, contexts: list[tuple[str, int]], shrink: bool) -> list[tuple[str, int]]:
+    """Shrink each tmpfs to what it holds now (plus SLACK), or give each its own size back; the
+    contexts still usable. One that a write outran (EINVAL, a shrink below what it holds by now)
+    is spent: closed here, and the next pass picks again."""
+    mounts, found = _mounts(sandbox), usage(sandbox) if shrink else {}
+    kept = []
+    for path, context in contexts:
+        size, inodes = mounts[path]
+        fs = found.get(path)
+        if shrink and fs is not None:
+            options = {"size": (fs.f_blocks - fs.f_bfree) * fs.f_frsize + SLACK,
+                       "nr_inodes": fs.f_files - fs.f_ffree + SLACK // INODE_COST}
+        else:
+            options = {"size": size or "50%", **({"nr_inodes": inodes} if inodes is not None else {})}
+        try:
+            linux.reconfigure(context, options)
+        except OSError as exc:
+            log.info("could not resize %s of sandbox %s: %s", path or "its layers", sandbox.pid, exc)
             os.close(context)
+            continue
+        kept.append((path, context))
+    return kept
 
 
 # ---- admission -------------------------------------------------------------------------------
@@ -314,7 +320,8 @@ class _Tracker:
         self.lock = threading.Lock()
         self.costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # sandbox -> what it held at the last pass
         self.tight = False
-        self.last: tuple[float, int] | None = None  # (time, the user's whole use) of the last pass
+        self.last: tuple[float, int, int] | None = None  # (time, the user's whole use, MemAvailable) of the last pass
+        self.contexts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # sandbox -> its picked contexts
         self.state: dict = {}  # the last pass's budget, use and floor, for doctor and the notes
         self.wake = threading.Event()  # a new sandbox: measured at once
         threading.Thread(target=self._loop, name="lis-tmpfs-budget", daemon=True).start()
@@ -342,10 +349,12 @@ class _Tracker:
         """One pass; returns the pause before the next."""
         with self.lock:
             sandboxes = [s for s in self.sandboxes if s.running]
+        growth = {}
         for sandbox in sandboxes:
             found = sum(cost(fs) for fs in usage(sandbox).values())
             with self.lock:
                 if sandbox in self.sandboxes:  # not closed meanwhile
+                    growth[sandbox] = found - self.costs.get(sandbox, found)
                     self.costs[sandbox] = found
         mem = meminfo()
         try:
@@ -353,33 +362,64 @@ class _Tracker:
         except (OSError, SandboxError) as exc:  # a corrupt ledger: the floor and our own use still bound us
             log.warning("%s", exc)
             entries = {"": {"use": self.use, "sandboxes": len(sandboxes)}}
-        use, now = held(entries), time.monotonic()
+        use, now, free = held(entries), time.monotonic(), mem.get("MemAvailable", 0)
         budget, floor = budget_now(mem, use), floor_now(mem)
-        band = margin(budget)
-        left = min(budget - use, mem.get("MemAvailable", 0) - floor)
-        self.state = {"budget": budget, "use": use, "floor": floor, "sandboxes": _count(entries),
-                      "available": mem.get("MemAvailable", 0)}
+        if self.last is None:
+            rate = 0.0
+        else:  # the faster of the sandboxes' growth and MemAvailable's fall
+            took = max(now - self.last[0], 1e-3)
+            rate = max(0.0, (use - self.last[1]) / took, (self.last[2] - free) / took)
+        self.last = (now, use, free)
+        band = max(margin(budget), int(rate * NOTICE))
+        left = min(budget - use, free - floor)
+        self.state = {"budget": budget, "use": use, "floor": floor, "sandboxes": _count(entries), "available": free}
         if not self.tight and left < band:
             self.tight = True
         elif self.tight and left > 2 * band:
             self.tight = False
-        for sandbox in sandboxes:
+        # The writers first: the shrink reaches the fastest before the others.
+        for sandbox in sorted(sandboxes, key=lambda s: -growth.get(s, 0)):
             if self.tight != (sandbox in self.shrunk):
                 self._resize(sandbox)
-        rate = 0.0 if self.last is None else max(0.0, (use - self.last[1]) / max(now - self.last[0], 1e-3))
-        self.last = (now, use)
+            elif left < NEAR * band and growth.get(sandbox, 0) > 0 and sandbox not in self.contexts \
+                    and len(self.contexts) < MAX_HELD:
+                self._hold(sandbox)  # ready before the bound: its shrink will cost no fork then
+        if not self.tight and left > 2 * NEAR * band:
+            for sandbox in list(self.contexts):
+                self._release(sandbox)
         if not sandboxes:
             return PAUSE[1]
         # The next pass before the sandboxes, writing as fast as a tmpfs takes it (or as just now,
         # if faster), could cross into the band.
         return min(PAUSE[1], max(PAUSE[0], (left - band) / max(2 * rate, WRITE_RATE)))
 
+    def _hold(self, sandbox) -> None:
+        try:
+            self._keep(sandbox, pick(sandbox))
+        except (OSError, SandboxError, SpawnError, AttributeError) as exc:  # closed meanwhile, or a failed fork
+            log.info("could not pick sandbox %s's tmpfs: %s", sandbox.pid, exc)
+
+    def _keep(self, sandbox, contexts: list[tuple[str, int]]) -> None:
+        """Hold a sandbox's contexts, unless it closed meanwhile: they hold its tmpfs, whose memory
+        goes back only once the last of them is closed."""
+        with self.lock:
+            if sandbox in self.sandboxes and len(self.contexts) < MAX_HELD:
+                self.contexts[sandbox], contexts = contexts, []
+        for _, context in contexts:
+            os.close(context)
+
+    def _release(self, sandbox) -> None:
+        for _, context in self.contexts.pop(sandbox, ()):
+            os.close(context)
+
     def _resize(self, sandbox) -> None:
         try:
-            _resize(sandbox, shrink=self.tight)
+            contexts = self.contexts.pop(sandbox, None) or pick(sandbox)
+            contexts = resize(sandbox, contexts, shrink=self.tight)
         except (OSError, SandboxError, SpawnError, AttributeError) as exc:  # closed meanwhile, or a failed fork
             log.info("could not resize sandbox %s: %s", sandbox.pid, exc)
             return
+        self._keep(sandbox, contexts)  # for the way back, or the next shrink
         (self.shrunk.add if self.tight else self.shrunk.discard)(sandbox)
 
 
@@ -404,6 +444,7 @@ def untrack(sandbox) -> None:
             _tracker.sandboxes.discard(sandbox)
             _tracker.shrunk.discard(sandbox)
             _tracker.costs.pop(sandbox, None)
+            _tracker._release(sandbox)
 
 
 def note(sandbox) -> str:
