@@ -47,8 +47,8 @@ MIN_MARGIN = 32 * MiB
 MIN_DISK = 16 * MiB  # a start left less than this for its layers is refused
 SLACK = 2 * MiB  # a shrunk tmpfs keeps this much room, so that a write racing the shrink cannot fail it
 PAUSE = (0.02, 1.0)  # seconds between two passes: the fastest and the slowest
-NOTICE = 0.25  # seconds: the band is at least what the sandboxes write in this long, at the last pass's rate
-NEAR = 4  # within this many bands of the bound, a growing sandbox's contexts are picked ahead
+NOTICE = 0.1  # seconds: the band is at least what the sandboxes write in this long, at the last pass's rate
+NEAR = 8  # within this many bands of the bound, a growing sandbox's contexts are picked ahead
 MAX_HELD = 256  # sandboxes whose contexts are held at once (descriptors: one per tmpfs)
 WRITE_RATE = 4 * GiB  # bytes a second the sandboxes together may write into tmpfs: a pass comes before they cross
 DUTY = 0.1
@@ -320,6 +320,7 @@ class _Tracker:
         self.lock = threading.Lock()
         self.costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # sandbox -> what it held at the last pass
         self.tight = False
+        self.tight_band = 0  # the band when the sizes were shrunk: they come back past twice it
         self.last: tuple[float, int, int] | None = None  # (time, the user's whole use, MemAvailable) of the last pass
         self.contexts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # sandbox -> its picked contexts
         self.state: dict = {}  # the last pass's budget, use and floor, for doctor and the notes
@@ -337,16 +338,16 @@ class _Tracker:
         while True:
             start = time.monotonic()
             try:
-                pause = self.once()
+                pause, near = self.once()
             except Exception as exc:  # noqa: BLE001 (this thread must go on)
                 log.warning("the memory budget's pass failed: %s", exc)
-                pause = PAUSE[1]
-            took = time.monotonic() - start
-            self.wake.wait(max(pause, took * (1 - DUTY) / DUTY))
+                pause, near = PAUSE[1], False
+            took = time.monotonic() - start  # near the bound, the bound comes first
+            self.wake.wait(pause if near else max(pause, took * (1 - DUTY) / DUTY))
             self.wake.clear()
 
-    def once(self) -> float:
-        """One pass; returns the pause before the next."""
+    def once(self) -> tuple[float, bool]:
+        """One pass; returns the pause before the next, and whether the bound is near."""
         with self.lock:
             sandboxes = [s for s in self.sandboxes if s.running]
         growth = {}
@@ -374,8 +375,8 @@ class _Tracker:
         left = min(budget - use, free - floor)
         self.state = {"budget": budget, "use": use, "floor": floor, "sandboxes": _count(entries), "available": free}
         if not self.tight and left < band:
-            self.tight = True
-        elif self.tight and left > 2 * band:
+            self.tight, self.tight_band = True, band
+        elif self.tight and left > 2 * max(band, self.tight_band):  # not as soon as the writers stop
             self.tight = False
         # The writers first: the shrink reaches the fastest before the others.
         for sandbox in sorted(sandboxes, key=lambda s: -growth.get(s, 0)):
@@ -388,10 +389,10 @@ class _Tracker:
             for sandbox in list(self.contexts):
                 self._release(sandbox)
         if not sandboxes:
-            return PAUSE[1]
+            return PAUSE[1], False
         # The next pass before the sandboxes, writing as fast as a tmpfs takes it (or as just now,
         # if faster), could cross into the band.
-        return min(PAUSE[1], max(PAUSE[0], (left - band) / max(2 * rate, WRITE_RATE)))
+        return min(PAUSE[1], max(PAUSE[0], (left - band) / max(2 * rate, WRITE_RATE))), left < NEAR * band
 
     def _hold(self, sandbox) -> None:
         try:
