@@ -251,7 +251,7 @@ def pick(sandbox) -> list[tuple[str, int]]:
 def resize(sandbox, contexts: list[tuple[str, int]], shrink: bool) -> list[tuple[str, int]]:
     """Shrink each tmpfs to what it holds now (plus SLACK), or give each its own size back; the
     contexts still usable. One that a write outran (EINVAL, a shrink below what it holds by now)
-    is spent: closed here, and the next pass picks again."""
+    is spent: closed here, and left out, so the next pass picks again and resizes once more."""
     mounts, found = _mounts(sandbox), usage(sandbox) if shrink else {}
     kept = []
     for path, context in contexts:
@@ -371,7 +371,7 @@ class _Tracker:
             took = max(now - self.last[0], 1e-3)
             rate = max(0.0, (use - self.last[1]) / took, (self.last[2] - free) / took)
         self.last = (now, use, free)
-        band = max(margin(budget), int(rate * NOTICE))
+        band = max(margin(budget), min(int(rate * NOTICE), budget // 8))  # the way back stays reachable
         left = min(budget - use, free - floor)
         self.state = {"budget": budget, "use": use, "floor": floor, "sandboxes": _count(entries), "available": free}
         if not self.tight and left < band:
@@ -416,11 +416,14 @@ class _Tracker:
     def _resize(self, sandbox) -> None:
         try:
             contexts = self.contexts.pop(sandbox, None) or pick(sandbox)
+            count = len(contexts)
             contexts = resize(sandbox, contexts, shrink=self.tight)
         except (OSError, SandboxError, SpawnError, AttributeError) as exc:  # closed meanwhile, or a failed fork
             log.info("could not resize sandbox %s: %s", sandbox.pid, exc)
             return
         self._keep(sandbox, contexts)  # for the way back, or the next shrink
+        if len(contexts) < count:  # one was outrun: all of them again, next pass
+            return
         (self.shrunk.add if self.tight else self.shrunk.discard)(sandbox)
 
 
