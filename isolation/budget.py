@@ -29,6 +29,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import threading
 import time
 import weakref
@@ -55,16 +56,17 @@ DUTY = 0.1
 FULL_MARGIN = 64 << 10  # a tmpfs with less free than this is full
 
 
+_MEMINFO = re.compile(rb"^(MemTotal|MemAvailable|SwapTotal|SwapFree):\s+(\d+)", re.M)
+
+
 def meminfo() -> dict[str, int]:
-    """/proc/meminfo's counts, in bytes."""
-    found = {}
-    with open("/proc/meminfo", encoding="ascii") as lines:
-        for line in lines:
-            name, _, value = line.partition(":")
-            parts = value.split()
-            if parts:
-                found[name] = int(parts[0]) << 10
-    return found
+    """MemTotal, MemAvailable, SwapTotal and SwapFree, in bytes (read on every start: kept cheap)."""
+    fd = os.open("/proc/meminfo", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, 1 << 14)
+    finally:
+        os.close(fd)
+    return {name.decode(): int(value) << 10 for name, value in _MEMINFO.findall(data)}
 
 
 def parse_size(text: str | int, what: str) -> int:
@@ -158,16 +160,19 @@ def _alive(pid: str, entry: dict) -> bool:
     return pid.isdigit() and _start_time(int(pid)) == entry.get("start")
 
 
-def exchange(mine: dict | None, path: str | None = None) -> dict[str, dict]:
+def exchange(mine: dict | None, path: str | None = None, write: bool = True) -> dict[str, dict]:
     """Write this process's entry (None: remove it) and return every live process's, ours
-    included, dropping those of dead processes. SandboxError, in one line, for a corrupt ledger."""
+    included, dropping those of dead processes (`write` False: only read, under a shared lock).
+    SandboxError, in one line, for a corrupt ledger."""
     path = path or ledger_path()
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
         data = os.pread(fd, 1 << 20, 0)
         entries = _parse(data, path) if data.strip() else {}
         entries = {pid: entry for pid, entry in entries.items() if _alive(pid, entry)}
+        if not write:
+            return entries
         me = str(os.getpid())
         if mine is None:
             entries.pop(me, None)
@@ -279,7 +284,9 @@ def admit(limits, on_tmpfs: bool, default_disk: int | None):
     room left; SandboxError in one line when it has none, or when the disk limit asked for is
     larger than the whole budget (`default_disk`: the default's, which shrinks instead)."""
     mem = meminfo()
-    entries = exchange(_tracker.entry() if _tracker else None)
+    entries = exchange(None, write=False)
+    if _tracker is not None:  # ours as they are now, not as the last pass wrote them
+        entries[str(os.getpid())] = _tracker.entry()
     use = held(entries)
     budget = budget_now(mem, use)
     room = min(budget - margin(budget) - use, mem.get("MemAvailable", 0) - floor_now(mem) - margin(budget))
@@ -292,6 +299,8 @@ def admit(limits, on_tmpfs: bool, default_disk: int | None):
                            f"({_size(budget)}) is in use ({_size(use)} by {_sandboxes(entries)}, "
                            f"{_size(mem.get('MemAvailable', 0))} of memory available): close some, raise tmpfs_budget "
                            "in [sandbox] of the config, or keep the layers on disk (--disk-on disk)")
+    if _tracker is not None and room < NEAR * margin(budget):  # near the bound: measured at once, not in a second
+        _tracker.wake.set()
     if on_tmpfs and limits.disk and limits.disk > room:  # overcommitted, but never past the whole budget
         from dataclasses import replace  # noqa: PLC0415
 
@@ -439,7 +448,6 @@ def track(sandbox) -> None:
             _tracker = _Tracker()
     with _tracker.lock:
         _tracker.sandboxes.add(sandbox)
-    _tracker.wake.set()
 
 
 def untrack(sandbox) -> None:
