@@ -6,10 +6,9 @@ GiB), so their sum is bounded here, against the budget (default: BUDGET_SHARE of
 plus free swap plus what the sandboxes hold now; [sandbox] tmpfs_budget, LIS_TMPFS_BUDGET) and
 against the floor (MemAvailable must stay above it).
 
-- The ledger: one small file per user (in the runtime directory, `ledger_path`), locked with
-  flock, where each lis-tui process writes what its sandboxes hold (their tmpfs's used blocks and
-  inodes, INODE_COST each) on every pass. An entry whose process is gone (its pid dead or reused)
-  is dropped by whoever reads it: a crashed process's share is freed.
+- The ledger (ledger.py): one small file per user, where each lis-tui process writes what its
+  sandboxes' tmpfs hold (used blocks, and INODE_COST a file: tmpfs.py) on every pass; a crashed
+  process's share is freed.
 - A start (`admit`) is refused in one line when the budget has no room left, and gets a smaller
   disk when it has less than the disk limit asks for; a disk limit larger than the whole budget
   is refused.
@@ -24,9 +23,6 @@ against the floor (MemAvailable must stay above it).
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import logging
 import os
 import re
@@ -34,19 +30,19 @@ import threading
 import time
 import weakref
 
-from .spawn import SpawnError, linux
-from .spec import SandboxError, tmpfs_inodes, tmpfs_sizes
+from .ledger import exchange, held, ledger_path
+from .spawn import SpawnError
+from .spec import SandboxError
+from .tmpfs import INODE_COST, SLACK, cost, pick, resize, usage  # noqa: F401 (INODE_COST: the doc's)
 
 log = logging.getLogger(__name__)
 MiB, GiB = 1 << 20, 1 << 30
 BUDGET_SHARE = 0.5
 """Of MemAvailable plus free swap (plus what the sandboxes hold already): the default budget. Half
 leaves the other half to the sandboxes' processes (pip, a compiler, a test suite) and the user's."""
-INODE_COST = 1 << 10  # kernel memory of one tmpfs file, its inode and name (about 850 bytes measured)
 MARGIN_SHARE = 1 / 32  # of the budget: the band below it where the sizes are shrunk
 MIN_MARGIN = 32 * MiB
 MIN_DISK = 16 * MiB  # a start left less than this for its layers is refused
-SLACK = 2 * MiB  # a shrunk tmpfs keeps this much room, so that a write racing the shrink cannot fail it
 PAUSE = (0.02, 1.0)  # seconds between two passes: the fastest and the slowest
 NOTICE = 0.1  # seconds: the band is at least what the sandboxes write in this long, at the last pass's rate
 NEAR = 8  # within this many bands of the bound, a growing sandbox's contexts are picked ahead
@@ -123,158 +119,6 @@ def floor_now(mem: dict[str, int]) -> int:
 
 def margin(budget: int) -> int:
     return max(MIN_MARGIN, int(budget * MARGIN_SHARE))
-
-
-# ---- the ledger ------------------------------------------------------------------------------
-
-def ledger_path() -> str:
-    """The user's ledger: in the runtime directory ($XDG_RUNTIME_DIR, /run/user/UID), else in a
-    folder of the user's own under /tmp; LIS_TMPFS_LEDGER names another."""
-    if os.environ.get("LIS_TMPFS_LEDGER"):
-        return os.environ["LIS_TMPFS_LEDGER"]
-    uid = os.geteuid()
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{uid}"
-    if os.path.isdir(runtime) and os.stat(runtime).st_uid == uid:
-        folder = os.path.join(runtime, "lis-tui")
-    else:
-        folder = f"/tmp/lis-tui-{uid}"
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(folder, 0o700)
-    st = os.lstat(folder)
-    if st.st_uid != uid or st.st_mode & 0o077 or not os.path.isdir(folder) or os.path.islink(folder):
-        raise SandboxError(f"{folder} is not a private folder of this user's (another user's, a link, or open to "
-                           f"others): remove it (rm -r {folder}), or name another with LIS_TMPFS_LEDGER=PATH")
-    return os.path.join(folder, "tmpfs-budget.json")
-
-
-def _start_time(pid: int) -> int | None:
-    """A process's start time (clock ticks since boot): a pid reused later has another."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _alive(pid: str, entry: dict) -> bool:
-    return pid.isdigit() and _start_time(int(pid)) == entry.get("start")
-
-
-def exchange(mine: dict | None, path: str | None = None, write: bool = True) -> dict[str, dict]:
-    """Write this process's entry (None: remove it) and return every live process's, ours
-    included, dropping those of dead processes (`write` False: only read, under a shared lock).
-    SandboxError, in one line, for a corrupt ledger."""
-    path = path or ledger_path()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
-        data = os.pread(fd, 1 << 20, 0)
-        entries = _parse(data, path) if data.strip() else {}
-        entries = {pid: entry for pid, entry in entries.items() if _alive(pid, entry)}
-        if not write:
-            return entries
-        me = str(os.getpid())
-        if mine is None:
-            entries.pop(me, None)
-        else:
-            entries[me] = {**mine, "start": _start_time(os.getpid())}
-        text = json.dumps({"version": 1, "processes": entries}).encode()
-        os.pwrite(fd, text, 0)
-        os.ftruncate(fd, len(text))
-        return entries
-    finally:
-        os.close(fd)
-
-
-def _parse(data: bytes, path: str) -> dict[str, dict]:
-    try:
-        entries = json.loads(data)["processes"]
-        if not all(isinstance(e, dict) and isinstance(e.get("use", 0), int) for e in entries.values()):
-            raise ValueError("an entry is not a process's")
-        return entries
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise SandboxError(f"the sandboxes' memory ledger {path} is corrupt ({exc}): remove it (rm {path}); "
-                           "running lis-tui processes write their share into a new one within a second") from None
-
-
-def held(entries: dict[str, dict]) -> int:
-    return sum(entry.get("use", 0) for entry in entries.values())
-
-
-# ---- one sandbox's tmpfs ---------------------------------------------------------------------
-
-def _mounts(sandbox) -> dict[str, tuple[int | None, int | None]]:
-    """Each budgeted tmpfs of the sandbox ("" for its layers'; else its mount point inside) and
-    its own size and inode count (None: the kernel's default)."""
-    limits = sandbox.spec.limits
-    found = {}
-    if sandbox._on_tmpfs:
-        found[""] = (limits.disk, limits.inode_limit() or 0)
-    for path, size in tmpfs_sizes(limits, host_root=sandbox._root.host).items():
-        if path != "/dev":  # 1 MiB of nodes and mount points
-            found[path] = (size, tmpfs_inodes(size) if size else None)
-    return found
-
-
-def usage(sandbox) -> dict[str, os.statvfs_result]:
-    """Each budgeted tmpfs's counts, measured now (empty when the sandbox is not running)."""
-    found = {}
-    try:
-        with sandbox._file_op(sandbox._open_root) as root:
-            for path in _mounts(sandbox):
-                if path == "":
-                    fs = sandbox._layers_fs()
-                    if fs is not None:
-                        found[path] = fs
-                    continue
-                fd = os.open(path.lstrip("/") or ".", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             dir_fd=root)
-                try:
-                    found[path] = os.fstatvfs(fd)
-                finally:
-                    os.close(fd)
-    except (OSError, SandboxError, AttributeError):
-        return {}
-    return found
-
-
-def cost(fs: os.statvfs_result) -> int:
-    """Memory a tmpfs holds: its used blocks and INODE_COST for each file."""
-    return (fs.f_blocks - fs.f_bfree) * fs.f_frsize + (fs.f_files - fs.f_ffree) * INODE_COST
-
-
-def pick(sandbox) -> list[tuple[str, int]]:
-    """(mount, resize context) for each budgeted tmpfs of the sandbox: made by a fork joined to it
-    (spawn.Zygote.pick), so a few milliseconds; the caller closes them."""
-    paths = [path for path in _mounts(sandbox) if path]
-    if sandbox._on_tmpfs:
-        with sandbox._file_op(sandbox._dup_rw) as layers:
-            return list(zip(["", *paths], sandbox._zygote.pick(paths, layers)))
-    return list(zip(paths, sandbox._zygote.pick(paths)))
-
-
-def resize(sandbox, contexts: list[tuple[str, int]], shrink: bool) -> list[tuple[str, int]]:
-    """Shrink each tmpfs to what it holds now (plus SLACK), or give each its own size back; the
-    contexts still usable. One that a write outran (EINVAL, a shrink below what it holds by now)
-    is spent: closed here, and left out, so the next pass picks again and resizes once more."""
-    mounts, found = _mounts(sandbox), usage(sandbox) if shrink else {}
-    kept = []
-    for path, context in contexts:
-        size, inodes = mounts[path]
-        fs = found.get(path)
-        if shrink and fs is not None:
-            options = {"size": (fs.f_blocks - fs.f_bfree) * fs.f_frsize + SLACK,
-                       "nr_inodes": fs.f_files - fs.f_ffree + SLACK // INODE_COST}
-        else:
-            options = {"size": size or "50%", **({"nr_inodes": inodes} if inodes is not None else {})}
-        try:
-            linux.reconfigure(context, options)
-        except OSError as exc:
-            log.info("could not resize %s of sandbox %s: %s", path or "its layers", sandbox.pid, exc)
-            os.close(context)
-            continue
-        kept.append((path, context))
-    return kept
 
 
 # ---- admission -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from isolation import Limits, Sandbox, SandboxError, SandboxSpec, budget, diskcap
+from isolation import Limits, Sandbox, SandboxError, SandboxSpec, budget, diskcap, ledger
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(300)]
 MiB = 1 << 20
@@ -66,11 +66,11 @@ def test_sandboxes_that_reach_the_budget_together_are_refused_by_the_kernel_and_
         assert b.exec("head -c 8M /dev/zero > /tmp/again").exit_code == 0
 
 
-def process_entry(ledger, pid: int, use: int) -> None:
+def process_entry(path, pid: int, use: int) -> None:
     """Another lis-tui process's share, as it writes it (its pid and start time identify it)."""
-    entries = json.loads(ledger.read_text())["processes"] if ledger.exists() else {}
-    entries[str(pid)] = {"use": use, "sandboxes": 1, "start": budget._start_time(pid)}
-    ledger.write_text(json.dumps({"version": 1, "processes": entries}))
+    entries = json.loads(path.read_text())["processes"] if path.exists() else {}
+    entries[str(pid)] = {"use": use, "sandboxes": 1, "start": ledger.start_time(pid)}
+    path.write_text(json.dumps({"version": 1, "processes": entries}))
 
 
 def test_another_process_share_shrinks_a_start_and_a_dead_one_is_freed(small_budget):
