@@ -129,8 +129,9 @@ def admit(limits, on_tmpfs: bool, default_disk: int | None):
     larger than the whole budget (`default_disk`: the default's, which shrinks instead)."""
     mem = meminfo()
     entries = exchange(None, write=False)
-    if _tracker is not None:  # ours as they are now, not as the last pass wrote them
-        entries[str(os.getpid())] = _tracker.entry()
+    tracker = _here()
+    if tracker is not None:  # ours as they are now, not as the last pass wrote them
+        entries[str(os.getpid())] = tracker.entry()
     use = held(entries)
     budget = budget_now(mem, use)
     room = min(budget - margin(budget) - use, mem.get("MemAvailable", 0) - floor_now(mem) - margin(budget))
@@ -143,8 +144,8 @@ def admit(limits, on_tmpfs: bool, default_disk: int | None):
                            f"({_size(budget)}) is in use ({_size(use)} by {_sandboxes(entries)}, "
                            f"{_size(mem.get('MemAvailable', 0))} of memory available): close some, raise tmpfs_budget "
                            "in [sandbox] of the config, or keep the layers on disk (--disk-on disk)")
-    if _tracker is not None and room < NEAR * margin(budget):  # near the bound: measured at once, not in a second
-        _tracker.wake.set()
+    if tracker is not None and room < NEAR * margin(budget):  # near the bound: measured at once, not in a second
+        tracker.wake.set()
     if on_tmpfs and limits.disk and limits.disk > room:  # overcommitted, but never past the whole budget
         from dataclasses import replace  # noqa: PLC0415
 
@@ -177,7 +178,8 @@ class _Tracker:
         self.last: tuple[float, int, int] | None = None  # (time, the user's whole use, MemAvailable) of the last pass
         self.contexts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # sandbox -> its picked contexts
         self.state: dict = {}  # the last pass's budget, use and floor, for doctor and the notes
-        self.wake = threading.Event()  # a new sandbox: measured at once
+        self.wake = threading.Event()  # a start near the bound: measured at once
+        self.pid = os.getpid()
         threading.Thread(target=self._loop, name="lis-tmpfs-budget", daemon=True).start()
 
     @property
@@ -288,30 +290,38 @@ def track(sandbox) -> None:
     """Count a started sandbox's tmpfs in the budget until `untrack`."""
     global _tracker
     with _tracker_lock:
-        if _tracker is None:
+        if _tracker is None or _tracker.pid != os.getpid():  # a forked child has no thread of its parent's
             _tracker = _Tracker()
     with _tracker.lock:
         _tracker.sandboxes.add(sandbox)
 
 
 def untrack(sandbox) -> None:
-    if _tracker is not None:
-        with _tracker.lock:
-            _tracker.sandboxes.discard(sandbox)
-            _tracker.shrunk.discard(sandbox)
-            _tracker.costs.pop(sandbox, None)
-            _tracker._release(sandbox)
+    tracker = _here()
+    if tracker is not None:
+        with tracker.lock:
+            tracker.sandboxes.discard(sandbox)
+            tracker.shrunk.discard(sandbox)
+            tracker.costs.pop(sandbox, None)
+            tracker._release(sandbox)
+
+
+def _here() -> _Tracker | None:
+    """This process's tracker, if it made one (a forked child has no thread of its parent's)."""
+    tracker = _tracker
+    return tracker if tracker is not None and tracker.pid == os.getpid() else None
 
 
 def note(sandbox) -> str:
     """While the budget holds the sandbox's tmpfs shrunk and one of them is full: what the model
     is told after each command (else "")."""
-    if _tracker is None or sandbox not in _tracker.shrunk:
+    tracker = _here()
+    if tracker is None or sandbox not in tracker.shrunk:
         return ""
     full = [path or "/testbed" for path, fs in usage(sandbox).items() if fs.f_bavail * fs.f_frsize < FULL_MARGIN]
     if not full:
         return ""
-    state = _tracker.state
+    state = tracker.state
     return (f"the memory budget of all sandboxes' files ({_size(state.get('budget', 0))}) is reached "
             f"({_size(state.get('use', 0))} in use by {state.get('sandboxes', 0)} of them, or the machine's "
             f"free memory is near its floor): writing more to {', '.join(full)} fails with \"No space left on "
@@ -323,7 +333,8 @@ def status() -> dict:
     """The budget, the floor and what the user's sandboxes hold now, for doctor."""
     mem = meminfo()
     try:
-        entries, error = exchange(_tracker.entry() if _tracker and _tracker.sandboxes else None), ""
+        tracker = _here()
+        entries, error = exchange(tracker.entry() if tracker and tracker.sandboxes else None), ""
     except (OSError, SandboxError) as exc:
         entries, error = {}, str(exc)
     use = held(entries)
