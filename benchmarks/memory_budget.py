@@ -49,9 +49,14 @@ def run(n: int, size: int, label: str, limits: Limits | None = None) -> bool:
     sandboxes = [Sandbox(SandboxSpec(limits=limits) if limits else SandboxSpec()).start() for _ in range(n)]
     results: dict[int, object] = {}
     blocks = size // MiB
-    writers = [threading.Thread(target=lambda i=i, sb=sb: results.__setitem__(i, sb.exec(
-        f"dd if=/dev/zero of=/testbed/fill bs=1M count={blocks} 2>&1 | tail -1; echo status=$?",
-        timeout=600))) for i, sb in enumerate(sandboxes)]
+    took: dict[int, float] = {}
+
+    def write(i: int, sb: Sandbox) -> None:
+        start = time.monotonic()
+        results[i] = sb.exec(f"dd if=/dev/zero of=/testbed/fill bs=1M count={blocks} 2>&1 | tail -1", timeout=600)
+        took[i] = time.monotonic() - start
+
+    writers = [threading.Thread(target=write, args=(i, sb)) for i, sb in enumerate(sandboxes)]
     sampler = threading.Thread(target=sample)
     sampler.start()
     for writer in writers:
@@ -69,7 +74,8 @@ def run(n: int, size: int, label: str, limits: Limits | None = None) -> bool:
     lowest = min(avail for _, avail in samples)
     print(f"\nlowest MemAvailable: {lowest / GiB:.2f} GiB (floor {floor / GiB:.2f} GiB): "
           f"{'above' if lowest >= floor else 'UNDER'} the floor\n")
-    print("| sandbox | disk | wrote (MiB) | refused cleanly | runs after |\n| ---: | ---: | ---: | :---: | :---: |")
+    print("| sandbox | disk | wrote (MiB) | writer's s | refused cleanly | runs after |\n"
+          "| ---: | ---: | ---: | ---: | :---: | :---: |")
     ok = lowest >= floor
     for i, sb in enumerate(sandboxes):
         result = results[i]
@@ -78,7 +84,7 @@ def run(n: int, size: int, label: str, limits: Limits | None = None) -> bool:
             ("memory budget" in result.stderr or "disk is full" in result.stderr)
         runs = sb.exec("echo alive").stdout == "alive\n"
         ok = ok and refused and runs
-        print(f"| {i} | {sb.spec.limits.disk // MiB} MiB | {wrote} | {'yes' if refused else 'NO'} | "
+        print(f"| {i} | {sb.spec.limits.disk // MiB} MiB | {wrote} | {took[i]:.1f} | {'yes' if refused else 'NO'} | "
               f"{'yes' if runs else 'NO'} |")
     for sb in sandboxes:
         sb.close()
