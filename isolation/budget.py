@@ -228,7 +228,8 @@ class _Tracker:
         self.last = (now, use, free)
         band = max(margin(budget), min(int(rate * NOTICE), budget // 8))  # the way back stays reachable
         left = min(budget - use, free - floor)
-        self.state = {"budget": budget, "use": use, "floor": floor, "sandboxes": _count(entries), "available": free}
+        self.state = {"budget": budget, "use": use, "floor": floor, "sandboxes": _count(entries), "available": free,
+                      "by": "floor" if free - floor < budget - use else "budget"}
         if not self.tight and left < band:
             self.tight, self.tight_band = True, band
         elif self.tight and left > 2 * max(band, self.tight_band):  # not as soon as the writers stop
@@ -322,11 +323,15 @@ def note(sandbox) -> str:
     if not full:
         return ""
     state = tracker.state
-    return (f"the memory budget of all sandboxes' files ({_size(state.get('budget', 0))}) is reached "
-            f"({_size(state.get('use', 0))} in use by {state.get('sandboxes', 0)} of them, or the machine's "
-            f"free memory is near its floor): writing more to {', '.join(full)} fails with \"No space left on "
-            "device\" until files are removed or other sandboxes end. For more, raise tmpfs_budget in [sandbox] "
-            "of the config, or keep the layers on disk (--disk-on disk)")
+    if state.get("by") == "floor":
+        why, more = (f"this machine's free memory is near the floor the sandboxes leave it ({_size(state['available'])} "
+                     f"available, floor {_size(state['floor'])})", "free memory on the host, lower tmpfs_floor")
+    else:
+        why, more = (f"the memory budget of all sandboxes' files ({_size(state.get('budget', 0))}) is reached "
+                     f"({_size(state.get('use', 0))} in use by {state.get('sandboxes', 0)} of them)", "raise tmpfs_budget")
+    return (f"{why}: writing more to {', '.join(full)} fails with \"No space left on device\" until files are "
+            f"removed or other sandboxes end. For more, {more} in [sandbox] of the config, or keep the layers on "
+            "disk (--disk-on disk)")
 
 
 def status() -> dict:

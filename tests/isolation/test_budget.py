@@ -146,3 +146,18 @@ def test_the_ledger_counts_what_a_sandbox_holds(small_budget):
                 break
             time.sleep(0.1)
         assert 20 * MiB <= mine["use"] <= 40 * MiB and mine["sandboxes"] >= 1
+
+
+def test_a_host_short_of_memory_refuses_starts_and_writes_and_the_sandbox_runs_on(monkeypatch):
+    with Sandbox(SandboxSpec()) as sb:
+        monkeypatch.setenv("LIS_TMPFS_BUDGET", "4G")  # the budget has room: the floor binds
+        monkeypatch.setenv("LIS_TMPFS_FLOOR", str(budget.meminfo()["MemTotal"] - MiB))  # above what is available
+        with pytest.raises(SandboxError) as refused:
+            Sandbox(SandboxSpec()).start()
+        assert "cannot start another sandbox" in str(refused.value) and "\n" not in str(refused.value)
+        result = sb.exec(FILL.format(where="/tmp"))
+        assert "No space left on device" in result.stderr, result.stderr[-2000:]
+        assert "free memory is near the floor the sandboxes leave it" in result.stderr
+        assert "lower tmpfs_floor in [sandbox]" in result.stderr
+        assert int(result.stdout.split("wrote=")[1]) < 200
+        assert sb.exec("echo alive").stdout == "alive\n"
