@@ -11,7 +11,7 @@ NETWORK_MODES = ("off", "ask", "on")
 GiB = 1 << 30
 SMALL_TMPFS = 64 << 20  # /run, /dev/shm (Docker's size for it), the host rootfs's /
 DEV_TMPFS = 1 << 20  # /dev holds nodes, links and mount points
-DISK_PER_INODE = 16 << 10  # a 10 GiB disk holds 655,360 files: node_modules' million is 12 GiB of them
+DISK_PER_INODE = 16 << 10  # a 10 GiB disk holds 655,360 files; a million takes a 16 GiB one
 EXPORT_CAP = 4 * GiB
 """Bytes of data an export copies out when the sandbox has no disk limit and no export_cap."""
 
