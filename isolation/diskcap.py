@@ -45,10 +45,10 @@ _thread: threading.Thread | None = None
 def on_tmpfs(spec) -> bool:
     """Whether the sandbox's writable layers live in a tmpfs of their own, the size of its disk
     limit and with its inode count (see above): whenever there is a disk limit, but for a kept
-    session (its layers stay on disk for its next run), on a kernel whose tmpfs keeps the user
+    session (its layers stay on disk for its next run) or `disk_on` "disk", on a kernel whose tmpfs keeps the user
     xattrs an overlay's upper needs (6.6), and unless LIS_DISK_TMPFS=0."""
-    return bool(spec.limits.disk) and not spec.session and os.environ.get("LIS_DISK_TMPFS", "1") != "0" \
-        and _kernel() >= (6, 6)
+    return bool(spec.limits.disk) and not spec.session and spec.limits.disk_on != "disk" \
+        and os.environ.get("LIS_DISK_TMPFS", "1") != "0" and _kernel() >= (6, 6)
 
 
 @functools.lru_cache(maxsize=1)
@@ -85,7 +85,7 @@ def check(sandbox, by_ns: dict[str, list[int]] | None = None) -> None:
     used, inodes = found
     if limits.disk and used > limits.disk:
         sandbox._over_disk(used)
-    elif limits.inodes and inodes > limits.inodes:
+    elif limits.inode_limit() and inodes > limits.inode_limit():
         sandbox._over_inodes(inodes, used)
 
 

@@ -172,10 +172,30 @@ def check_limits() -> Check:
                  "and per sandbox, "
                  f"files up to {_size(limits.file_size)}, {limits.processes} processes, {limits.open_files} open "
                  f"files, {limits.pending_signals} queued signals, {_size(limits.message_queues)} of message "
-                 f"queues; disk {_size(limits.disk)} and {limits.inodes or 0:,} files ({disk}; a kept session's "
+                 f"queues; disk {_size(limits.disk)} and {limits.inode_limit() or 0:,} files ({disk}; a kept session's "
                  f"are on disk, under the walk); in memory {tmpfs} "
                  "(/ under the host rootfs; the masks over host secrets read-only)",
                  "change them in [sandbox] of the config (memory, disk, inodes, tmp_size) or with --memory, --disk")
+
+
+def check_budget() -> Check:
+    """The memory budget of every sandbox's tmpfs, the floor, and what the user's sandboxes hold now."""
+    from . import budget  # noqa: PLC0415
+
+    try:
+        now = budget.status()
+    except (OSError, SandboxError) as exc:
+        return Check("memory budget", "fail", str(exc), "see the line above")
+    where = "tmpfs_budget in [sandbox]" if now["configured"] else \
+        f"{budget.BUDGET_SHARE:.0%} of MemAvailable and free swap, with what the sandboxes hold"
+    detail = (f"every sandbox's tmpfs (files, /tmp, /run, /dev/shm) together, in all lis-tui processes of this user: "
+              f"{_size(now['budget'])} ({where}); in use {_size(now['use']) if now['use'] else 'nothing'} by "
+              f"{now['sandboxes']} sandboxes in {now['processes']} processes; writes are refused while MemAvailable "
+              f"({_size(now['available'])}) is within reach of {_size(now['floor'])}; ledger {now['ledger']}")
+    if now["error"]:
+        return Check("memory budget", "fail", now["error"], f"rm {now['ledger']}")
+    return Check("memory budget", "ok", detail, "set tmpfs_budget and tmpfs_floor in [sandbox] of the config; "
+                 "--disk-on disk keeps a sandbox's files on disk, out of it")
 
 
 def _size(n: int | None) -> str:
@@ -281,7 +301,7 @@ def run_checks() -> list[Check]:
         return checks
     bwrap_checks, path = check_bwrap()
     checks += (bwrap_checks + check_userns(path) + check_containment() + check_tools()
-               + [check_ubuntu_build(), check_limits(), check_counters(), check_capacity(), check_cgroups(), check_rootfs()])
+               + [check_ubuntu_build(), check_limits(), check_budget(), check_counters(), check_capacity(), check_cgroups(), check_rootfs()])
     if path and all(c.status != "fail" for c in checks):
         checks.append(check_sandbox())
         if checks[-1].status == "ok":  # inside a container that lets sandboxes run: nothing to fix

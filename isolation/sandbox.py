@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import functools
@@ -20,13 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ContextManager, Iterator
 
-from . import bwrap, capacity, cgroup, diskcap, hostnodes, idmap, memcap, records, sessions, spawn, workspace
+from . import budget, bwrap, capacity, cgroup, diskcap, hostnodes, idmap, memcap, records, sessions, spawn, workspace
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
                      read_ends_in_root, read_in_root, write_in_root)
 from .output import collect, ready
 from .rootfs.safe import tree_usage
 from .spawn import seccomp
-from .spec import ExecResult, Limits, SandboxError, SandboxSpec
+from .spec import ExecResult, Limits, SandboxError, SandboxSpec, default_disk
 
 if TYPE_CHECKING:
     from .gitpatch import SavedPatch
@@ -130,6 +131,9 @@ class Sandbox:
         info = bwrap.find_bwrap()
         _sweep(first=True)
         capacity.check_headroom()  # a clear refusal, naming the limit, before any is hit
+        limits = budget.admit(self.spec.limits, diskcap.on_tmpfs(self.spec), default_disk())
+        if limits is not self.spec.limits:  # a smaller disk: what the memory budget has room for
+            self.spec = dataclasses.replace(self.spec, limits=limits)
         from .layout import plan  # noqa: PLC0415 (layout imports the rootfs store, which is heavier)
 
         try:
@@ -160,6 +164,7 @@ class Sandbox:
             raise
         capacity.started()
         self._counted = True
+        budget.track(self)
         self.env = self._root.environment(self.spec)
         if self._network_policy().mode != "off":
             try:
@@ -167,7 +172,7 @@ class Sandbox:
             except BaseException:
                 self.close()
                 raise
-        if (self.spec.limits.disk or self.spec.limits.inodes) and not self._on_tmpfs:
+        if (self.spec.limits.disk or self.spec.limits.inode_limit()) and not self._on_tmpfs:
             diskcap.watch(self)  # the walk: a kept session's layers, on disk
         if memcap.applies(self):  # no cgroup holds its memory: a watcher sums its processes
             memcap.watch(self)
@@ -357,7 +362,7 @@ class Sandbox:
         """(mount point, options) of the writable layers' tmpfs, as bwrap's child sees them."""
         limits = self.spec.limits
         target = (idmap.STAGE if ids is not None else "") + str(self.layers / RW)
-        return target, f"size={limits.disk},nr_inodes={limits.inodes or 0},mode=0755,uid=0,gid=0"  # 0: no limit
+        return target, f"size={limits.disk},nr_inodes={limits.inode_limit()},mode=0755,uid=0,gid=0"
 
     def _admit_pid_1(self, rlimits: list[tuple[int, int]]) -> None:
         """Before bwrap's child executes anything (it waits on --block-fd): every command's limits,
@@ -452,6 +457,7 @@ class Sandbox:
     def _close(self) -> None:
         diskcap.unwatch(self)
         memcap.unwatch(self)
+        budget.untrack(self)
         if self._timer and self._timer is not threading.current_thread():
             self._timer.cancel()
         if self.network is not None:
@@ -553,6 +559,9 @@ class Sandbox:
     def _full_note(self) -> str:
         """What to say when the layers' tmpfs is full: the kernel refuses the writes (ENOSPC), the
         sandbox runs on, and the model can make room."""
+        shrunk = budget.note(self)  # the budget's bound, which comes before the limit's
+        if shrunk:
+            return shrunk
         fs = self._layers_fs() if self._on_tmpfs else None
         if fs is None:
             return ""
@@ -561,14 +570,14 @@ class Sandbox:
             return (f"the sandbox's disk is full: its limit of {_size(limits.disk)} is reached, and writing more "
                     "fails with \"No space left on device\" until files are removed. For more room, start it with "
                     "a larger limit: --disk SIZE (or disk in [sandbox] of the config)")
-        if limits.inodes and fs.f_ffree == 0:
-            return (f"the sandbox's disk is full: its limit of {limits.inodes:,} files and directories is reached, "
+        if fs.f_ffree == 0:
+            return (f"the sandbox's disk is full: its limit of {limits.inode_limit():,} files and directories is reached, "
                     "and making more fails with \"No space left on device\" until some are removed. For more, "
                     "start it with a larger limit: inodes in [sandbox] of the config")
         return ""
 
     def _over_inodes(self, count: int, used: int) -> None:
-        self._stop(f"its limit of {self.spec.limits.inodes:,} files and directories was reached ({count:,} in use): "
+        self._stop(f"its limit of {self.spec.limits.inode_limit():,} files and directories was reached ({count:,} in use): "
                    "every process in it was killed and nothing more can run there. For more, start it with a "
                    "larger limit: inodes in [sandbox] of the config")
 

@@ -11,6 +11,7 @@ NETWORK_MODES = ("off", "ask", "on")
 GiB = 1 << 30
 SMALL_TMPFS = 64 << 20  # /run, /dev/shm (Docker's size for it), the host rootfs's /
 DEV_TMPFS = 1 << 20  # /dev holds nodes, links and mount points
+DISK_PER_INODE = 16 << 10  # a 10 GiB disk holds 655,360 files; a million takes a 16 GiB one
 EXPORT_CAP = 4 * GiB
 """Bytes of data an export copies out when the sandbox has no disk limit and no export_cap."""
 
@@ -62,9 +63,14 @@ class Limits:
     (writes past it fail with ENOSPC; it is memory, swappable), except a kept session's, which stay
     on disk under a walk that stops the sandbox past it (diskcap.on_tmpfs). Default: 10 GiB or half
     the machine's memory, whichever is less."""
-    inodes: int | None = 1_000_000
+    inodes: int | None = None
     """Files, directories and links the writable layers may hold: their tmpfs's inode count, or the
-    walk's, with `disk`; None: no cap."""
+    walk's, with `disk`. None: one for every DISK_PER_INODE bytes of `disk` (`inode_limit`): each
+    costs kernel memory that the disk limit does not count, and the memory budget does."""
+    disk_on: str = "memory"
+    """Where the writable layers live: "memory", a tmpfs of `disk` (the kernel's bound, counted in
+    the memory budget of all sandboxes, budget.py), or "disk", the scratch folder under a walk of
+    it (a softer bound that a fast writer overshoots by seconds of writing: for big installs)."""
     export_cap: int | None = None
     """Bytes of data (holes not counted) one export may copy out onto the host (a run's files/,
     the review's export, MCP's export_output); None: the `disk` limit, else 4 GiB."""
@@ -93,6 +99,15 @@ class Limits:
     host's own shares kernel.pty.max less kernel.pty.reserve (4,096 - 1,024 by default): without
     a cap one sandbox could take them all from every other sandbox and container of the machine;
     its share is that / 32 (96)."""
+
+    def __post_init__(self) -> None:
+        if self.disk_on not in ("memory", "disk"):
+            raise SandboxError(f"disk_on must be \"memory\" or \"disk\", not {self.disk_on!r}")
+
+    def inode_limit(self) -> int | None:
+        """The inode cap in force: `inodes`, else one for every DISK_PER_INODE of `disk` (4,096 at
+        least); None without either."""
+        return self.inodes or (max(self.disk // DISK_PER_INODE, 4096) if self.disk else None)
 
     def export_bytes(self) -> int:
         """The export cap in force: `export_cap`, else `disk`, else EXPORT_CAP."""

@@ -86,8 +86,14 @@ class SandboxConfig:
     """What /tmp may hold (it lives in memory): "1G", "256M", "none" (the kernel's default)."""
     disk: str = "auto"
     """What the sandbox's files may hold, in a tmpfs (memory): "10G", "none"; "auto": 10G or half the RAM."""
-    inodes: int = 1_000_000
-    """Files and directories the sandbox may make, checked with `disk`; 0: no cap."""
+    inodes: int = 0
+    """Files and directories the sandbox may make, checked with `disk`; 0: one for every 16 KiB of the disk limit."""
+    disk_on: str = field(default="memory", metadata={"choices": ("memory", "disk")})
+    """Where the sandbox's files live: "memory" (a tmpfs, the kernel's bound) or "disk" (big installs; a softer bound)."""
+    tmpfs_budget: str = "auto"
+    """Memory all of this user's sandboxes' tmpfs may hold together: "8G"; "auto": half of what is available."""
+    tmpfs_floor: str = "auto"
+    """Free memory (MemAvailable) the sandboxes' writes leave the machine: "2G"; "auto": a 16th of the RAM, 2G at most."""
     export_cap: str = "auto"
     """Data one copy of /testbed/output onto the host may write (holes free): "2G"; "auto": the disk limit."""
     nested_userns: bool = False
@@ -465,10 +471,15 @@ def parse_size(text: str, what: str) -> int | None:
 
 def sandbox_limits(config: Config):
     """The Limits that [sandbox] asks for."""
-    from isolation.spec import Limits, default_disk, default_memory  # noqa: PLC0415
+    from isolation import budget  # noqa: PLC0415
+    from isolation.spec import Limits, SandboxError, default_disk, default_memory  # noqa: PLC0415
 
     memory, disk = config.sandbox.memory, config.sandbox.disk
-    return Limits(memory=default_memory() if str(memory).strip().lower() == "auto"
+    try:
+        budget.configure(config.sandbox.tmpfs_budget, config.sandbox.tmpfs_floor)
+    except SandboxError as exc:
+        raise ConfigError(str(exc), key="sandbox.tmpfs_budget") from None
+    return Limits(disk_on=config.sandbox.disk_on, memory=default_memory() if str(memory).strip().lower() == "auto"
                   else parse_size(memory, "sandbox.memory"),
                   tmp_size=parse_size(config.sandbox.tmp_size, "sandbox.tmp_size"),
                   disk=default_disk() if str(disk).strip().lower() == "auto" else parse_size(disk, "sandbox.disk"),

@@ -104,9 +104,9 @@ def _send(channel: socket.socket, request: dict, fds: list[int]) -> None:
             os.close(memfd)
 
 
-def _ask(send, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]]:
+def _ask(send, request: dict, fds: list[int], maxfds: int = 1) -> tuple[socket.socket, bytes, list[int]]:
     """Send a request with a fresh reply socket first among its descriptors; the first answer."""
-    return _answer(_posted(send, request, fds))
+    return _answer(_posted(send, request, fds), maxfds)
 
 
 def _posted(send, request: dict, fds: list[int]) -> socket.socket:
@@ -126,12 +126,12 @@ def _posted(send, request: dict, fds: list[int]) -> socket.socket:
     return ours
 
 
-def _answer(ours: socket.socket) -> tuple[socket.socket, bytes, list[int]]:
+def _answer(ours: socket.socket, maxfds: int = 1) -> tuple[socket.socket, bytes, list[int]]:
     """The first answer on `ours`, a reply socket (closed if that answer is an error)."""
     try:
         ours.settimeout(REPLY_TIMEOUT)
         try:
-            message, got, flags, _ = socket.recv_fds(ours, 4096, 1)
+            message, got, flags, _ = socket.recv_fds(ours, 4096, maxfds)
             for fd in got:  # recv_fds cannot ask for MSG_CMSG_CLOEXEC
                 os.set_inheritable(fd, False)
             if flags & socket.MSG_CTRUNC:  # the kernel could not give us its descriptor: we have too many
@@ -446,6 +446,24 @@ class Zygote:
             reply.close()
             return Joined(argv, None, -1, None, *streams, returncode=int(message.split()[1]))
         return Joined(argv, int(message.split()[1]), got[0], reply, *streams)
+
+    def pick(self, paths: list[str], layers: int | None = None) -> list[int]:
+        """Resize contexts (fspick) of the sandbox's tmpfs: its layers' (`layers`: a descriptor of
+        their root) first, then those mounted at `paths`. A fork of the helper's joins the sandbox,
+        capable, makes them and exits (helper._pick); their holder resizes with linux.reconfigure."""
+        open_pid_1 = self._open_pid_1
+        if open_pid_1 is None:
+            raise SpawnError(0, "the sandbox is still starting")
+        request = {**self._fork, "sysctl": [], "remounts": [], "pick": list(paths), "pick_layers": layers is not None}
+        fds = open_pid_1()
+        try:
+            reply, _, got = _ask(_helper_send, request, [*fds, *([] if layers is None else [layers])],
+                                 maxfds=len(paths) + 1)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        reply.close()
+        return got
 
     def listen(self, port: int, backlog: int) -> socket.socket:
         """A TCP socket listening on 127.0.0.1:`port` (any free port if taken) in the sandbox's

@@ -13,6 +13,8 @@ sandbox it forks a zygote, which:
    bounding set, no_new_privs and the syscall filter (these right after the join, before the
    chroot, which still needs the capability it holds), then, chrooted, every capability it holds
    dropped.
+A fork asked to `pick` joins the same way, but hands back resize contexts of the sandbox's
+tmpfs (_pick) and exits, confined in nothing but the chroot, having run nothing of the sandbox's.
 The sandbox's first zygote also, before any command ran, caps the sandbox's per-user counters
 (inotify) in its user namespace, joined alone first, and sizes every tmpfs and caps the ptys,
 chrooted and still capable, loading the filter after that (see _bound_user_ns, _remount).
@@ -311,7 +313,8 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
         _join(fds[0], [] if _OWN_PROC else sysctl)
         if request.get("layers"):  # the sandbox's writable layers' own tmpfs, before bwrap mounts them
             _send(channel, b"L", [_mount_layers(*request["layers"])])
-        late = remounts or (sysctl if _OWN_PROC else [])  # calls the filter refuses, done chrooted
+        pick = request.get("pick")  # None: a zygote; else a fork that hands back resize contexts and exits
+        late = remounts or pick is not None or (sysctl if _OWN_PROC else [])  # calls the filter refuses, done chrooted
         _confine_before_root(request, filtered=not late)
         loop = _serving(channel)  # now, not once the root came: the first command waits on what follows it
         if len(fds) == 1:  # joined while bwrap still builds the sandbox: its root comes once pid 1 runs
@@ -327,6 +330,9 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
             os.setresuid(0, 0, 0)
         os.fchdir(fds[1])
         os.chroot(".")
+        if pick is not None:  # chrooted and capable; it runs nothing and exits
+            _send(channel, b"K", _pick(pick, fds[2] if request.get("pick_layers") else None))
+            os._exit(0)
         for fd in fds:
             os.close(fd)
         if _OWN_PROC and sysctl:
@@ -452,6 +458,16 @@ def _mount_layers(target: str, options: str) -> int:
     the kernel holds them to its size: a walk of them is only the early warning."""
     linux.mount("tmpfs", target, linux.MS_NOSUID | linux.MS_NODEV, options, fstype="tmpfs")
     return os.open(target, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def _pick(paths: list[str], layers: int | None) -> list[int]:
+    """Resize contexts (fspick) of the writable layers' tmpfs (`layers`, a descriptor of its root)
+    and of the tmpfs mounted at each of `paths` in the sandbox (chrooted there: mount points bwrap
+    made, which nothing inside can move or replace). Made here, joined and capable in the sandbox's
+    user namespace, as fspick requires; the kernel checks the resize itself against whoever
+    reconfigures, and our owner, the namespace's owner, may (budget.py)."""
+    picked = [] if layers is None else [linux.fspick(layers)]
+    return picked + [linux.fspick(linux.AT_FDCWD, path) for path in paths]
 
 
 def _pid_of(pidfd: int) -> int:

@@ -58,8 +58,11 @@ KEYCTL_JOIN_SESSION_KEYRING = 1
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 AT_FDCWD = -100
 OPEN_TREE_CLONE = 1
-_SYS = {"x86_64": {"capset": 126, "keyctl": 250, "open_tree": 428, "close_range": 436},
-        "aarch64": {"capset": 91, "keyctl": 219, "open_tree": 428, "close_range": 436}}.get(platform.machine(), {})
+FSPICK_CLOEXEC, FSPICK_SYMLINK_NOFOLLOW, FSPICK_NO_AUTOMOUNT, FSPICK_EMPTY_PATH = 1, 2, 4, 8
+FSCONFIG_SET_STRING, FSCONFIG_CMD_RECONFIGURE = 1, 7
+_NEW_MOUNT_API = {"open_tree": 428, "fsconfig": 431, "fspick": 433, "close_range": 436}  # one number on every arch
+_SYS = {"x86_64": {"capset": 126, "keyctl": 250, **_NEW_MOUNT_API},
+        "aarch64": {"capset": 91, "keyctl": 219, **_NEW_MOUNT_API}}.get(platform.machine(), {})
 
 
 def _check(result: int, what: str) -> int:
@@ -95,6 +98,27 @@ def open_tree(path: str, clone: bool = True) -> int:
         raise OSError(errno.ENOSYS, "open_tree: not known on this architecture")
     return _check(_syscall(ctypes.c_long(_SYS["open_tree"]), ctypes.c_int(AT_FDCWD), path.encode(), ctypes.c_uint(flags)),
                   "open_tree")
+
+
+def fspick(dirfd: int, path: str = "") -> int:
+    """fspick(2): a context for reconfiguring the file system mounted at `path` (or at `dirfd`
+    itself, with ""): its holder may resize a tmpfs later with `reconfigure`, from any namespace,
+    as long as it holds CAP_SYS_ADMIN in the file system's user namespace (its owner does)."""
+    flags = FSPICK_CLOEXEC | FSPICK_SYMLINK_NOFOLLOW | FSPICK_NO_AUTOMOUNT | (0 if path else FSPICK_EMPTY_PATH)
+    if "fspick" not in _SYS:
+        raise OSError(errno.ENOSYS, "fspick: not known on this architecture")
+    return _check(_syscall(ctypes.c_long(_SYS["fspick"]), ctypes.c_int(dirfd), path.encode(), ctypes.c_uint(flags)),
+                  "fspick")
+
+
+def reconfigure(context: int, options: dict[str, str]) -> None:
+    """Set `options` (a tmpfs's size, nr_inodes) on a file system through its fspick context. A
+    failure (EINVAL: less than it holds now) spends the context: the kernel refuses it from then on."""
+    for key, value in options.items():
+        _check(_syscall(ctypes.c_long(_SYS["fsconfig"]), ctypes.c_int(context), ctypes.c_uint(FSCONFIG_SET_STRING),
+                        key.encode(), str(value).encode(), ctypes.c_int(0)), f"fsconfig {key}")
+    _check(_syscall(ctypes.c_long(_SYS["fsconfig"]), ctypes.c_int(context), ctypes.c_uint(FSCONFIG_CMD_RECONFIGURE),
+                    None, None, ctypes.c_int(0)), "fsconfig reconfigure")
 
 
 def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:

@@ -35,6 +35,10 @@ def add_sandbox_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--disk", metavar="SIZE",
                        help="what the sandbox's files may hold, e.g. 2G or none: a tmpfs of that size, so "
                             "memory (default: [sandbox] disk, else 10G or half the RAM)")
+    group.add_argument("--disk-on", choices=("memory", "disk"),
+                       help="where the sandbox's files live: memory (a tmpfs of --disk, in the memory budget of "
+                            "all sandboxes) or disk (for big installs: a walk bounds them, more softly) "
+                            "(default: [sandbox] disk_on, else memory)")
     group.add_argument("--export-cap", metavar="SIZE",
                        help="data one export copies out of /testbed/output (files/, review, MCP), holes not "
                             "counted, e.g. 20G (default: [sandbox] export_cap, else the disk limit)")
@@ -135,6 +139,8 @@ def spec_from_args(args: argparse.Namespace, config=None):
         config.set("sandbox.memory", args.memory, "--memory")
     if getattr(args, "disk", None) is not None:
         config.set("sandbox.disk", args.disk, "--disk")
+    if getattr(args, "disk_on", None) is not None:
+        config.set("sandbox.disk_on", args.disk_on, "--disk-on")
     if getattr(args, "export_cap", None) is not None:
         config.set("sandbox.export_cap", args.export_cap, "--export-cap")
     if getattr(args, "nested_userns", None):
@@ -306,6 +312,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
         return cluster_doctor(args.ray)
 
+    from lis_tui.config import ConfigError, load_config, sandbox_limits  # noqa: PLC0415
+
+    try:  # the config's memory budget, which doctor shows
+        sandbox_limits(load_config())
+    except ConfigError as exc:
+        print(f"lis-tui doctor: {exc}")
     checks = doctor.run_checks()
     marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
     for check in checks:

@@ -229,13 +229,37 @@ def test_the_export_cap_and_inode_limit_come_from_sandbox_and_the_flag(home):
 
     user, _, _ = home
     limits = sandbox_limits(load(home))
-    assert (limits.export_cap, limits.export_bytes(), limits.inodes) == (None, 10 << 30, 1_000_000)
+    # inodes scale with the disk limit: one per 16 KiB
+    assert (limits.export_cap, limits.export_bytes(), limits.inode_limit()) == (None, 10 << 30, 655_360)
     user.write_text('[sandbox]\ndisk = "none"\ninodes = 0\n')
     limits = sandbox_limits(load(home))
-    assert (limits.export_bytes(), limits.inodes) == (4 << 30, None)  # no disk limit: 4 GiB
+    assert (limits.export_bytes(), limits.inode_limit()) == (4 << 30, None)  # no disk limit: 4 GiB
     user.write_text('[sandbox]\nexport_cap = "2G"\n')
     assert sandbox_limits(load(home)).export_bytes() == 2 << 30
     parser = argparse.ArgumentParser()
     add_sandbox_flags(parser)
     spec = spec_from_args(parser.parse_args(["--export-cap", "300M"]), config=load(home))
     assert spec.limits.export_bytes() == 300 << 20
+
+
+def test_the_memory_budget_and_where_the_files_live_come_from_sandbox_and_the_flag(home):
+    import argparse
+
+    from isolation import budget
+    from lis_tui.commands.sandbox import add_sandbox_flags, spec_from_args
+    from lis_tui.config import ConfigError, sandbox_limits
+
+    user, _, _ = home
+    user.write_text('[sandbox]\ntmpfs_budget = "300M"\ntmpfs_floor = "200M"\n')
+    try:
+        assert sandbox_limits(load(home)).disk_on == "memory"
+        assert (budget._setting("budget"), budget._setting("floor")) == (300 << 20, 200 << 20)
+        user.write_text('[sandbox]\ntmpfs_budget = "100T"\n')
+        with pytest.raises(ConfigError, match=r"tmpfs_budget 100T is more than this machine's memory and swap"):
+            sandbox_limits(load(home))
+    finally:
+        budget.configure()  # back to "auto" for the tests after
+    parser = argparse.ArgumentParser()
+    add_sandbox_flags(parser)
+    user.write_text("")
+    assert spec_from_args(parser.parse_args(["--disk-on", "disk"]), config=load(home)).limits.disk_on == "disk"

@@ -1,0 +1,163 @@
+"""One memory budget for every writable tmpfs of the user's sandboxes (issue 35, items 1 and 2).
+
+Each test runs with a budget of 256 MiB and a ledger of its own (LIS_TMPFS_BUDGET,
+LIS_TMPFS_LEDGER), real sandboxes and real writers. On the code before there was no budget: two
+sandboxes wrote their 200 MB each, any --disk was taken, and a writer could make a million files
+whatever its disk limit."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from isolation import Limits, Sandbox, SandboxError, SandboxSpec, budget, diskcap, ledger
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(300)]
+MiB = 1 << 20
+BUDGET = 256 * MiB
+# 200 MB a megabyte at a time, into WHERE, stopping at the first refused write.
+FILL = "for i in $(seq 200); do head -c 1M /dev/zero >> {where}/fill || break; done; echo wrote=$i"
+NOTE = "the memory budget of all sandboxes' files (256M) is reached"
+
+
+@pytest.fixture(autouse=True)
+def small_budget(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIS_TMPFS_BUDGET", "256M")
+    monkeypatch.setenv("LIS_TMPFS_LEDGER", str(tmp_path / "ledger.json"))
+    return tmp_path / "ledger.json"
+
+
+def needs_tmpfs() -> None:
+    if not diskcap.on_tmpfs(SandboxSpec()):
+        pytest.skip("the writable layers are not a tmpfs on this kernel (6.6+)")
+
+
+def held(*sandboxes) -> int:
+    return sum(budget.cost(fs) for sb in sandboxes for fs in budget.usage(sb).values())
+
+
+def test_sandboxes_that_reach_the_budget_together_are_refused_by_the_kernel_and_run_on():
+    needs_tmpfs()
+    with Sandbox(SandboxSpec()) as a, Sandbox(SandboxSpec()) as b:
+        assert a.spec.limits.disk <= BUDGET and b.spec.limits.disk <= BUDGET  # each alone fits
+        results = {}
+        writers = [threading.Thread(target=lambda sb=sb, where=where: results.__setitem__(where, sb.exec(
+            FILL.format(where=where)))) for sb, where in ((a, "/testbed"), (b, "/tmp"))]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        for where, result in results.items():
+            assert "No space left on device" in result.stderr, result.stderr[-2000:]
+            assert NOTE in result.stderr and f"writing more to {where} fails" in result.stderr
+            assert "tmpfs_budget in [sandbox]" in result.stderr and "--disk-on disk" in result.stderr
+            assert int(result.stdout.split("wrote=")[1]) < 200  # stopped, not finished
+        assert held(a, b) <= BUDGET  # the kernel held them to it, the writes together
+        assert a.exec("echo alive").stdout == "alive\n" and b.exec("echo alive").stdout == "alive\n"
+        b.exec("rm /tmp/fill")  # room made: the sizes come back, and writes work again
+        deadline = time.monotonic() + 30
+        while b.exec("head -c 8M /dev/zero > /tmp/again").exit_code and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert b.exec("head -c 8M /dev/zero > /tmp/again").exit_code == 0
+
+
+def process_entry(path, pid: int, use: int) -> None:
+    """Another lis-tui process's share, as it writes it (its pid and start time identify it)."""
+    entries = json.loads(path.read_text())["processes"] if path.exists() else {}
+    entries[str(pid)] = {"use": use, "sandboxes": 1, "start": ledger.start_time(pid)}
+    path.write_text(json.dumps({"version": 1, "processes": entries}))
+
+
+def test_another_process_share_shrinks_a_start_and_a_dead_one_is_freed(small_budget):
+    needs_tmpfs()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        process_entry(small_budget, other.pid, 200 * MiB)
+        with Sandbox(SandboxSpec()) as sb:
+            assert sb.spec.limits.disk <= BUDGET - 200 * MiB  # a smaller disk: what the budget has left
+            assert sb.exec("stat -f -c '%b %S' /testbed").stdout.split() != []
+        process_entry(small_budget, other.pid, 250 * MiB)
+        with pytest.raises(SandboxError) as refused:
+            Sandbox(SandboxSpec()).start()
+        message = str(refused.value)
+        assert "cannot start another sandbox: the memory budget of all sandboxes' files (256M) is in use" in message
+        assert "250M" in message and "tmpfs_budget in [sandbox]" in message and "\n" not in message
+    finally:
+        other.kill()
+        other.wait()
+    with Sandbox(SandboxSpec()) as sb:  # its process is gone: so is its share
+        assert sb.spec.limits.disk > BUDGET // 2
+        assert str(other.pid) not in json.loads(small_budget.read_text())["processes"]
+
+
+def test_a_disk_limit_larger_than_the_budget_is_refused_in_one_line():
+    needs_tmpfs()
+    with pytest.raises(SandboxError) as refused:
+        Sandbox(SandboxSpec(limits=Limits(disk=1 << 30))).start()
+    message = str(refused.value)
+    assert message.startswith("a disk limit of 1G is more than the memory budget of all sandboxes' files (256M)")
+    assert "--disk-on disk" in message and "\n" not in message
+    with Sandbox(SandboxSpec(limits=Limits(disk=1 << 30, disk_on="disk"))) as sb:  # its files on disk: out of it
+        assert sb.exec("true").exit_code == 0
+
+
+def test_a_budget_larger_than_the_memory_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv("LIS_TMPFS_BUDGET", "100T")
+    with pytest.raises(SandboxError) as refused:
+        Sandbox(SandboxSpec()).start()
+    assert str(refused.value).startswith("LIS_TMPFS_BUDGET 100T is more than this machine's memory and swap")
+    with pytest.raises(SandboxError, match="tmpfs_budget 100T is more than"):
+        budget.configure("100T")
+
+
+def test_a_corrupt_ledger_is_refused_in_one_line_with_the_fix(small_budget):
+    small_budget.write_text('{"processes": {"12": [1, 2')
+    with pytest.raises(SandboxError) as refused:
+        Sandbox(SandboxSpec()).start()
+    message = str(refused.value)
+    assert f"ledger {small_budget} is corrupt" in message and f"rm {small_budget}" in message
+    assert "\n" not in message
+
+
+def test_inodes_scale_with_the_disk_limit():
+    needs_tmpfs()
+    with Sandbox(SandboxSpec(limits=Limits(disk=128 * MiB))) as sb:
+        assert sb.spec.limits.inode_limit() == 128 * MiB // (16 << 10)
+        assert sb.exec("stat -f -c %c /testbed").stdout.strip() == str(8192)  # the tmpfs's own count
+        made = sb.exec("mkdir /testbed/many && cd /testbed/many && for i in $(seq 9000); do : > $i || break; done; "
+                       "ls | wc -l")
+        assert "No space left on device" in made.stderr and int(made.stdout) < 8192
+        assert "limit of 8,192 files and directories is reached" in made.stderr
+
+
+def test_the_ledger_counts_what_a_sandbox_holds(small_budget):
+    needs_tmpfs()
+    with Sandbox(SandboxSpec()) as sb:
+        sb.exec("head -c 20M /dev/zero > /testbed/f")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            mine = json.loads(small_budget.read_text())["processes"].get(str(os.getpid()), {})
+            if mine.get("use", 0) >= 20 * MiB:
+                break
+            time.sleep(0.1)
+        assert 20 * MiB <= mine["use"] <= 40 * MiB and mine["sandboxes"] >= 1
+
+
+def test_a_host_short_of_memory_refuses_starts_and_writes_and_the_sandbox_runs_on(monkeypatch):
+    with Sandbox(SandboxSpec()) as sb:
+        monkeypatch.setenv("LIS_TMPFS_BUDGET", "4G")  # the budget has room: the floor binds
+        monkeypatch.setenv("LIS_TMPFS_FLOOR", str(budget.meminfo()["MemTotal"] - MiB))  # above what is available
+        with pytest.raises(SandboxError) as refused:
+            Sandbox(SandboxSpec()).start()
+        assert "cannot start another sandbox" in str(refused.value) and "\n" not in str(refused.value)
+        result = sb.exec(FILL.format(where="/tmp"))
+        assert "No space left on device" in result.stderr, result.stderr[-2000:]
+        assert "free memory is near the floor the sandboxes leave it" in result.stderr
+        assert "lower tmpfs_floor in [sandbox]" in result.stderr
+        assert int(result.stdout.split("wrote=")[1]) < 200
+        assert sb.exec("echo alive").stdout == "alive\n"
