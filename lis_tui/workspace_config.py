@@ -12,8 +12,7 @@ class WorkspaceConfig:
     git_writable: bool = False
     """Let commands write the workspace's .git (tasks that commit); off, it is read-only inside."""
     held_back: list[str] = field(default_factory=list)
-    """More paths applied only when named (e.g. `*.sh`), added to the built-in behavioural rules,
-    which they cannot turn off; read from the user's config only."""
+    """More paths applied only when named (`*.sh`): added to the behavioural rules, never replacing them."""
 
 
 def workspace_options(config: Any) -> dict:
