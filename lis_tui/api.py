@@ -16,7 +16,7 @@ import json
 import os
 import queue
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ from isolation import Sandbox, SandboxError, SandboxSpec
 from lis_tui import __version__
 from lis_tui.agent import Agent, CommandApproval
 from lis_tui.config import Config, configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: F401 (configured_rootfs: callers import it from here)
-from lis_tui.events import LIMIT_REASONS, Listeners, RunFinished, RunUsage, network_listener
+from lis_tui.events import LIMIT_REASONS, InstructionsRead, Listeners, RunFinished, RunUsage, network_listener
+from lis_tui.instructions import Instructions, read_instructions
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
 from lis_tui.prompts.environment import environment_note
@@ -99,10 +100,13 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
                            workspace=workspace, input_dir=input_dir, limits=sandbox_limits(config),
                            nested_userns=config.sandbox.nested_userns,
                            credentials=network_credentials(config), **workspace_options(config))
-    prompts = run_prompts(config, spec)  # a bad prompts file: fail before starting
+    instructions = read_instructions(config, spec)
+    prompts = run_prompts(config, spec, instructions)  # a bad prompts file: fail before starting
     out = prepare_output_dir(output_dir)
     writer = TrajectoryWriter(out / "trajectory.json", trajectory_header(config, spec, out))
     listeners = Listeners(writer, listener)
+    if instructions.summary():
+        listeners.on_event(InstructionsRead(instructions.summary()))
     try:
         finished, files = _run(task, config, spec, prompts, listeners, command_approval, stream,
                                out)
@@ -232,11 +236,16 @@ def prompt_values(spec: SandboxSpec | None) -> dict[str, str]:
             "environment_note": environment_note(spec.rootfs)}
 
 
-def run_prompts(config: Config, spec: SandboxSpec | None) -> Prompts:
-    """The prompts of a run: beside a workspace, the templates that say /testbed is the person's
-    project and where the model's own folders are (Prompts.for_workspace)."""
+def run_prompts(config: Config, spec: SandboxSpec | None,
+                instructions: Instructions | None = None) -> Prompts:
+    """The prompts of a run (`run` and the app): beside a workspace, the templates that say
+    /testbed is the person's project and where the model's own folders are
+    (Prompts.for_workspace); with the AGENTS.md files (read here unless given) in the system prompt."""
     prompts = load_prompts(config.agent.prompts or None)
-    return prompts.for_workspace() if spec is not None and spec.workspace is not None else prompts
+    prompts = prompts.for_workspace() if spec is not None and spec.workspace is not None else prompts
+    if instructions is None:
+        instructions = read_instructions(config, spec)
+    return replace(prompts, instructions=instructions.section())
 
 
 def trajectory_header(config: Config, spec: SandboxSpec | None, out: Path) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from lis_tui.agent import Agent
 from lis_tui.config import Config, save_network_allow
 from lis_tui.events import (Listeners, RunFinished, RunStarted, RunUsage, ToolFinished, ToolOutput,
                              ToolStarted, network_listener)
+from lis_tui.instructions import read_instructions
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts
 from lis_tui.runs import app_runs_dir
@@ -78,6 +79,9 @@ class Conversation:
         self._auto_chose = ""
         """The tool format `auto` settled on in an earlier task (a text format, or native once the
         server took `tools`); follow-ups start in it. "" until then."""
+        self.instructions = read_instructions(config, spec)
+        """The AGENTS.md files every task's system prompt holds: read once, so that the welcome
+        names what the model gets."""
 
     @property
     def sandbox(self) -> Sandbox | None:
@@ -232,7 +236,7 @@ class Conversation:
 
     def _open(self) -> None:
         if self._prompts is None:  # a bad prompts file fails here, before a sandbox starts
-            self._prompts = api.run_prompts(self.config, self.spec)
+            self._prompts = api.run_prompts(self.config, self.spec, self.instructions)
         if self._client is None:
             self._client = ModelClient(self.config.model)
         if self.spec is None or self._sandbox is not None:

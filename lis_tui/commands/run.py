@@ -8,6 +8,7 @@ import threading
 from typing import Any, TextIO
 
 from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, add_tool_format_flag, spec_from_args
+from lis_tui.commands.tui import add_instructions_flag
 from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
@@ -44,6 +45,7 @@ def add_parsers(sub) -> None:
                        "read: ours (default), or the paper harness's (exit code, stdout and "
                        "stderr apart, steps left)")
     add_tool_format_flag(group)
+    add_instructions_flag(group)
     p.add_argument("-q", "--quiet", action="store_true", help="no per-step log on stderr")
     p.set_defaults(func=cmd_run)
 
@@ -61,7 +63,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                  "agent.wall_time": args.wall_time, "agent.prompts": args.prompts,
                  "agent.observation": args.observation, "agent.tool_format": args.tool_format,
                  "agent.max_context_tokens": args.max_context_tokens,
-                 "network.mode": args.network, "sandbox.rootfs": args.rootfs}
+                 "network.mode": args.network, "sandbox.rootfs": args.rootfs,
+                 "agent.project_instructions": False if args.no_project_instructions else None}
     try:
         config = load_config(args.profile, overrides)
         spec = None
@@ -164,6 +167,8 @@ class StepLog:
         elif isinstance(event, events.StepFinished):
             self.live.clear()
             self._line(step_line(event.record))
+        elif isinstance(event, events.InstructionsRead):  # before the first step
+            self._line(f"instructions: {event.text} (--no-project-instructions leaves them out)")
         elif isinstance(event, (events.CredentialAdded, events.NetworkRefused)):  # the proxy's thread
             self._line(f"      network: {event.text}")
         elif isinstance(event, events.ModelRetry):

@@ -24,6 +24,7 @@ def add_parsers(sub) -> None:
     group.add_argument("--approve", action="store_true",
                        help="ask before each command (Run / Edit / Skip); F3 toggles it")
     group.add_argument("--no-stream", action="store_true", help="do not stream model replies")
+    add_instructions_flag(group)
     p.set_defaults(func=cmd_tui)
 
     p = sub.add_parser("replay", help="show a finished run in the app",
@@ -33,6 +34,13 @@ def add_parsers(sub) -> None:
     p.add_argument("trajectory", metavar="RUN", help="a run id from `lis-tui runs`, a run's directory "
                    "or its trajectory.json")
     p.set_defaults(func=cmd_replay)
+
+
+def add_instructions_flag(group) -> None:
+    """`--no-project-instructions`, for `run` and the app (lis_tui/instructions.py)."""
+    group.add_argument("--no-project-instructions", action="store_true",
+                       help="leave AGENTS.md (the workspace's, and yours beside config.toml) out of "
+                            "the system prompt")
 
 
 def needs_terminal(command: str) -> int | None:
@@ -55,7 +63,8 @@ def cmd_tui(args: argparse.Namespace) -> int:
     overrides = {"model.model": args.model, "model.base_url": args.base_url,
                  "agent.max_steps": args.max_steps, "agent.mode": args.mode,
                  "agent.wall_time": args.wall_time, "network.mode": args.network,
-                 "sandbox.rootfs": args.rootfs}
+                 "sandbox.rootfs": args.rootfs,
+                 "agent.project_instructions": False if args.no_project_instructions else None}
     try:
         config = load_config(args.profile, overrides)
     except ConfigError as exc:
