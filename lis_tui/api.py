@@ -23,6 +23,7 @@ from typing import Any
 from isolation import Sandbox, SandboxError, SandboxSpec
 from lis_tui import __version__
 from lis_tui.agent import Agent, CommandApproval
+from lis_tui.allow_words import RUN as RUN_WORDS, allow_words
 from lis_tui.config import Config, configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: F401 (configured_rootfs: callers import it from here)
 from lis_tui.events import LIMIT_REASONS, InstructionsRead, Listeners, RunFinished, RunUsage, network_listener
 from lis_tui.instructions import Instructions, read_instructions
@@ -141,14 +142,24 @@ def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: st
     """The agent's result, or the error that kept it from starting, and the exported files."""
     from isolation.net import NetworkPolicy  # noqa: PLC0415
     from tools import Toolbox  # noqa: PLC0415 (keeps `import lis_tui.api` light for llm mode)
+    from tools.network_notes import NetworkNotes  # noqa: PLC0415
     from tools.shell import Shell, ShellError  # noqa: PLC0415
 
+    paper = config.agent.observation == "paper"
+    words = allow_words(RUN_WORDS)
+    notes = None if paper else NetworkNotes(words)  # paper mode's results stay the harness's
+    to_log = network_listener(listeners)
+
+    def noted(note: Any) -> None:  # the log and the trajectory, and the command's result
+        to_log(note)
+        if notes is not None:
+            notes.refused(note)
+
     try:
-        policy = NetworkPolicy(spec.network, spec.allow_hosts, spec.deny_hosts,
-                               on_note=network_listener(listeners))
+        policy = NetworkPolicy(spec.network, spec.allow_hosts, spec.deny_hosts, on_note=noted, words=words)
         with Sandbox(spec, network=policy) as sandbox:
             toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=config.sandbox.timeout,
-                                                   separate_stderr=config.agent.observation == "paper"))
+                                                   separate_stderr=paper), network_notes=notes)
             try:
                 finished = _drive(make_agent(toolbox), task, sandbox)
             finally:

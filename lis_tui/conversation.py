@@ -19,6 +19,7 @@ from isolation.spec import places_of
 from tools.shell import ShellError
 from lis_tui import api
 from lis_tui.agent import Agent
+from lis_tui.allow_words import APP as APP_WORDS, allow_words
 from lis_tui.config import Config, save_network_allow
 from lis_tui.events import (Listeners, RunFinished, RunStarted, RunUsage, ToolFinished, ToolOutput,
                              ToolStarted, network_listener)
@@ -243,13 +244,16 @@ class Conversation:
             self.state = "ready"
             return
         from tools import Toolbox  # noqa: PLC0415
+        from tools.network_notes import NetworkNotes  # noqa: PLC0415
         from tools.shell import Shell  # noqa: PLC0415
 
         self.state = "starting"
+        paper = self.config.agent.observation == "paper"
+        self._notes = None if paper else NetworkNotes(allow_words(APP_WORDS))
         self._sandbox = Sandbox(self.spec, network=self._policy()).start()
         self._toolbox = Toolbox(self._sandbox, shell=Shell(
             self._sandbox, timeout=self.config.sandbox.timeout,
-            separate_stderr=self.config.agent.observation == "paper", on_output=self._shell_output))
+            separate_stderr=paper, on_output=self._shell_output), network_notes=self._notes)
         self.state = "ready"
 
     def _policy(self) -> Any:
@@ -260,10 +264,14 @@ class Conversation:
         return NetworkPolicy(self.network, allow=[*net.allow, *spec.allow_hosts],
                              deny=[*net.deny, *spec.deny_hosts], decide=self.approver,
                              on_allow_always=save_network_allow, host_services=self.host_services,
-                             on_note=self._network_note)
+                             on_note=self._network_note, words=allow_words(APP_WORDS))
 
     def _network_note(self, note: Any) -> None:
+        """A refusal (or a credential use): to the transcript, and to the model in its command's result."""
         network_listener(getattr(self, "_listeners", None))(note)
+        notes = getattr(self, "_notes", None)
+        if notes is not None:
+            notes.refused(note)
 
     def _export_proxy(self) -> None:
         """The network was turned on after the shell started: the shell learns the proxy."""
