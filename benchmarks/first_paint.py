@@ -1,5 +1,7 @@
 """How long until the person sees something: `lis-tui --version`, the CPU that `import lis_tui.app`
-costs, and the app's first frame (launch until tmux's capture-pane shows the welcome).
+costs, and the app's first frame (launch until tmux's capture-pane shows the welcome), in wall time
+and in the app's own CPU time by then: on a loaded machine the wall time is mostly waiting for a
+core, and the CPU time is what an idle one would take.
 
     .venv/bin/python benchmarks/first_paint.py [--runs 9] [--old /tmp/old]
 
@@ -57,14 +59,16 @@ def import_cpu(tree: Path, home: Path) -> float:
 _panes = iter(range(1 << 30))
 
 
-def time_first_frame(tree: Path, home: Path, size: tuple[int, int]) -> float:
+def time_first_frame(tree: Path, home: Path, size: tuple[int, int]) -> tuple[float, float]:
     """Seconds from starting the app in a fresh tmux pane (a tmux server of its own) until the
-    welcome is on the screen."""
+    welcome is on the screen, and the CPU seconds the app had used by then (what the wall time
+    would be on an idle machine, give or take the terminal's share)."""
     name = f"lis-first-paint-{os.getpid()}-{next(_panes)}"
     env = env_for(tree, home)
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     argv = [python_of(tree), "-m", "lis_tui.cli", "tui", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
-    command = f"cd {shlex.quote(str(home))} && env -i {exports} {shlex.join(argv)}"
+    # exec: the pane's process is the app itself, whose CPU time /proc/PID/stat then gives
+    command = f"cd {shlex.quote(str(home))} && exec env -i {exports} {shlex.join(argv)}"
     tmux = ["tmux", "-L", name]
     start = time.perf_counter()
     started = subprocess.run([*tmux, "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", str(size[0]),
@@ -72,16 +76,26 @@ def time_first_frame(tree: Path, home: Path, size: tuple[int, int]) -> float:
     if started.returncode:
         raise RuntimeError(f"tmux did not start: {started.stderr}")
     try:
+        pid = subprocess.run([*tmux, "display-message", "-p", "-t", "t", "#{pane_pid}"], capture_output=True,
+                             text=True).stdout.strip()
         while True:
             shown = subprocess.run([*tmux, "capture-pane", "-p", "-t", "t"], capture_output=True,
                                    text=True).stdout
             if WELCOME in shown:
-                return time.perf_counter() - start
+                wall = time.perf_counter() - start
+                return wall, cpu_seconds(pid)
             if time.perf_counter() - start > 60:
                 raise RuntimeError(f"no welcome after 60 s:\n{shown}")
             time.sleep(0.01)
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def cpu_seconds(pid: str) -> float:
+    """User and system CPU seconds of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -95,18 +109,22 @@ def main() -> None:
             sys.exit(f"no venv in {tree}: run ./install.sh there (see this file's docstring)")
     if shutil.which("tmux") is None:
         sys.exit("first_paint needs tmux")
-    rows = {"lis-tui --version (s)": time_version, "import lis_tui.app (CPU s)": import_cpu,
-            "first frame 80x24 (s)": lambda t, h: time_first_frame(t, h, (80, 24)),
-            "first frame 120x35 (s)": lambda t, h: time_first_frame(t, h, (120, 35))}
+    probes = {("lis-tui --version (s)",): lambda t, h: (time_version(t, h),),
+              ("import lis_tui.app (CPU s)",): lambda t, h: (import_cpu(t, h),)}
+    for width, height in ((80, 24), (120, 35)):
+        probes[(f"first frame {width}x{height} (s)", f"first frame {width}x{height} (CPU s)")] = \
+            lambda t, h, size=(width, height): time_first_frame(t, h, size)
+    rows = [measure for names in probes for measure in names]
     results: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="lis-first-paint-") as tmp:
         home = Path(tmp)
-        for measure, fn in rows.items():
+        for names, fn in probes.items():
             for tree in trees.values():  # warm the page cache and the bytecode once, unmeasured
                 fn(tree, home)
             for _ in range(args.runs):
                 for label, tree in trees.items():  # alternating, so load hits both alike
-                    results.setdefault((measure, label), []).append(fn(tree, home))
+                    for measure, value in zip(names, fn(tree, home)):
+                        results.setdefault((measure, label), []).append(value)
     print(f"median of {args.runs} runs, this machine ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
     print(f"| {'measure':<28} | {'before':>8} | {'now':>8} | {'now/before':>10} |")
     print(f"|{'-' * 30}|{'-' * 10}|{'-' * 10}|{'-' * 12}|")
