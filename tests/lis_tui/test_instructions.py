@@ -2,6 +2,7 @@
 prompt of `run` and the app, named on run's first line, off with --no-project-instructions, never
 in paper mode, and read as a hostile file would be (capped, no link out of the project, no fifo)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -152,3 +153,27 @@ def test_a_hostile_project_name_is_shown_safely_on_run_s_first_line(tmp_path):
     out = io.StringIO()
     StepLog(out).on_event(InstructionsRead("read /tmp/\x1b]0;owned\x07/AGENTS.md"))
     assert "\x1b" not in out.getvalue() and "\\x1b" in out.getvalue()
+
+
+@pytest.mark.sandbox
+def test_the_bench_never_reads_them(tmp_path, monkeypatch):
+    from lis_tui.bench.runner import BenchOptions, BenchRunner
+    from lis_tui.bench.tasks import load_tasks
+
+    project(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path / "project")
+    (tmp_path / "tasks.jsonl").write_text('{"id": "t1", "problem_statement": "Say ok.", "ground_truth": "ok"}\n')
+    with FakeOpenAI(default=submit()) as server:
+        config = load_config(None, {"model.base_url": server.base_url, "model.model": "m",
+                                    "sandbox.rootfs": "host"}, env={}, paths=[])
+        options = BenchOptions(output=tmp_path / "out", modes=("sandbox", "llm"), concurrency=1, progress=None)
+        BenchRunner(load_tasks(tmp_path / "tasks.jsonl"), config, None, options, None).run()
+    sent = json.dumps([r.messages for r in server.chat_requests])
+    assert len(server.chat_requests) >= 2 and USER_RULE not in sent and "Standing instructions" not in sent
+    from lis_tui.api import run_task  # the same config and files: `run` would send them
+
+    with FakeOpenAI(list(SCRIPT)) as server:
+        config.set("model.base_url", server.base_url, "test")
+        run_task("Say ok.", config=config, output_dir=tmp_path / "run")
+    assert USER_RULE in system_of(server)
