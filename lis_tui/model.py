@@ -25,8 +25,8 @@ from lis_tui.config import ModelConfig
 from lis_tui.model_reply import ModelReply, StreamAssembler, ToolCall, Usage, reply_from_completion  # noqa: F401
 from lis_tui.tokens import estimate_usage
 
-if TYPE_CHECKING:
-    import openai  # loaded with the first call: it is half a second of CPU that the app's first frame does not need
+if TYPE_CHECKING:  # openai loads with the first call: half a second of CPU the app's first frame does not need
+    import openai
 
 PLACEHOLDER_KEY = "sk-no-key-required"
 WORKER_IDLE = 120.0  # seconds an idle call worker waits for the next call before it ends

@@ -312,7 +312,7 @@ class MainScreen(Screen):
 
     def action_review(self) -> None:
         if self.conversation is not None:
-            from lis_tui.screens.review import ReviewScreen  # noqa: PLC0415 (rich.syntax, pygments: not on the first screen)
+            from lis_tui.screens.review import ReviewScreen  # noqa: PLC0415 (rich.syntax: not on the first screen)
 
             self.app.push_screen(ReviewScreen(self.conversation))
 
