@@ -447,7 +447,8 @@ class Agent:
         note = self._fill(self.format.system_note(self.tools.schemas)) if self.tools is not None \
             and self.config.mode != "llm" else ""
         system = render(system, values) if system.strip() else ""
-        system = f"{system}\n\n{note}" if system and note else system or note
+        # AGENTS.md goes in as written: its braces are not placeholders
+        system = "\n\n".join(part for part in (system, p.instructions, note) if part)
         messages = [{"role": "system", "content": system}] if system else []
         return messages + [{"role": "user", "content": render(user, values)}]
 

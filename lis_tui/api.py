@@ -16,15 +16,17 @@ import json
 import os
 import queue
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from isolation import Sandbox, SandboxError, SandboxSpec
 from lis_tui import __version__
 from lis_tui.agent import Agent, CommandApproval
+from lis_tui.allow_words import RUN as RUN_WORDS, allow_words
 from lis_tui.config import Config, configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: F401 (configured_rootfs: callers import it from here)
-from lis_tui.events import LIMIT_REASONS, Listeners, RunFinished, RunUsage, network_listener
+from lis_tui.events import LIMIT_REASONS, InstructionsRead, Listeners, RunFinished, RunUsage, network_listener
+from lis_tui.instructions import Instructions, read_instructions
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
 from lis_tui.prompts.environment import environment_note
@@ -102,10 +104,13 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
                            workspace=workspace, input_dir=input_dir, limits=sandbox_limits(config),
                            nested_userns=config.sandbox.nested_userns,
                            credentials=network_credentials(config), **workspace_options(config))
-    prompts = run_prompts(config, spec)  # a bad prompts file: fail before starting
+    instructions = read_instructions(config, spec)
+    prompts = run_prompts(config, spec, instructions)  # a bad prompts file: fail before starting
     out = prepare_output_dir(output_dir)
     writer = TrajectoryWriter(out / "trajectory.json", trajectory_header(config, spec, out))
     listeners = Listeners(writer, listener)
+    if instructions.summary():
+        listeners.on_event(InstructionsRead(instructions.summary()))
     try:
         finished, files = _run(task, config, spec, prompts, listeners, command_approval, stream,
                                out)
@@ -140,14 +145,24 @@ def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: st
     """The agent's result, or the error that kept it from starting, and the exported files."""
     from isolation.net import NetworkPolicy  # noqa: PLC0415
     from tools import Toolbox  # noqa: PLC0415 (keeps `import lis_tui.api` light for llm mode)
+    from tools.network_notes import NetworkNotes  # noqa: PLC0415
     from tools.shell import Shell, ShellError  # noqa: PLC0415
 
+    paper = config.agent.observation == "paper"
+    words = allow_words(RUN_WORDS)
+    notes = None if paper else NetworkNotes(words)  # paper mode's results stay the harness's
+    to_log = network_listener(listeners)
+
+    def noted(note: Any) -> None:  # the log and the trajectory, and the command's result
+        to_log(note)
+        if notes is not None:
+            notes.refused(note)
+
     try:
-        policy = NetworkPolicy(spec.network, spec.allow_hosts, spec.deny_hosts,
-                               on_note=network_listener(listeners))
+        policy = NetworkPolicy(spec.network, spec.allow_hosts, spec.deny_hosts, on_note=noted, words=words)
         with Sandbox(spec, network=policy) as sandbox:
             toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=config.sandbox.timeout,
-                                                   separate_stderr=config.agent.observation == "paper"))
+                                                   separate_stderr=paper), network_notes=notes)
             try:
                 finished = _drive(make_agent(toolbox), task, sandbox)
             finally:
@@ -242,11 +257,16 @@ def prompt_values(spec: SandboxSpec | None) -> dict[str, str]:
             "environment_note": environment_note(spec.rootfs)}
 
 
-def run_prompts(config: Config, spec: SandboxSpec | None) -> Prompts:
-    """The prompts of a run: beside a workspace, the templates that say /testbed is the person's
-    project and where the model's own folders are (Prompts.for_workspace)."""
+def run_prompts(config: Config, spec: SandboxSpec | None,
+                instructions: Instructions | None = None) -> Prompts:
+    """The prompts of a run (`run` and the app): beside a workspace, the templates that say
+    /testbed is the person's project and where the model's own folders are
+    (Prompts.for_workspace); with the AGENTS.md files (read here unless given) in the system prompt."""
     prompts = load_prompts(config.agent.prompts or None)
-    return prompts.for_workspace() if spec is not None and spec.workspace is not None else prompts
+    prompts = prompts.for_workspace() if spec is not None and spec.workspace is not None else prompts
+    if instructions is None:
+        instructions = read_instructions(config, spec)
+    return replace(prompts, instructions=instructions.section())
 
 
 def trajectory_header(config: Config, spec: SandboxSpec | None, out: Path) -> dict[str, Any]:

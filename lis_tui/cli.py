@@ -111,8 +111,11 @@ def _unknown_app_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str |
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv == ["--version"]:  # before the parser, which imports every command's module
+        print(f"lis-tui {__version__}")
+        return 0
+    parser = build_parser()
     if _opens_app(parser, argv):
         flag = _unknown_app_flag(parser.app_parser, argv)
         if flag is not None:

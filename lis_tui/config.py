@@ -127,6 +127,8 @@ class AgentConfig:
     """A tool call whose arguments are not JSON: "answer" it saying so, or "nudge" as if the reply called no tool (the paper harness's way)."""
     prompt_too_long: str = field(default="fail", metadata={"choices": ("fail", "shrink")})
     """The server refuses a prompt as too long: "fail" the run, or "shrink" max_tokens and ask again (the paper harness's way)."""
+    project_instructions: bool = True
+    """Add AGENTS.md (the workspace's top; the user's beside config.toml) to the system prompt of `run` and the app; never in paper mode."""
 
 
 @dataclass

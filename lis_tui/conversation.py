@@ -19,9 +19,11 @@ from isolation.spec import places_of
 from tools.shell import ShellError
 from lis_tui import api
 from lis_tui.agent import Agent
+from lis_tui.allow_words import APP as APP_WORDS, allow_words
 from lis_tui.config import Config, save_network_allow
 from lis_tui.events import (Listeners, RunFinished, RunStarted, RunUsage, ToolFinished, ToolOutput,
                              ToolStarted, network_listener)
+from lis_tui.instructions import read_instructions
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts
 from lis_tui.run_changes import save_changes
@@ -79,6 +81,9 @@ class Conversation:
         self._auto_chose = ""
         """The tool format `auto` settled on in an earlier task (a text format, or native once the
         server took `tools`); follow-ups start in it. "" until then."""
+        self.instructions = read_instructions(config, spec)
+        """The AGENTS.md files every task's system prompt holds: read once, so that the welcome
+        names what the model gets."""
 
     @property
     def sandbox(self) -> Sandbox | None:
@@ -235,20 +240,23 @@ class Conversation:
 
     def _open(self) -> None:
         if self._prompts is None:  # a bad prompts file fails here, before a sandbox starts
-            self._prompts = api.run_prompts(self.config, self.spec)
+            self._prompts = api.run_prompts(self.config, self.spec, self.instructions)
         if self._client is None:
             self._client = ModelClient(self.config.model)
         if self.spec is None or self._sandbox is not None:
             self.state = "ready"
             return
         from tools import Toolbox  # noqa: PLC0415
+        from tools.network_notes import NetworkNotes  # noqa: PLC0415
         from tools.shell import Shell  # noqa: PLC0415
 
         self.state = "starting"
+        paper = self.config.agent.observation == "paper"
+        self._notes = None if paper else NetworkNotes(allow_words(APP_WORDS))
         self._sandbox = Sandbox(self.spec, network=self._policy()).start()
         self._toolbox = Toolbox(self._sandbox, shell=Shell(
             self._sandbox, timeout=self.config.sandbox.timeout,
-            separate_stderr=self.config.agent.observation == "paper", on_output=self._shell_output))
+            separate_stderr=paper, on_output=self._shell_output), network_notes=self._notes)
         self.state = "ready"
 
     def _policy(self) -> Any:
@@ -259,10 +267,14 @@ class Conversation:
         return NetworkPolicy(self.network, allow=[*net.allow, *spec.allow_hosts],
                              deny=[*net.deny, *spec.deny_hosts], decide=self.approver,
                              on_allow_always=save_network_allow, host_services=self.host_services,
-                             on_note=self._network_note)
+                             on_note=self._network_note, words=allow_words(APP_WORDS))
 
     def _network_note(self, note: Any) -> None:
+        """A refusal (or a credential use): to the transcript, and to the model in its command's result."""
         network_listener(getattr(self, "_listeners", None))(note)
+        notes = getattr(self, "_notes", None)
+        if notes is not None:
+            notes.refused(note)
 
     def _export_proxy(self) -> None:
         """The network was turned on after the shell started: the shell learns the proxy."""

@@ -280,9 +280,17 @@ class NetworkRefused:
     """Why, and how the user can allow it: the line the model's 403 carried."""
 
 
+@dataclass
+class InstructionsRead:
+    """Which AGENTS.md files a run's system prompt holds (and which were found but not read), in
+    one line; sent once, before the run starts."""
+
+    text: str
+
+
 Event = Union[RunStarted, ToolFormatChanged, StepStarted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
               ApprovalNeeded, ToolStarted, ToolOutput, ToolFinished, StepFinished, RunFinished,
-              CredentialAdded, NetworkRefused]
+              CredentialAdded, NetworkRefused, InstructionsRead]
 
 
 def network_listener(listener: Any):

@@ -31,7 +31,9 @@ from typing import Any
 from isolation import Sandbox, SandboxError, SandboxSpec
 from isolation.hostwalk import RefusedPaths
 from isolation.net.policy import NetworkPolicy, NetworkRequest
+from lis_tui.allow_words import MCP as MCP_WORDS, allow_words
 from tools import TOOL_SCHEMAS, Toolbox, ToolResult
+from tools.network_notes import NetworkNotes
 from tools.terminal_text import safe_terminal_text
 
 REVIEW_TOOLS = [
@@ -123,9 +125,12 @@ class SandboxTools:
     def _start(self) -> Toolbox:
         if self._toolbox is None:
             ask = self._ask if self.client is not None else None
-            policy = NetworkPolicy(self.spec.network, self.spec.allow_hosts, self.spec.deny_hosts, decide=ask)
+            words = allow_words(MCP_WORDS)  # the client's model reads these: the server's flags
+            notes = NetworkNotes(words)
+            policy = NetworkPolicy(self.spec.network, self.spec.allow_hosts, self.spec.deny_hosts, decide=ask,
+                                   on_note=notes.refused, words=words)
             self._sandbox = Sandbox(self.spec, network=policy).start()
-            self._toolbox = Toolbox(self._sandbox)
+            self._toolbox = Toolbox(self._sandbox, network_notes=notes)
         return self._toolbox
 
     def _ask(self, request: NetworkRequest):

@@ -19,13 +19,14 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
-
-import openai
+from typing import TYPE_CHECKING, Any, Callable
 
 from lis_tui.config import ModelConfig
 from lis_tui.model_reply import ModelReply, StreamAssembler, ToolCall, Usage, reply_from_completion  # noqa: F401
 from lis_tui.tokens import estimate_usage
+
+if TYPE_CHECKING:  # openai loads with the first call: half a second of CPU the app's first frame does not need
+    import openai
 
 PLACEHOLDER_KEY = "sk-no-key-required"
 WORKER_IDLE = 120.0  # seconds an idle call worker waits for the next call before it ends
@@ -217,6 +218,7 @@ class ModelClient:
         return reply
 
     def _ask(self, call: _Call, messages: list[dict], tools: list[dict] | None) -> ModelReply:
+        import openai  # noqa: PLC0415 (lazy: see the top)
         # client.post, not chat.completions.create: create() walks every message against its
         # TypedDicts, about 0.4 ms a message (90 ms a call at 200 messages), to send the same JSON.
         # cast_to=object: the reply stays plain JSON; building the pydantic models cost ~1 ms a call.
@@ -272,6 +274,7 @@ class ModelClient:
         return [m.id for m in self._openai().models.list()]
 
     def _openai(self) -> openai.OpenAI:
+        import openai  # noqa: PLC0415 (lazy: see the top)
         with self._lock:
             if self._client is None:
                 # max_retries=0: our retries are the only ones, so limits and notices are exact
@@ -287,6 +290,7 @@ class ModelClient:
         return max(0.0, min(wait, self.config.retry_max_delay))
 
     def _error(self, failure: Exception, attempts: int) -> ModelError:
+        import openai  # noqa: PLC0415 (lazy: see the top)
         if isinstance(failure, ModelError):
             return failure
         url, c = self.config.base_url, self.config
@@ -336,6 +340,7 @@ class _Call:
 
 def _retryable(exc: Exception) -> bool:
     """429, 408, 409, 5xx, timeouts and dropped connections are worth another try."""
+    import openai  # noqa: PLC0415 (lazy: see the top)
     if isinstance(exc, openai.APIStatusError):
         if "--jinja" in _server_message(exc):  # llama.cpp's 500 for `tools` it is not set up for
             return False
@@ -349,6 +354,7 @@ def _retryable(exc: Exception) -> bool:
 
 def _unreachable(exc: BaseException) -> bool:
     """Connection refused, a name that does not resolve, no route: waiting will not fix these."""
+    import openai  # noqa: PLC0415 (lazy: see the top)
     if isinstance(exc, openai.APITimeoutError):
         return False
     seen: BaseException | None = exc
@@ -382,6 +388,7 @@ def _retry_after(exc: Exception) -> float | None:
 
 def _describe(exc: BaseException) -> str:
     """A short reason, reaching through to the cause (e.g. "Connection refused")."""
+    import openai  # noqa: PLC0415 (lazy: see the top)
     if isinstance(exc, openai.APIStatusError):
         return f"{exc.status_code} {_phrase(exc.status_code)}"
     text = str(exc) or type(exc).__name__

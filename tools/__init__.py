@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
@@ -231,12 +231,16 @@ def _example(tool: str) -> str:
 class Toolbox:
     """The three tools of one sandbox, behind one `dispatch` that never raises."""
 
-    def __init__(self, sandbox: Any, shell: CommandRunner | None = None, editor: Any = None):
+    def __init__(self, sandbox: Any, shell: CommandRunner | None = None, editor: Any = None,
+                 network_notes: Any = None):
         from .editor import Editor  # here, not at the top: editor imports this module
 
         self.sandbox = sandbox
         self.editor = editor if editor is not None else Editor(sandbox)
         self._shell = shell
+        self.network_notes = network_notes
+        """A tools.network_notes.NetworkNotes: what the network refused, said in each command's
+        result; None says nothing (the bench and paper mode: what the paper's harness sends)."""
 
     @property
     def shell(self) -> CommandRunner:
@@ -273,8 +277,17 @@ class Toolbox:
             timeout = args.get("timeout")
             if timeout is not None and timeout <= 0:
                 raise ToolError("Parameter `timeout` must be a positive number of seconds.")
-            return self.shell.run(args["command"], timeout=timeout)
+            return self._noted(self.shell.run(args["command"], timeout=timeout))
         return self.editor.run(**args)
+
+    def _noted(self, result: ToolResult) -> ToolResult:
+        """The command's result with what the network refused meanwhile (without a proxy, the
+        network is off: its output may show a name that did not resolve)."""
+        if self.network_notes is None:
+            return result
+        off = getattr(self.sandbox, "network", None) is None
+        said = self.network_notes.take(f"{result.output}\n{result.stderr or ''}", off)
+        return replace(result, output=f"{result.output.rstrip()}\n\n{said}".lstrip()) if said else result
 
     def interrupt(self) -> None:
         """Stop the running command, from any thread; a shell not started yet is not started by this."""

@@ -18,9 +18,9 @@ from __future__ import annotations
 from .addr import is_internal
 from .conn import RequestRecord
 from .policy import ANSWERS, CredentialUse, Decision, HostRule, NetworkError, NetworkPolicy, NetworkRequest
-from .refusal import Refusal, refusal
+from .refusal import AllowWords, Refusal, refusal
 from .proxy import NO_PROXY, PROXY_PORT, EgressProxy, ProxyHandle, default_proxy, proxy_env
 
-__all__ = ["ANSWERS", "CredentialUse", "Decision", "EgressProxy", "HostRule", "NO_PROXY", "NetworkError",
+__all__ = ["ANSWERS", "AllowWords", "CredentialUse", "Decision", "EgressProxy", "HostRule", "NO_PROXY", "NetworkError",
            "NetworkPolicy", "NetworkRequest", "PROXY_PORT", "ProxyHandle", "RequestRecord", "default_proxy",
            "Refusal", "is_internal", "proxy_env", "refusal"]

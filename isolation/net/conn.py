@@ -179,7 +179,7 @@ class Connection:
             if decision.allowed:
                 decision = Decision(False, "mode")
         self._note(decision, 403)
-        refused = refusal(dest.host, dest.port, decision, policy.mode, address, label)
+        refused = refusal(dest.host, dest.port, decision, policy.mode, address, label, policy.words)
         if decision.by != "gone":  # a withdrawn question was said when it was withdrawn
             policy.refused(refused, address)
         await self.answer(403, f"lis-tui: {refused}\n", refused.text)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .addr import is_ip
-from .refusal import Refusal, gone_text, shown_host
+from .refusal import AllowWords, Refusal, gone_text, shown_host
 from ..spec import NETWORK_MODES, SandboxError
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,8 @@ class NetworkPolicy:
     def __init__(self, mode: str = "off", allow: Iterable[str] = (), deny: Iterable[str] = (),
                  decide: Approver | None = None, on_allow_always: Callable[[str], object] | None = None,
                  host_services: Iterable[str] = (), ask_timeout: float = ASK_TIMEOUT,
-                 on_note: Callable[[CredentialUse | Refusal], object] | None = None) -> None:
+                 on_note: Callable[[CredentialUse | Refusal], object] | None = None,
+                 words: AllowWords = AllowWords()) -> None:
         self._mode = _check_mode(mode)
         self.allow = [HostRule.parse(r) for r in allow]
         self.deny = [HostRule.parse(r) for r in deny]
@@ -162,6 +163,8 @@ class NetworkPolicy:
         self._listeners: list[Callable[[str], None]] = []
         self._pending: dict[tuple, _Question] = {}
         self._noted: set[tuple] = set()
+        self.words = words
+        """How a refusal tells the user's fix: in the words of the program they use."""
         self._refusals_said = 0
 
     @property

@@ -173,6 +173,8 @@ class StepLog:
         elif isinstance(event, events.StepFinished):
             self.live.clear()
             self._line(step_line(event.record))
+        elif isinstance(event, events.InstructionsRead):  # before the first step
+            self._line(f"instructions: {event.text} (--no-project-instructions leaves them out)")
         elif isinstance(event, (events.CredentialAdded, events.NetworkRefused)):  # the proxy's thread
             self._line(f"      network: {event.text}")
         elif isinstance(event, events.ModelRetry):

@@ -108,6 +108,9 @@ def add_agent_flags(parser: argparse.ArgumentParser):
     group = add_model_flags(parser)
     for flag, _, keywords in AGENT_FLAGS:
         group.add_argument(flag, **keywords)
+    group.add_argument("--no-project-instructions", action="store_true",
+                       help="leave AGENTS.md (the workspace's, and yours beside config.toml) out of "
+                            "the system prompt")
     return group
 
 
@@ -116,6 +119,7 @@ def agent_overrides(args: argparse.Namespace) -> dict:
     overrides = {key: getattr(args, name) for name, key in _MODEL_FLAG_KEYS.items()}
     for flag, key, _ in AGENT_FLAGS:
         overrides[key] = getattr(args, flag[2:].replace("-", "_"))
+    overrides["agent.project_instructions"] = False if args.no_project_instructions else None
     return overrides
 
 

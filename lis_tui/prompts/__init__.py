@@ -29,6 +29,9 @@ class Prompts:
     folders are under /agent); empty: `system`."""
     workspace_instance: str = ""
     """First user message of a run over a workspace; empty: `instance`."""
+    instructions: str = ""
+    """Standing instructions (AGENTS.md: lis_tui.instructions) added to the system prompt as they
+    are, never filled in as a template; no prompts file sets them."""
 
     def for_workspace(self) -> Prompts:
         """These prompts for a run over a workspace: its two templates in place of the plain ones."""
@@ -62,7 +65,7 @@ def _read(path: Path) -> dict[str, str]:
         raise ConfigError(f"cannot read the prompts file ({exc.strerror}); check agent.prompts "
                           "or --prompts", path=path) from None
     data = parse_toml(text, path)
-    known = [f.name for f in fields(Prompts)]
+    known = [f.name for f in fields(Prompts) if f.name != "instructions"]
     for key, value in data.items():
         if key not in known:
             raise ConfigError(f'unknown prompt "{key}"; the keys are {", ".join(known)}',

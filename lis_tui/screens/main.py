@@ -16,9 +16,6 @@ from textual.widgets import Footer
 from lis_tui import events as ev
 from lis_tui.commands.live import running_text
 from lis_tui.runs import app_runs_dir
-from lis_tui.screens.approve_command import CommandApprovalScreen
-from lis_tui.screens.files import FilesScreen
-from lis_tui.screens.review import ReviewScreen
 from lis_tui.screens.setup import SetupScreen
 from lis_tui.widgets.blocks import NoticeBlock
 from lis_tui.widgets.messages import AgentEvent, RunCrashed
@@ -178,6 +175,8 @@ class MainScreen(Screen):
                 block.resume()
             _resolve(e.future, answer if answer is not None else ev.Skip())
 
+        from lis_tui.screens.approve_command import CommandApprovalScreen  # noqa: PLC0415 (not on the first screen)
+
         self.app.push_screen(CommandApprovalScreen(e.command, e.future), answered)
 
     def _on_RunFinished(self, e: ev.RunFinished) -> None:
@@ -307,10 +306,14 @@ class MainScreen(Screen):
 
     def action_files(self) -> None:
         if self.conversation is not None:
+            from lis_tui.screens.files import FilesScreen  # noqa: PLC0415 (not on the first screen)
+
             self.app.push_screen(FilesScreen(self.conversation))
 
     def action_review(self) -> None:
         if self.conversation is not None:
+            from lis_tui.screens.review import ReviewScreen  # noqa: PLC0415 (rich.syntax: not on the first screen)
+
             self.app.push_screen(ReviewScreen(self.conversation))
 
     def _status(self, **fields: Any) -> None:

@@ -5,13 +5,17 @@ Everything here may be the model's words (a replayed task too): shown through `p
 
 from __future__ import annotations
 
-from markdown_it import MarkdownIt
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.containers import Vertical
-from textual.widgets import Collapsible, Markdown, Static
+from textual.widgets import Collapsible, Static
 
 from lis_tui.widgets.plain import plain
 from tools.terminal_text import safe_terminal_text
+
+if TYPE_CHECKING:  # Markdown loads markdown_it and pygments: with the first reply, not the first frame
+    from markdown_it import MarkdownIt
 
 
 class TaskBlock(Static):
@@ -71,6 +75,8 @@ class ModelText(Vertical):
             return
         live.display = False
         if text.strip() and not self.query(".model-markdown"):
+            from textual.widgets import Markdown  # noqa: PLC0415 (see the top)
+
             # Markdown makes no markup of it; a click on the model's link opens nothing.
             self.mount(Markdown(safe_terminal_text(text), classes="model-markdown",
                                 open_links=False, parser_factory=as_written))
@@ -80,6 +86,8 @@ def as_written() -> MarkdownIt:
     """Markdown that keeps the model's characters: HTML (`<b>`), entities (`&lt;`) and backslash
     escapes (LaTeX's `\\(`) are shown as written, not acted on; emphasis, lists, code and
     tables still are."""
+    from markdown_it import MarkdownIt  # noqa: PLC0415 (see the top)
+
     return MarkdownIt("gfm-like").disable(["html_inline", "html_block", "entity", "escape"])
 
 

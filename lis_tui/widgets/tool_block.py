@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 from rich.console import Group
-from rich.syntax import Syntax
 from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Static
@@ -149,6 +148,8 @@ def live_text(tail: list[str], lines: int) -> Text:
 
 def call_header(name: str, args: dict, raw: str) -> Any:
     """The command highlighted as bash, an edit as a diff or a file, or the raw arguments."""
+    from rich.syntax import Syntax  # noqa: PLC0415 (pygments: the first screen has no command)
+
     if name == "execute_bash" and isinstance(args.get("command"), str):
         return Group(Text("$ execute_bash", style="bold"),
                      Syntax(safe_terminal_text(args["command"]), "bash", theme="ansi_dark",
@@ -167,6 +168,8 @@ def editor_header(args: dict) -> Any:
     if args.get("command") in ("str_replace", "insert"):
         old = [f"-{line}" for line in str(args.get("old_str") or "").splitlines()]
         new = [f"+{line}" for line in str(args.get("new_str") or "").splitlines()]
+        from rich.syntax import Syntax  # noqa: PLC0415 (as in call_header)
+
         return Group(title, Syntax(safe_terminal_text(_clip("\n".join(old + new))), "diff",
                                    theme="ansi_dark"))
     return title

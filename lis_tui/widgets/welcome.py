@@ -78,6 +78,10 @@ def setup_rows(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> list
     model = safe_terminal_text(conversation.model_name or "the server's first model")
     url = safe_terminal_text(config.model.base_url or "?")
     rows = [("Model", Text.assemble((model, "bold"), f" at {url}", ("   F4 changes it", "dim")))]
+    read = getattr(conversation, "instructions", None)
+    if read is not None and read.summary():  # names from the person's disk: made safe, never markup
+        rows.append(("Instructions", Text.assemble(safe_terminal_text(read.summary(short=True)),
+                                                   ("   --no-project-instructions: none", "dim"))))
     if spec is None:
         rows.append(("Sandbox", Text("none: mode llm, the model only answers in words")))
         return rows
