@@ -25,8 +25,8 @@ KEYS = (
     ("Tab", "move between the transcript and the prompt"),
     ("e", "in the transcript: expand every command's output, or clip it again (a click: one)"),
     ("Ctrl+Q", "quit (asks first while a task runs)"),
-    ("Command approval", "r Run · e Edit the command, then Run · s / Esc Skip (type a "
-                              "reason first)"),
+    ("Command approval", "Ctrl+R Run · F2 Edit (cursor at the end) · Esc Skip, or type a "
+                         "reason, Enter · r e s act only on a button"),
     ("Model setup", "ctrl+t Test the connection · ctrl+s Save · ctrl+b Build the rootfs · "
                            "ctrl+o a shell in a fresh sandbox (exit comes back) · Esc Later"),
     ("Network approval", "o Allow once · s this session · a Always (saved) · d / Esc Deny"),
