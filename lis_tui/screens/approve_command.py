@@ -21,9 +21,13 @@ from tools.terminal_text import safe_terminal_text
 class CommandApprovalScreen(QuestionScreen):
     """Ctrl+R Run (the text as it stands), F2 Edit (the cursor at the command's end), Esc Skip;
     Enter in the reason skips with it. The reason has the keys at first, so what a person types
-    is text: the letters r, e, s act only while no text field has focus (a button has)."""
+    is text: the letters r, e, s act only while a button has the focus."""
 
     CSS_PATH = "approve.tcss"
+    # Not a button: a letter typed as the dialog opens (or meant as a reason) must not act.
+    # AUTO_FOCUS, not a focus() in on_mount: it is set before any key that came after the dialog
+    # opened, and never takes the focus back from where F2 (Edit) put it.
+    AUTO_FOCUS = "#reason"
     BINDINGS = [Binding("ctrl+r", "run", "Run"), Binding("f2", "edit", "Edit"),
                 Binding("escape", "skip", "Skip"),
                 Binding("r", "key('run')", show=False), Binding("e", "key('edit')", show=False),
@@ -45,11 +49,6 @@ class CommandApprovalScreen(QuestionScreen):
                 yield Button("Edit F2", id="edit", variant="primary")
                 yield Button("Skip Esc", id="skip", variant="error")
 
-    def on_mount(self) -> None:
-        super().on_mount()
-        # Not a button: a letter typed as the dialog opens (or meant as a reason) must not act.
-        self.query_one("#reason", Input).focus()
-
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
         getattr(self, f"action_{event.button.id}")()
@@ -59,8 +58,9 @@ class CommandApprovalScreen(QuestionScreen):
         self.action_skip()
 
     def action_key(self, action: str) -> None:
-        # Letters type into the command and the reason; they are shortcuts only on a button.
-        if not isinstance(self.focused, (TextArea, Input)):
+        # Letters type into the command and the reason; they are shortcuts only on a button
+        # (with no focus yet, a letter is text that came early: it does nothing).
+        if isinstance(self.focused, Button):
             getattr(self, f"action_{action}")()
 
     def action_run(self) -> None:
@@ -73,6 +73,7 @@ class CommandApprovalScreen(QuestionScreen):
         command = self.query_one("#command", TextArea)
         command.focus()
         command.move_cursor(command.document.end)
+        self.query_one(".title", Label).update("Edit the command; Ctrl+R runs it as it stands:")
 
     def action_skip(self) -> None:
         self.dismiss(Skip(self.query_one("#reason", Input).value.strip()))
