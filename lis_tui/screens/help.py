@@ -13,6 +13,8 @@ from lis_tui.widgets.plain import plain
 
 KEYS = (
     ("Enter", "start the task typed in the prompt, or send a follow-up after submit"),
+    ("Ctrl+J", "a new line in the prompt (Shift+Enter too, where the terminal tells them "
+               "apart); a paste is kept whole, every line"),
     ("Esc", "interrupt the current step (stops the model call or sends the command SIGINT)"),
     ("F2", "network mode: OFF → ASK → ON (live for the running sandbox)"),
     ("F3", "command approvals on/off: Run / Edit / Skip before each command"),

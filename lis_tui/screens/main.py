@@ -94,11 +94,11 @@ class MainScreen(Screen):
             self.start(self.first_task)
 
     # -- starting a task --------------------------------------------------------------------
-    def on_input_submitted(self, message: PromptInput.Submitted) -> None:
-        text = message.value.strip()
-        if text and not self.busy and self.conversation is not None:
-            message.input.value = ""
-            self.start(text)
+    def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
+        # The task is the text as typed or pasted, every line of it (nothing stripped)
+        if message.text.strip() and not self.busy and self.conversation is not None:
+            message.prompt.clear()
+            self.start(message.text)
 
     def start(self, task: str) -> None:
         """Run `task` (or a follow-up) in the worker; the UI stays live."""

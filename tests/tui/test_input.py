@@ -66,6 +66,7 @@ def test_edit_puts_the_cursor_at_the_end_of_the_command(tmp_path):
             term.keys("Say it.", "Enter")
             term.wait_for(DIALOG)
             term.keys("F2")
+            term.wait_for("Edit the command")  # keys sent before that went to the reason
             term.keys("-l", " person-added")  # goes after the command, where the cursor is
             term.wait_for("echo model-wrote person-added")
             term.keys("C-r")
@@ -74,3 +75,74 @@ def test_edit_puts_the_cursor_at_the_end_of_the_command(tmp_path):
             term.kill()
         ran = server.chat_requests[1].tool_outputs[0]
     assert "model-wrote person-added" in ran
+
+
+# -- multi-line input (issue 36 item 1) ---------------------------------------------------------
+
+SHIFT_ENTER = "1b 5b 31 33 3b 32 75".split()
+"""Shift+Enter as a terminal with the kitty keyboard protocol sends it (ESC [13;2u: kitty, foot,
+WezTerm, Ghostty); tmux 3.3 has no name for the key, so the bytes go in as they are."""
+
+
+def paste(term: Tmux, text: str) -> None:
+    """A bracketed paste (-p), as a terminal pastes; tmux sends its line breaks as CR, as they do."""
+    term.tmux("set-buffer", "-b", "paste", text)
+    term.tmux("paste-buffer", "-p", "-d", "-b", "paste", "-t", "t")
+
+
+def run_task(tmp_path, size, name: str, type_task, after=None) -> dict:
+    """Type a task with `type_task(term)` (it presses Enter), let the scripted model submit, look
+    with `after(term)`, quit: trajectory.json."""
+    term = Tmux(f"lis-{name}-{os.getpid()}-{size[0]}")
+    with FakeOpenAI([reply(tool_calls=[bash("echo done-$((6*7))")]), submit()]) as server:
+        try:
+            term.start(lis_tui_command(tmp_path, "tui", "--base-url", server.base_url,
+                                       "--model", "m"), width=size[0], height=size[1])
+            term.wait_for("Type a task")
+            type_task(term)
+            term.wait_for("Answer")  # the task has ended: ctrl+q quits without asking
+            if after is not None:
+                after(term)
+            term.keys("C-q")
+            wait_gone(term)
+        finally:
+            term.kill()
+    return json.loads((tmp_path / "out" / "trajectory.json").read_text())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)])
+def test_a_pasted_task_ctrl_j_and_shift_enter_keep_every_line(tmp_path, size):
+    def type_task(term: Tmux) -> None:
+        paste(term, "echo first\necho second")
+        term.keys("C-j")  # a line of one's own under the paste
+        term.keys("-l", "  and a third, indented")
+        term.keys("-H", *SHIFT_ENTER)
+        term.keys("-l", "fourth")
+        shown = term.wait_for("echo second", "and a third", "fourth")
+        assert "4 lines" in shown  # the prompt's border counts them
+        term.keys("Enter")
+
+    saved = run_task(tmp_path, size, "paste", type_task)
+    assert saved["task"] == "echo first\necho second\n  and a third, indented\nfourth"
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)])
+def test_a_long_paste_is_kept_whole_and_shown_folded(tmp_path, size):
+    log = "\n".join(f"line {n:02d} of the log" for n in range(1, 61))
+
+    def type_task(term: Tmux) -> None:
+        paste(term, log)
+        shown = term.wait_for("60 lines")
+        lines = shown.splitlines()
+        assert "step" in lines[0] or "NET" in lines[0], shown  # the status line is still there
+        assert "line 60 of the log" in shown  # the cursor's end of the paste is in view
+        assert sum("of the log" in line for line in lines) < size[1] // 2  # folded
+        term.keys("Enter")
+
+    def transcript_top(term: Tmux) -> None:
+        term.keys("Tab", "Home")  # to the transcript, and its top: the task, folded
+        shown = term.wait_for("line 01 of the log", "more lines, sent whole")
+        assert "line 60 of the log" not in shown
+
+    saved = run_task(tmp_path, size, "long", type_task, transcript_top)
+    assert saved["task"] == log
