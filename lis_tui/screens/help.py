@@ -25,7 +25,8 @@ KEYS = (
     ("Ctrl+N", "after a rootfs was built while a session ran: a new session on it"),
     ("F1", "this help"),
     ("Tab", "move between the transcript and the prompt"),
-    ("e", "in the transcript: expand every command's output, or clip it again (a click: one)"),
+    ("Ctrl+O", "in the transcript: expand every command's output, or clip it again (a click: "
+               "one; e too while the model works); what is typed there goes to the prompt"),
     ("Ctrl+Q", "quit (asks first while a task runs)"),
     ("Command approval", "Ctrl+R Run · F2 Edit (cursor at the end) · Esc Skip, or type a "
                          "reason, Enter · r e s act only on a button"),

@@ -60,11 +60,15 @@ class PromptInput(TextArea, inherit_bindings=False):
             self.replace("\n", *self.selection, maintain_selection_offset=False)
 
     async def _on_paste(self, event: events.Paste) -> None:
-        # Terminals send a pasted line break as CR (tmux, xterm): it is the text's own newline.
         event.stop()
         event.prevent_default()
-        if not self.read_only:
-            text = event.text.replace("\r\n", "\n").replace("\r", "\n")
+        self.take(event.text)
+
+    def take(self, text: str) -> None:
+        """Put typed or pasted text in at the cursor (over a selection). Terminals send a pasted
+        line break as CR (tmux, xterm): it is the text's own newline."""
+        if not self.read_only and not self.disabled:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
             self.replace(text, *self.selection, maintain_selection_offset=False)
 
     def on_text_area_changed(self, event: TextArea.Changed) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 
 import pytest
 
@@ -146,3 +147,53 @@ def test_a_long_paste_is_kept_whole_and_shown_folded(tmp_path, size):
 
     saved = run_task(tmp_path, size, "long", type_task, transcript_top)
     assert saved["task"] == log
+
+
+# -- the transcript follows (issue 36 item 6) ---------------------------------------------------
+
+WIDE = "the-first-answer-runs-right-up-to-the-box-s-right-edge-" * 2
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)])
+def test_toasts_spare_the_answer_and_a_follow_up_typed_while_scrolled_up_is_seen(tmp_path, size):
+    wide = WIDE[: size[0] - 8]  # one line in the Answer box
+    script = [reply(tool_calls=[bash(f"seq 1 60; echo {wide} > /testbed/output/answer.txt")]),
+              submit(),
+              reply(tool_calls=[bash("echo second-run-$((6*7))")]), submit()]
+    term = Tmux(f"lis-follow-{os.getpid()}-{size[0]}")
+    with FakeOpenAI(script) as server:
+        try:
+            term.start(lis_tui_command(tmp_path, "tui", "--base-url", server.base_url,
+                                       "--model", "m"), width=size[0], height=size[1])
+            term.wait_for("Type a task")
+            term.keys("-l", "Count, then answer.")
+            term.keys("Enter")
+            term.wait_for("Answer", wide)
+            term.keys("F2")  # a toast ("Network mode: ASK") while the answer is on screen
+            shown = term.wait_for("Network mode")
+            assert wide in shown  # not a character of it covered
+            term.keys("Tab")  # to the transcript, then up, away from the answer
+            scroll_up_until(term, lambda shown: "Answer" not in shown)
+            term.keys("-l", "and now?")  # typed in the transcript: it goes to the prompt
+            term.wait_for("and now?")
+            term.keys("Enter")
+            term.wait_for("second-run-42", "exit 0")  # the new step, in view
+            term.wait_for("Answer")
+            term.keys("C-q")
+            wait_gone(term)
+        finally:
+            term.kill()
+    assert "and now?" in server.chat_requests[2].messages[-1]["content"]
+
+
+def scroll_up_until(term: Tmux, scrolled, tries: int = 50) -> None:
+    """PageUp until the screen shows it scrolled: a key sent before the focus moved (Tab) went
+    to the prompt, where PageUp does nothing to see."""
+    for _ in range(tries):
+        term.keys("PPage")
+        deadline = time.monotonic() + 1
+        while time.monotonic() < deadline:
+            if scrolled(term.screen()):
+                return
+            time.sleep(0.1)
+    raise AssertionError(f"the transcript never scrolled:\n{term.screen()}")
