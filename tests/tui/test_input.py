@@ -1,5 +1,6 @@
 """What a person types in a real terminal (tmux) goes where they meant it: a reason stays text in
-the command approval (issue 34 item 6), a pasted or multi-line task stays whole (issue 36 item 1)."""
+the command approval (issue 34 item 6), a pasted or multi-line task stays whole (issue 36 item 1),
+keys typed in the transcript go to the prompt, and what follows is in view (issue 36 item 6)."""
 
 from __future__ import annotations
 
