@@ -13,6 +13,8 @@ from lis_tui.widgets.plain import plain
 
 KEYS = (
     ("Enter", "start the task typed in the prompt, or send a follow-up after submit"),
+    ("Ctrl+J", "a new line in the prompt (Shift+Enter too, where the terminal tells them "
+               "apart); a paste is kept whole, every line"),
     ("Esc", "interrupt the current step (stops the model call or sends the command SIGINT)"),
     ("F2", "network mode: OFF → ASK → ON (live for the running sandbox)"),
     ("F3", "command approvals on/off: Run / Edit / Skip before each command"),
@@ -23,10 +25,11 @@ KEYS = (
     ("Ctrl+N", "after a rootfs was built while a session ran: a new session on it"),
     ("F1", "this help"),
     ("Tab", "move between the transcript and the prompt"),
-    ("e", "in the transcript: expand every command's output, or clip it again (a click: one)"),
+    ("Ctrl+O", "in the transcript: expand every command's output, or clip it again (a click: "
+               "one; e too while the model works); what is typed there goes to the prompt"),
     ("Ctrl+Q", "quit (asks first while a task runs)"),
-    ("Command approval", "r Run · e Edit the command, then Run · s / Esc Skip (type a "
-                              "reason first)"),
+    ("Command approval", "Ctrl+R Run · F2 Edit (cursor at the end) · Esc Skip, or type a "
+                         "reason, Enter · r e s act only on a button"),
     ("Model setup", "ctrl+t Test the connection · ctrl+s Save · ctrl+b Build the rootfs · "
                            "ctrl+o a shell in a fresh sandbox (exit comes back) · Esc Later"),
     ("Network approval", "o Allow once · s this session · a Always (saved) · d / Esc Deny"),

@@ -7,7 +7,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Iterable
 
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -91,11 +91,11 @@ class MainScreen(Screen):
             self.start(self.first_task)
 
     # -- starting a task --------------------------------------------------------------------
-    def on_input_submitted(self, message: PromptInput.Submitted) -> None:
-        text = message.value.strip()
-        if text and not self.busy and self.conversation is not None:
-            message.input.value = ""
-            self.start(text)
+    def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
+        # The task is the text as typed or pasted, every line of it (nothing stripped)
+        if message.text.strip() and not self.busy and self.conversation is not None:
+            message.prompt.clear()
+            self.start(message.text)
 
     def start(self, task: str) -> None:
         """Run `task` (or a follow-up) in the worker; the UI stays live."""
@@ -106,7 +106,9 @@ class MainScreen(Screen):
         self.query_one(StatusBar).start_clock()
         if self.conversation.sandbox is None and self.conversation.spec is not None:
             self._status(doing="starting the sandbox")
-        self.query_one(Transcript).focus()
+        transcript = self.query_one(Transcript)
+        transcript.focus()
+        transcript.follow()  # scrolled up to read the last run or not: the new one shows
         self.run_task(task)
 
     @work(thread=True, exit_on_error=False, group="agent")
@@ -181,10 +183,8 @@ class MainScreen(Screen):
 
     def _on_RunFinished(self, e: ev.RunFinished) -> None:
         self._idle(failed=e.reason == "error")
-        if e.reason == "error":
+        if e.reason == "error":  # no toast for an answer: the Answer box says it, under a toast
             notify_plain(self, e.message, title="The run failed", severity="error", timeout=10)
-        elif e.reason == "submitted":
-            self.notify("The model submitted its answer.", title="Done")
 
     def on_run_crashed(self, message: RunCrashed) -> None:
         """A run that failed before it began (no sandbox, an unwritable run directory): said in the
@@ -211,6 +211,30 @@ class MainScreen(Screen):
             prompt.focus()
 
     # -- keys -------------------------------------------------------------------------------
+    def on_key(self, event: events.Key) -> None:
+        """What is typed in the transcript is meant for the prompt: it goes there (e included:
+        while the prompt takes text, Ctrl+O expands the outputs)."""
+        prompt = self._prompt_for_transcript()
+        if prompt is not None and event.is_printable and event.character:
+            event.stop()
+            event.prevent_default()  # before the transcript's own binding (e)
+            prompt.focus()
+            prompt.take(event.character)
+
+    def on_paste(self, event: events.Paste) -> None:
+        prompt = self._prompt_for_transcript()
+        if prompt is not None:
+            event.stop()
+            prompt.focus()
+            prompt.take(event.text)
+
+    def _prompt_for_transcript(self) -> PromptInput | None:
+        """The prompt, when the transcript has the keys and the prompt takes text."""
+        prompt = self.query_one(PromptInput)
+        if isinstance(self.focused, Transcript) and not prompt.disabled:
+            return prompt
+        return None
+
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """A replay has nothing to interrupt or configure: hide those keys."""
         live = ("interrupt", "network", "approvals", "setup", "files", "review")

@@ -18,12 +18,21 @@ if TYPE_CHECKING:  # Markdown loads markdown_it and pygments: with the first rep
     from markdown_it import MarkdownIt
 
 
+TASK_LINES = 12
+"""A task longer than this (a pasted log) shows its first lines and how many more it has."""
+
+
 class TaskBlock(Static):
-    """What the person asked (a task or a follow-up)."""
+    """What the person asked (a task or a follow-up); a long one folded."""
 
     def __init__(self, task: str, follow_up: bool = False) -> None:
         title = "Follow-up" if follow_up else "Task"
-        super().__init__(Text.assemble((f"▶ {title}\n", "bold"), plain(task)))
+        lines = task.split("\n")
+        more = len(lines) - (TASK_LINES - 2) if len(lines) > TASK_LINES else 0
+        shown = "\n".join(lines[:-more]) if more else task
+        super().__init__(Text.assemble((f"▶ {title}\n", "bold"), plain(shown),
+                                       (f"\n… {more} more lines, sent whole" if more else "",
+                                        "dim")))
 
 
 class StepLabel(Static):

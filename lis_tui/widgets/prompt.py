@@ -1,23 +1,81 @@
-"""The prompt: a task, or a follow-up once the model has submitted."""
+"""The prompt: a task, or a follow-up once the model has submitted; one line or many."""
 
 from __future__ import annotations
 
-from textual.widgets import Input
+from textual import events
+from textual.message import Message
+from textual.widgets import TextArea
 
 PLACEHOLDERS = {"task": "Type a task for the model and press Enter",
                 "follow-up": "Type a follow-up (same sandbox, same conversation) and press Enter",
                 "busy": "The model is working (Esc interrupts)",
                 "replay": "Replay of a saved run (Ctrl+Q quits)"}
+NEW_LINE_KEYS = ("ctrl+j", "shift+enter")
+"""Keys that add a line. Most terminals send Shift+Enter as Enter; Ctrl+J is a line feed in all."""
 
 
-class PromptInput(Input):
-    """An Input whose placeholder says what Enter will do. Coming back to it (Tab, a click)
-    keeps the draft as it was, cursor at its end: nothing is selected for the next key to replace."""
+class PromptInput(TextArea, inherit_bindings=False):
+    """Enter sends the text as it stands; Shift+Enter or Ctrl+J adds a line; a paste is kept
+    whole. Past a third of the screen it scrolls (folded), and its border says how many lines
+    it holds. Coming back to it (Tab, a click) keeps the draft and the cursor where they were."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("select_on_focus", False)
-        super().__init__(*args, **kwargs)
+    # Its lines, up to a third of the screen: a long paste scrolls (folded) and leaves the
+    # transcript in view. Here, not in main.tcss: Textual loads no CSS_PATH for an app's
+    # default screen, so main.tcss is not applied today.
+    DEFAULT_CSS = """
+    PromptInput {
+        height: auto;
+        max-height: 33%;
+    }
+    """
+    # TextArea's own keys but F6 (select the line), which would shadow the main screen's F6
+    # (review): ScrollView's, which TextArea's replace, page sideways (nothing here, it wraps).
+    BINDINGS = [binding for binding in TextArea.BINDINGS if binding.key != "f6"]
+
+    class Submitted(Message):
+        """Enter was pressed: `text` is exactly what the prompt held."""
+
+        def __init__(self, prompt: PromptInput, text: str) -> None:
+            super().__init__()
+            self.prompt, self.text = prompt, text
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(soft_wrap=True, tab_behavior="focus", show_line_numbers=False,
+                         highlight_cursor_line=False, **kwargs)
 
     def set_mode(self, mode: str) -> None:
         self.placeholder = PLACEHOLDERS[mode]
         self.disabled = mode in ("busy", "replay")
+        self._fold_note()
+
+    async def _on_key(self, event: events.Key) -> None:
+        # prevent_default: TextArea's own handler (a newline for Enter) does not run after this
+        if event.key == "enter":
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.Submitted(self, self.text))
+        elif event.key in NEW_LINE_KEYS:
+            event.stop()
+            event.prevent_default()
+            self.replace("\n", *self.selection, maintain_selection_offset=False)
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        event.stop()
+        event.prevent_default()
+        self.take(event.text)
+
+    def take(self, text: str) -> None:
+        """Put typed or pasted text in at the cursor (over a selection). Terminals send a pasted
+        line break as CR (tmux, xterm): it is the text's own newline."""
+        if not self.read_only and not self.disabled:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+            self.replace(text, *self.selection, maintain_selection_offset=False)
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        self._fold_note()
+        self.refresh(layout=True)  # its height follows its lines (up to a third of the screen)
+
+    def _fold_note(self) -> None:
+        lines = self.document.line_count
+        self.border_subtitle = (f"{lines} lines · Enter sends" if lines > 1 and not self.disabled
+                                else "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from textual.binding import Binding
@@ -16,13 +17,17 @@ STOPPED = {"cancelled": "Stopped: you interrupted the run. Type a follow-up to g
            "max_context": "Stopped: the context limit was reached.",
            "wall_time": "Stopped: the time limit was reached.",
            "no_action": "Stopped: the model kept replying without calling a tool."}
+HOLD_SECONDS = 8.0
+"""After the person scrolls away from the end, new output leaves the view where it is this long."""
 
 
 class Transcript(VerticalScroll):
-    """Turns each event into a block; keeps to the bottom unless the person scrolled up."""
+    """Turns each event into a block; keeps to the bottom (anchored: a block that grows later, a
+    dialog's wait, Markdown drawn late) unless the person scrolled away in the last seconds."""
 
     can_focus = True
-    BINDINGS = [Binding("e", "expand", "Expand output", show=False)]
+    # e: while the prompt takes no text (a run, a replay); else a letter goes to the prompt
+    BINDINGS = [Binding("e,ctrl+o", "expand", "Expand output", show=False)]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -30,15 +35,31 @@ class Transcript(VerticalScroll):
         self._reply: ModelText | None = None
         self._tools: dict[tuple[int, int], ToolBlock] = {}
         self.last_tool: ToolBlock | None = None
+        self._scrolled_at: float | None = None
+        """When the person last scrolled away from the end (None: not since the last task)."""
+
+    def release_anchor(self) -> None:
+        # Textual calls this for the person's scrolling (wheel, keys, scrollbar), never for ours
+        super().release_anchor()
+        self._scrolled_at = time.monotonic()
+
+    def follow(self) -> None:
+        """Back to the end and following (a new task or follow-up): the person wants to see it."""
+        self._scrolled_at = None
+        self.anchor()
 
     def show(self, event: Any) -> None:
         """Draw one event from `lis_tui.events`; unknown ones are ignored."""
         handler = getattr(self, f"_on_{type(event).__name__}", None)
         if handler is not None:
-            follow = self.is_vertical_scroll_end or self.max_scroll_y == 0
             handler(event)
-            if follow:
-                self.call_after_refresh(self.scroll_end, animate=False)
+            if not self._held():  # anchored from the first event on, not over the welcome
+                self.anchor()
+
+    def _held(self) -> bool:
+        """The person scrolled away from the end a moment ago and is still away: stay there."""
+        return (self._scrolled_at is not None and not self.is_vertical_scroll_end
+                and time.monotonic() - self._scrolled_at < HOLD_SECONDS)
 
     def action_expand(self) -> None:
         """Show every command's whole output, or clip them all again when none is clipped."""

@@ -126,14 +126,13 @@ def test_command_approval(tmp_path, choice):
             async with app.run_test(size=SIZE) as pilot:
                 await wait_for(pilot, lambda: modal_ready(app, "CommandApprovalScreen"))
                 if choice == "edit":
-                    await pilot.press("e", "ctrl+a", "ctrl+k")  # clear the line, then type anew
+                    await pilot.press("f2", "ctrl+a", "ctrl+k")  # clear the line, then type anew
                     await pilot.press(*"echo person-wrote")
                     await pilot.press("tab", "tab", "enter")  # past the reason input to Run
                 elif choice == "skip":
-                    await pilot.press("shift+tab")  # from Run back to the reason
-                    await pilot.press(*"not now", "enter")
+                    await pilot.press(*"not now", "enter")  # the reason has the keys at first
                 else:
-                    await pilot.press("r")
+                    await pilot.press("ctrl+r")
                 await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
                 return server.chat_requests[1].tool_outputs[0]
 

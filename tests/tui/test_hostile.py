@@ -55,7 +55,7 @@ def test_transcript_approval_dialogs_and_replay_show_hostile_text_safely(tmp_pat
                 await wait_for(pilot, lambda: modal_ready(app, "CommandApprovalScreen"))
                 dialog = app.screen.query_one("#command").text
                 assert_safe(on_screen(app))
-                await pilot.press("r")  # Run: the model's command as it came
+                await pilot.press("ctrl+r")  # Run: the model's command as it came
                 await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
                 asked = on_screen(app)
                 await pilot.press("o")
