@@ -40,9 +40,10 @@ def test_host_home_tmp_and_run_are_invisible(sandbox, tmp_path):
     try:
         r = sandbox.exec(f"ls -a /tmp /root /run /var/run {home} 2>/dev/null; find / -name '{marker}*' 2>/dev/null")
         assert marker not in r.stdout
-        # /run holds only lis-tui's own (the apt stand-ins of the host rootfs)
-        assert sandbox.exec("ls -A /run /tmp /root").stdout.split() == ["/root:", "/run:", "lis-tui", "/tmp:",
-                                                                          "lis"]  # the tools' folder
+        # /run holds only lis-tui's own (the apt stand-ins of the host rootfs), /root the empty
+        # .local that pip and npm install into, /tmp the tools' folder
+        assert sandbox.exec("ls -A /run /tmp /root /root/.local").stdout.split() == [
+            "/root:", ".local", "/root/.local:", "/run:", "lis-tui", "/tmp:", "lis"]
     finally:
         for path in created:
             os.unlink(path)

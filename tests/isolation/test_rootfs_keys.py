@@ -110,7 +110,8 @@ def test_an_ubuntu_build_trusts_only_the_shipped_keys_and_says_each_error_once(t
                               "--mirror", debian_signed_mirror])
     assert args.func(args) == 1
     err = capsys.readouterr().err
-    command = err.splitlines()[0]
+    said, command = err.splitlines()[:2]  # what it builds, then mmdebstrap's command line
+    assert said.startswith("lis-tui rootfs: building 'x': Ubuntu bookworm")
     assert command.lstrip().startswith("mmdebstrap --keyring=") and "--skip=check/signed-by" in command
     keyring = Path(command.split("--keyring=")[1].split()[0])
     assert keyring.name == "ubuntu-keyring" and not keyring.exists()  # a copy in the scratch, gone now
