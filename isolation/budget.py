@@ -143,13 +143,13 @@ def admit(limits, on_tmpfs: bool, default_disk: int | None):
         raise SandboxError(f"a disk limit of {_size(limits.disk)} is more than the memory budget of all sandboxes' "
                            f"files ({_size(budget)}): ask for less (--disk), raise tmpfs_budget in [sandbox] of the "
                            "config, or keep the layers on disk (--disk-on disk)")
+    if tracker is not None and room < NEAR * margin(budget):  # near the bound: measured at once, not in a second
+        tracker.wake.set()
     if room < (MIN_DISK if on_tmpfs else SLACK):
         raise SandboxError(f"cannot start another sandbox: the memory budget of all sandboxes' files "
                            f"({_size(budget)}) is in use ({_size(use)} by {_sandboxes(entries)}, "
                            f"{_size(mem.get('MemAvailable', 0))} of memory available): close some, raise tmpfs_budget "
                            "in [sandbox] of the config, or keep the layers on disk (--disk-on disk)")
-    if tracker is not None and room < NEAR * margin(budget):  # near the bound: measured at once, not in a second
-        tracker.wake.set()
     if on_tmpfs and limits.disk and limits.disk > room:  # overcommitted, but never past the whole budget
         from dataclasses import replace  # noqa: PLC0415
 
