@@ -29,7 +29,8 @@ from lis_tui.events import (
     ToolFinished, ToolFormatChanged, ToolRecord, ToolStarted,
 )
 from lis_tui.model import ModelCancelled, ModelError, ToolCall
-from lis_tui.observation import PAPER_NUDGE, paper_not_run, paper_observation, steps_remaining
+from lis_tui.observation import (PAPER_NUDGE, paper_assistant_message, paper_not_run, paper_observation,
+                                 steps_remaining)
 from lis_tui.model import ModelReply as Reply
 from lis_tui.prompts import Prompts, load_prompts, render
 from lis_tui.protocols import Model, Tools
@@ -187,7 +188,10 @@ class Agent:
             reply = self.format.read(reply, f"call_{record.step}")
         record.text, record.reasoning, record.usage = reply.text, reply.reasoning, reply.usage
         record.finish_reason = reply.finish_reason
-        self.messages.append(self.format.assistant_message(reply))
+        message = self.format.assistant_message(reply)
+        if self._paper and self.format.name == "native":  # re-sent as the package re-sends it
+            message = paper_assistant_message(reply)
+        self.messages.append(message)
         if reply.usage is not None:
             self._context = (reply.usage.prompt_tokens + reply.usage.completion_tokens,
                              len(self.messages))
@@ -321,7 +325,9 @@ class Agent:
         return record
 
     def _tool_text(self, tool: str, result: ToolResult, decision: Any) -> str:
-        if self._paper:
+        if result.framed:  # the paper flavour's tools answer in the package's words, whole
+            text = result.output
+        elif self._paper:
             text = paper_observation(tool, result, self.max_tool_output)
         else:
             text = _bounded(result.output, self.max_tool_output) or "(no output)"
