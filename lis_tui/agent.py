@@ -30,7 +30,7 @@ from lis_tui.events import (
 )
 from lis_tui.model import ModelCancelled, ModelError, ToolCall
 from lis_tui.observation import (PAPER_NUDGE, paper_assistant_message, paper_not_run, paper_observation,
-                                 steps_remaining)
+                                 paper_prompt_tokens, steps_remaining)
 from lis_tui.model import ModelReply as Reply
 from lis_tui.prompts import Prompts, load_prompts, render
 from lis_tui.protocols import Model, Tools
@@ -230,8 +230,8 @@ class Agent:
         raise AssertionError("auto switches once, so the second try is not refused again")
 
     def _ask(self, on_delta: Any) -> Reply:
-        """One call; with `prompt_too_long = "shrink"` (sandbox mode), a prompt the server finds
-        too long is asked again with a lower max_tokens, as the paper's harness does."""
+        """One call; with `prompt_too_long = "shrink"`, a prompt the server finds too long is
+        asked again with a lower max_tokens, as the paper's harness does (in both its modes)."""
         max_tokens = getattr(getattr(self.model, "config", None), "max_tokens", None)
         for lowered in itertools.count():
             try:
@@ -240,8 +240,7 @@ class Agent:
                 return self.model.complete(self.messages, self._schemas(), on_delta,
                                            max_tokens=max_tokens)
             except ModelError as exc:
-                if self.config.prompt_too_long != "shrink" or self.config.mode == "llm" \
-                        or not max_tokens or exc.status is None:
+                if self.config.prompt_too_long != "shrink" or not max_tokens or exc.status is None:
                     raise
                 tried, max_tokens = max_tokens, shrunk_max_tokens(exc.detail, max_tokens)
                 if max_tokens is None:
@@ -388,7 +387,9 @@ class Agent:
         if not limit:
             return
         tokens, counted = self._context
-        if not counted:  # no usage yet: guess the schemas and the messages at 4 characters a token
+        if self._paper:  # the package counts the messages it is about to send, and only them
+            tokens, counted = paper_prompt_tokens(self.messages), len(self.messages)
+        elif not counted:  # no usage yet: guess the schemas and the messages at 4 characters a token
             tokens = len(json.dumps(self._schemas() or [])) // 4
         tokens += sum(len(json.dumps(m, ensure_ascii=False)) for m in self.messages[counted:]) // 4
         if tokens + self.reply_reserve > limit:

@@ -115,3 +115,24 @@ def _server_message(raw: Any) -> dict:
     except (AttributeError, KeyError, IndexError, TypeError):
         return {}
     return message if isinstance(message, dict) else {}
+
+
+def paper_prompt_tokens(messages: list[dict]) -> int:
+    """The package's count of the next prompt, checked against its trajectory limit before each
+    call (litellm's `token_counter` on the messages alone, no tool schemas): 3 a message, every
+    text field of it (role and content included) and its calls' arguments, 1 more for a
+    `name`, and 3 for the reply. Each text is counted by `lis_tui.tokens` (tiktoken where it is
+    installed, else about 4 characters a token); litellm counts with tiktoken's cl100k_base
+    for a model it does not know, so the two stop within a step or so of each other."""
+    from lis_tui.tokens import count  # noqa: PLC0415 (paper runs only)
+
+    total = 3
+    for message in messages:
+        total += 3
+        for key, value in message.items():
+            if key == "tool_calls" and isinstance(value, list):
+                total += sum(count(str((c.get("function") or {}).get("arguments", [])))
+                             for c in value if isinstance(c, dict))
+            elif isinstance(value, str):
+                total += count(value) + (key == "name")
+    return total

@@ -333,3 +333,32 @@ def _scorers_data(tmp_path, monkeypatch):
     (tmp_path / "ifbench" / "instructions_registry.py").write_text(IFBENCH_REGISTRY)
     monkeypatch.setenv("NLTK_DATA", str(tmp_path / "nltk"))
     monkeypatch.setenv("IFBENCH_PATH", str(tmp_path / "ifbench"))
+
+
+def test_llm_mode_lowers_max_tokens_for_a_prompt_too_long_as_the_package(
+        agent_python, package_dir, tmp_path):
+    script = [error(400, "This model's maximum context length is 32768 tokens. However, you "
+                    "requested 98304 tokens (32768 in the messages, 65536 in the completion)."),
+              error(400, "Still over the token limit (32768 in the messages)."),
+              reply("\\boxed{4}")]
+    theirs, _, record = compare(agent_python, package_dir, tmp_path, "math",
+                                SUITES["math"][0], script, mode="llm")
+    assert [b["max_tokens"] for b in theirs] == [65536, 32768, 16384]
+    assert record["reward"] == 1.0
+
+
+def test_the_token_limit_stops_where_the_package_stops(agent_python, package_dir, tmp_path):
+    """Each step adds about 650 tokens of prose; the limit falls mid-step, where the package's
+    tokenizer and lis-tui's estimate agree (docs/paper-suites.md, "Counting ...")."""
+    prose = "yes 'The quick brown fox jumps over the lazy dog.' | head -60"
+    script = [reply(None, [bash(prose, f"s{n}")]) for n in range(8)]
+    theirs, result, record = compare(agent_python, package_dir, tmp_path, "chem", CHEM, script,
+                                     package_config={"max_token_limit": 3600},
+                                     flags=("--max-context-tokens", "3600"))
+    assert 1 < len(theirs) < 8 and record["finish_reason"] == "max_context"
+
+
+def test_a_run_without_an_answer_names_the_file_the_suite_reads(agent_python, package_dir,
+                                                                 tmp_path):
+    _, result, record = compare(agent_python, package_dir, tmp_path, "chem", CHEM, [SUBMIT])
+    assert result["answer"] == "" and record["message"] == "no /testbed/answer.txt was written"
