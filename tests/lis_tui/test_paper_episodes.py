@@ -94,11 +94,12 @@ def _serve(sandbox, request: dict) -> dict:
 
 def package_episode(python, suite, mode, row, script, tmp_path, **config):
     """The package's episode of `row`: (its requests' bodies, its result)."""
-    from isolation import Sandbox
+    from isolation import Sandbox, SandboxSpec
 
     folder = tmp_path / f"package-{mode}"
     folder.mkdir()
-    with FakeOpenAI(script=list(script)) as server, Sandbox() as sandbox:
+    # the package's container has a network: here lis-tui's proxy, as a paper run has it
+    with FakeOpenAI(script=list(script)) as server, Sandbox(SandboxSpec(network="on")) as sandbox:
         agent_config = {"docker_image": "lis-tui", "llm_name": "openai/m",
                         "llm_base_url": server.base_url, "max_steps": 100, "temperature": 1.0,
                         "max_token_limit": 131072 if suite == "long_context" else 65536,
@@ -206,7 +207,8 @@ SCRIPTS = {
     # D2 state (cwd, variables, exit) and D3 framing, D4 `git init` and `ls`
     "state": [
         reply("Looking around.", [bash("cd /tmp && export X=42", "a")]),
-        reply(None, [bash('pwd; echo "X=$X"; ls -A; printf \'first\\n\'; echo oops >&2', "b")]),
+        reply(None, [bash('pwd; echo "X=$X"; ls -A; printf \'first\\n\'; echo oops >&2; '
+                          'echo "${HTTPS_PROXY:+a network through a proxy}"', "b")]),
         reply(None, [bash("mkdir -p d && touch d/one d/two && ls d; exit 3", "c")]),
         ANSWER, SUBMIT],
     # two calls (only the first runs), arguments that are not JSON or not an object, no call,
