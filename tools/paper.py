@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 from typing import Any
 
 from tools import TOOL_SCHEMAS, ToolResult, Toolbox, loads_model_json
@@ -21,20 +22,37 @@ KEEP_LINES = 40  # lines kept at each end of a stream longer than twice this
 _DIVIDER = "-" * 50
 
 
+_EDITOR = """\
+View, create and edit files inside the sandbox.
+* `view` of a .py or .rst file prints it with line numbers, like `cat -n` (other files: use \
+`cat` through execute_bash); of a directory, it lists its directories and .py and .rst files up \
+to 2 levels deep, hidden ones excluded.
+* `create` writes `file_text` to `path`, over any file already there.
+* `str_replace` replaces `old_str`, which must occur exactly once, with `new_str`.
+* `insert` puts `new_str` after line `insert_line`.
+* Long views are clipped and marked with `<response clipped>`.
+"""
+_BASH = """\
+Run a bash command in a fresh shell in /testbed; returns its exit code, stdout and stderr.
+* Nothing but files carries over between commands: `cd` and `export` in the command that needs them.
+* A command may run for 120 seconds.
+"""
+
+
 def package_shaped_schemas() -> list[dict]:
-    """lis-tui's own schemas cut to what the package's tools take (no `undo_edit`, no
-    `timeout`): what a paper run offers when the package's own cannot be read."""
+    """The package's three tools with its parameters, described in lis-tui's words: what a
+    paper run offers when the package's own schemas cannot be read (it is not installed)."""
     schemas = copy.deepcopy(TOOL_SCHEMAS)
     for schema in schemas:
         fn = schema["function"]
         props = fn["parameters"]["properties"]
-        props.pop("timeout", None)
-        if "enum" in props.get("command", {}):
-            props["command"]["enum"] = [c for c in props["command"]["enum"] if c != "undo_edit"]
-            props["command"]["description"] = "What to do: " + ", ".join(
-                f"`{c}`" for c in props["command"]["enum"]) + "."
-            fn["description"] = "\n".join(line for line in fn["description"].split("\n")
-                                          if "undo_edit" not in line)
+        if fn["name"] == "execute_bash":
+            props.pop("timeout", None)
+            fn["description"] = _BASH
+        elif fn["name"] == "str_replace_editor":
+            props["command"]["enum"] = ["view", "create", "str_replace", "insert"]
+            props["command"]["description"] = "What to do: `view`, `create`, `str_replace`, `insert`."
+            fn["description"] = _EDITOR
     return schemas
 
 
@@ -78,7 +96,8 @@ class PaperToolbox(Toolbox):
         """The package's way of running commands, started (with its `git init`) on first use."""
         if self._commands is None:
             self._commands = PackageCommands(self.shell, self.sandbox, self._cwd, self._timeout)
-            self._commands.run("git init 2>/dev/null || true", apart=False)
+            # its runtime's `cd /testbed && git init 2>/dev/null || true`, nothing of it shown
+            self.shell.run(f"\\command git init -q -- {shlex.quote(self._cwd)} >/dev/null 2>&1")
         return self._commands
 
     def dispatch(self, name: str, arguments: str | dict | None) -> ToolResult:
