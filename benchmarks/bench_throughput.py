@@ -1,7 +1,7 @@
 """Throughput of `lis-tui bench`: 3-step episodes against a scripted server that answers at once.
 
     .venv/bin/python benchmarks/bench_throughput.py [--episodes 256] [--rounds 3] [--concurrency 32]
-                                                    [--live 256] [--rootfs host]
+                                                    [--live 256] [--rootfs host] [--paper]
 
 Each episode is the real thing: a fresh sandbox (created and destroyed), the persistent shell,
 the agent with the real openai client over HTTP, trajectory.json per episode, scoring and a line
@@ -85,10 +85,12 @@ def tasks(count: int) -> list[Task]:
 
 
 def run(base_url: str, count: int, concurrency: int, rootfs: str, out: Path,
-        watch=None) -> tuple[float, list[dict]]:
-    config = load_config(env={}, paths=[], overrides={
-        "model.base_url": base_url, "model.model": "m", "model.max_retries": 3,
-        "model.retry_base_delay": 0.05, "model.timeout": 300.0})
+        watch=None, observation: str = "") -> tuple[float, list[dict]]:
+    overrides = {"model.base_url": base_url, "model.model": "m", "model.max_retries": 3,
+                 "model.retry_base_delay": 0.05, "model.timeout": 300.0}
+    if observation:  # "paper": the package's tools (tools/paper.py), as paper suites run them
+        overrides["agent.observation"] = observation
+    config = load_config(env={}, paths=[], overrides=overrides)
     runner = BenchRunner(tasks(count), config, SandboxSpec(rootfs=rootfs),
                          BenchOptions(output=out, concurrency=concurrency, progress=None))
     started = time.perf_counter()
@@ -141,7 +143,12 @@ def main() -> None:
     parser.add_argument("--live", type=int, default=256, help="episodes held open for the memory "
                         "measurement (0 skips it; the paper reports 512 Docker sandboxes at ~200 MB)")
     parser.add_argument("--rootfs", default="host")
+    parser.add_argument("--paper", action="store_true", help="also run each round in paper mode "
+                        "(a fresh bash -c per command, the package's editor), alternating with "
+                        "the default mode, and print both")
     args = parser.parse_args()
+    if args.paper:
+        return compare_paper(args)
     with tempfile.TemporaryDirectory(prefix="lis-bench-") as tmp:
         rounds = []
         with scripted_server() as (url, _):
@@ -175,6 +182,30 @@ def main() -> None:
     for key, value in rows:
         print(f"| {key:<{width}} | {value} |")
     print(json.dumps(dict(rows)), file=sys.stderr)
+
+
+def compare_paper(args) -> None:
+    """Default and paper mode, round by round in turn on one server, median of each."""
+    eps: dict[str, list[float]] = {"default": [], "paper": []}
+    correct = {"default": True, "paper": True}
+    with tempfile.TemporaryDirectory(prefix="lis-bench-") as tmp, scripted_server() as (url, _):
+        run(url, 16, 16, args.rootfs, Path(tmp) / "warm")
+        run(url, 16, 16, args.rootfs, Path(tmp) / "warm-paper", observation="paper")
+        for i in range(args.rounds):
+            for mode in ("default", "paper"):
+                wall, results = run(url, args.episodes, args.concurrency, args.rootfs,
+                                    Path(tmp) / f"{mode}{i}", observation=mode * (mode == "paper"))
+                eps[mode].append(len(results) / wall)
+                correct[mode] &= all(r["correct"] for r in results)
+    median = {m: sorted(v)[len(v) // 2] for m, v in eps.items()}
+    print(f"\nlis-tui bench throughput, default and paper mode ({args.rootfs} rootfs, 3-step "
+          f"episodes, {args.episodes} a round, concurrency {args.concurrency}, "
+          f"{os.cpu_count()} cores)\n")
+    print("| mode | episodes / s, median | slowest .. fastest | all correct |\n|---|---|---|---|")
+    for mode, values in eps.items():
+        print(f"| {mode} | {median[mode]:.1f} | {min(values):.1f} .. {max(values):.1f} | "
+              f"{'yes' if correct[mode] else 'no'} |")
+    print(f"\npaper / default: {median['paper'] / median['default']:.2f}x")
 
 
 if __name__ == "__main__":

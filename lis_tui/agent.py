@@ -29,7 +29,8 @@ from lis_tui.events import (
     ToolFinished, ToolFormatChanged, ToolRecord, ToolStarted,
 )
 from lis_tui.model import ModelCancelled, ModelError, ToolCall
-from lis_tui.observation import PAPER_NUDGE, paper_not_run, paper_observation, steps_remaining
+from lis_tui.observation import (PAPER_NUDGE, paper_assistant_message, paper_not_run, paper_observation,
+                                 paper_prompt_tokens, steps_remaining)
 from lis_tui.model import ModelReply as Reply
 from lis_tui.prompts import Prompts, load_prompts, render
 from lis_tui.protocols import Model, Tools
@@ -187,7 +188,10 @@ class Agent:
             reply = self.format.read(reply, f"call_{record.step}")
         record.text, record.reasoning, record.usage = reply.text, reply.reasoning, reply.usage
         record.finish_reason = reply.finish_reason
-        self.messages.append(self.format.assistant_message(reply))
+        message = self.format.assistant_message(reply)
+        if self._paper and self.format.name == "native":  # re-sent as the package re-sends it
+            message = paper_assistant_message(reply)
+        self.messages.append(message)
         if reply.usage is not None:
             self._context = (reply.usage.prompt_tokens + reply.usage.completion_tokens,
                              len(self.messages))
@@ -226,8 +230,8 @@ class Agent:
         raise AssertionError("auto switches once, so the second try is not refused again")
 
     def _ask(self, on_delta: Any) -> Reply:
-        """One call; with `prompt_too_long = "shrink"` (sandbox mode), a prompt the server finds
-        too long is asked again with a lower max_tokens, as the paper's harness does."""
+        """One call; with `prompt_too_long = "shrink"`, a prompt the server finds too long is
+        asked again with a lower max_tokens, as the paper's harness does (in both its modes)."""
         max_tokens = getattr(getattr(self.model, "config", None), "max_tokens", None)
         for lowered in itertools.count():
             try:
@@ -236,8 +240,7 @@ class Agent:
                 return self.model.complete(self.messages, self._schemas(), on_delta,
                                            max_tokens=max_tokens)
             except ModelError as exc:
-                if self.config.prompt_too_long != "shrink" or self.config.mode == "llm" \
-                        or not max_tokens or exc.status is None:
+                if self.config.prompt_too_long != "shrink" or not max_tokens or exc.status is None:
                     raise
                 tried, max_tokens = max_tokens, shrunk_max_tokens(exc.detail, max_tokens)
                 if max_tokens is None:
@@ -321,7 +324,9 @@ class Agent:
         return record
 
     def _tool_text(self, tool: str, result: ToolResult, decision: Any) -> str:
-        if self._paper:
+        if result.framed:  # the paper flavour's tools answer in the package's words, whole
+            text = result.output
+        elif self._paper:
             text = paper_observation(tool, result, self.max_tool_output)
         else:
             text = _bounded(result.output, self.max_tool_output) or "(no output)"
@@ -382,7 +387,9 @@ class Agent:
         if not limit:
             return
         tokens, counted = self._context
-        if not counted:  # no usage yet: guess the schemas and the messages at 4 characters a token
+        if self._paper:  # the package counts the messages it is about to send, and only them
+            tokens, counted = paper_prompt_tokens(self.messages), len(self.messages)
+        elif not counted:  # no usage yet: guess the schemas and the messages at 4 characters a token
             tokens = len(json.dumps(self._schemas() or [])) // 4
         tokens += sum(len(json.dumps(m, ensure_ascii=False)) for m in self.messages[counted:]) // 4
         if tokens + self.reply_reserve > limit:

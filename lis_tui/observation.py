@@ -18,6 +18,8 @@ they are here too. The words of our tools' answers stay ours; only this frame is
 """
 from __future__ import annotations
 
+from typing import Any
+
 from tools import ToolResult
 
 KEEP_LINES = 40  # lines kept at each end of a long stream
@@ -77,3 +79,60 @@ def _cut(text: str, bound: int) -> str:
         text = (f"{text[:half]}\n[... {len(text) - 2 * half:,} characters cut by lis-tui ...]\n"
                 f"{text[-half:]}")
     return text
+
+
+_KNOWN = {"role", "content", "tool_calls", "function_call", "audio", "annotations", "refusal"}
+"""Fields of the server's message that litellm reads as its own; the rest it keeps aside."""
+
+
+def paper_assistant_message(reply: Any) -> dict:
+    """The assistant turn as the package sends it back: litellm's reading of the server's message
+    (`model_dump(exclude_none=True)`): no `content` when it was null, the reasoning re-sent as
+    `reasoning_content`, and what litellm does not know (`refusal`, a `reasoning` field, ...)
+    under `provider_specific_fields`, which goes to the server too."""
+    sent = _server_message(reply.raw)
+    message: dict[str, Any] = {"role": "assistant"}
+    if sent.get("content") is not None:
+        message["content"] = sent["content"]
+    elif reply.text:  # a text format read the calls out of the text: keep what is left
+        message["content"] = reply.text
+    if reply.tool_calls:
+        message["tool_calls"] = [{"function": {"arguments": c.arguments, "name": c.name},
+                                  "id": c.id, "type": "function"} for c in reply.tool_calls]
+    aside = {"refusal": sent.get("refusal"),
+             **{k: v for k, v in sent.items() if k not in _KNOWN}}
+    if reply.reasoning:
+        message["reasoning_content"] = reply.reasoning
+        aside.setdefault("reasoning_content", reply.reasoning)
+    message["provider_specific_fields"] = aside
+    return message
+
+
+def _server_message(raw: Any) -> dict:
+    try:
+        completion = raw.to_dict() if hasattr(raw, "to_dict") else raw
+        message = completion["choices"][0]["message"]
+    except (AttributeError, KeyError, IndexError, TypeError):
+        return {}
+    return message if isinstance(message, dict) else {}
+
+
+def paper_prompt_tokens(messages: list[dict]) -> int:
+    """The package's count of the next prompt, checked against its trajectory limit before each
+    call (litellm's `token_counter` on the messages alone, no tool schemas): 3 a message, every
+    text field of it (role and content included) and its calls' arguments, 1 more for a
+    `name`, and 3 for the reply. Each text is counted by `lis_tui.tokens` (tiktoken where it is
+    installed, else about 4 characters a token); litellm counts with tiktoken's cl100k_base
+    for a model it does not know, so the two stop within a step or so of each other."""
+    from lis_tui.tokens import count  # noqa: PLC0415 (paper runs only)
+
+    total = 3
+    for message in messages:
+        total += 3
+        for key, value in message.items():
+            if key == "tool_calls" and isinstance(value, list):
+                total += sum(count(str((c.get("function") or {}).get("arguments", [])))
+                             for c in value if isinstance(c, dict))
+            elif isinstance(value, str):
+                total += count(value) + (key == "name")
+    return total

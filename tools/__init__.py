@@ -31,6 +31,9 @@ class ToolResult:
     """The model called `submit`: the episode ends."""
     stderr: str | None = None
     """A command's stderr when the shell keeps it apart (`output` is then its stdout); else None."""
+    framed: bool = False
+    """`output` is the whole answer the model reads, already in its harness's frame (the paper
+    flavour, tools.paper): the agent sends it as it is."""
 
 
 class ToolError(Exception):

@@ -199,8 +199,8 @@ def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any,
         ctx.track("sandboxes", sandbox, True)
         try:
             stage_files(sandbox, task)
-            toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=ctx.config.sandbox.timeout,
-                                                   separate_stderr=stderr_apart))
+            toolbox = _paper_toolbox(sandbox) if stderr_apart else \
+                Toolbox(sandbox, shell=Shell(sandbox, timeout=ctx.config.sandbox.timeout))
             agent = make_agent(toolbox, task_prompt_values(task, ctx.spec))
             try:
                 finished = agent.run(task.problem_statement)
@@ -210,6 +210,15 @@ def _in_sandbox(task: Task, ctx: EpisodeContext, make_agent: Any,
             return finished, _answer(sandbox, task, finished)
         finally:
             ctx.track("sandboxes", sandbox, False)
+
+
+def _paper_toolbox(sandbox: Sandbox) -> Any:
+    """The package's tools as its agent runs them (tools.paper), with its own schemas when it
+    is installed."""
+    from lis_tui.prompts.package import package_tools  # noqa: PLC0415
+    from tools.paper import PaperToolbox  # noqa: PLC0415
+
+    return PaperToolbox(sandbox, schemas=package_tools())
 
 
 def _llm_task(task: Task, prompts: str, as_package: bool = False) -> str:

@@ -165,7 +165,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
     load_prompts(config.agent.prompts or None)  # a bad --prompts stops here, not in every episode
     modes = ("sandbox", "llm") if args.mode == "both" else (args.mode,)
-    spec = None
+    spec, network_flag = None, args.network
     if "sandbox" in modes:
         args.rootfs = args.rootfs or configured_rootfs(config)
         args.network = args.network or config.network.mode
@@ -175,11 +175,15 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
                            resume=args.resume, progress=None if args.quiet else sys.stderr,
                            ray=ray_from_args(args))
     judge = _judge(args, config, tasks)  # before the paper's settings: the judge keeps its own
-    tasks, settings = _paper_settings(args, config, tasks)
+    tasks, settings = _paper_settings(args, config, tasks, network_flag)
+    if settings is not None and spec is not None and args.network != config.network.mode:
+        args.network = config.network.mode  # the package's container has a network
+        spec = spec_from_args(args)
     return BenchRunner(tasks, config, spec, options, judge), judge, settings
 
 
-def _paper_settings(args: argparse.Namespace, config: Any, tasks: list) -> tuple[list, Any]:
+def _paper_settings(args: argparse.Namespace, config: Any, tasks: list,
+                    network_flag: str | None = None) -> tuple[list, Any]:
     """A paper suite runs with the package's settings, each flag given overriding its one."""
     suite = args.tasks[len("paper:"):] if args.tasks.startswith("paper:") else args.suite
     if not suite:
@@ -191,6 +195,7 @@ def _paper_settings(args: argparse.Namespace, config: Any, tasks: list) -> tuple
     from lis_tui.bench.paper import settings as paper  # noqa: PLC0415
 
     flags = {k.flag: getattr(args, k.flag[2:].replace("-", "_")) for k in paper.KNOBS}
+    flags["--network"] = network_flag  # as given: args.network has the config's by now
     settings = paper.apply(config, suite, flags)
     return [replace(t, extra={**t.extra, "llm_prompt": settings.llm_prompt}) for t in tasks], settings
 

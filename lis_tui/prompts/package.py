@@ -118,3 +118,20 @@ def _as_ours(template: str, path: Path) -> str:
                               f"{', '.join(sorted(_OURS | _EMPTY))}", path=path)
         out.append(f"{{{name}}}")
     return "".join(out)
+
+
+def package_tools() -> list[dict] | None:
+    """The installed package's tool schemas, in the order its agent sends them (editor, bash,
+    submit), or None when it is not installed. Its tools.py holds only these dicts and imports
+    nothing, so loading it runs none of the package's machinery."""
+    try:
+        path = _root() / "tools.py"
+    except ConfigError:
+        return None
+    spec = importlib.util.spec_from_file_location("_lis_package_tools", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)  # the user installed this package to run its code
+        return [module.str_replace_editor_tool, module.execute_bash_tool, module.submit_tool]
+    except (OSError, AttributeError, SyntaxError):
+        return None

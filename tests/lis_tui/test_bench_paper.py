@@ -195,8 +195,9 @@ def test_a_paper_suite_answers_tools_in_the_papers_frame_unless_told_otherwise(t
     missing = "ls: cannot access '/nope': No such file or directory"
     if chosen is None:
         assert first.endswith("\nSteps Remaining: 5")
+        # each stream as written, its final newline kept (the package's frame, byte for byte)
         assert second == ("Exit code: Error: Exit code 2\nExecution output of \\[execute_bash]:\n"
-                          f"\\[STDOUT]\nhi\n\\[STDERR]\n{missing}\nSteps Remaining: 4")
+                          f"\\[STDOUT]\nhi\n\n\\[STDERR]\n{missing}\n\nSteps Remaining: 4")
         assert seen[2][-1]["content"].startswith("Execution output of \\[str_replace_editor]:")
     else:
         assert "Steps Remaining" not in first

@@ -346,3 +346,30 @@ def test_paper_suites_use_the_packages_prompts_when_it_is_here_and_say_so_when_n
 def test_the_packages_rule_for_lowering_max_tokens(message, tried, then):
     from lis_tui.agent import shrunk_max_tokens
     assert shrunk_max_tokens(message, tried) == then
+
+
+def test_paper_settings_have_the_network_on_and_network_off_makes_them_custom(tmp_path,
+                                                                              fake_package):
+    """The package's container has a network: a paper run's sandboxes reach the internet
+    through lis-tui's proxy (public addresses only), and the header says so."""
+    def probe(request):
+        if not request.tool_names or request.tool_outputs:
+            return submit() if request.tool_names else reply("4")
+        return reply(tool_calls=[call("execute_bash", {"command": 'echo "proxy=${HTTPS_PROXY:+yes}"'})])
+
+    seen = {}
+    for network in (None, "off"):
+        out = tmp_path / f"out-{network}"
+        with FakeOpenAI(default=probe) as server:
+            proc = bench_cli("paper:math", server, out, str(math_rows(tmp_path)),
+                             *(("--network", network) if network else ()), path=[fake_package])
+            _, err = proc.communicate(timeout=240)
+            seen[network] = (err, [r.tool_outputs for r in server.chat_requests])
+        assert proc.returncode == 0, err
+    err, outputs = seen[None]
+    assert "network: on, through lis-tui's proxy (public addresses only)\n" in err
+    assert err.startswith("settings: paper (")
+    assert "proxy=yes" in outputs[-1][0]
+    err, outputs = seen["off"]
+    assert err.startswith("settings: custom for math (network (--network): not "), err
+    assert "proxy=\n" in outputs[-1][0]

@@ -8,7 +8,8 @@ Read from llm-in-sandbox 0.2.0: `cli.run_benchmark`'s defaults (temperature from
 call runs; replies without one are answered and counted as steps, never a reason to stop; the
 observation frame of `lis_tui.observation`; a tool call whose arguments are not JSON taken as
 no call; a prompt too long for the server asked again with a lower max_tokens; the suite's own
-prompts from the installed package, else ours and the settings say so) and its LLM mode
+prompts from the installed package, else ours and the settings say so), its container's
+network (on; here through lis-tui's proxy, which reaches public addresses only) and its LLM mode
 (`lis_tui.bench.paper.llm_mode`). Its README suggests LLM_TEMPERATURE=0.7 for Qwen3 models:
 pass --temperature 0.7 for those, and the summary says the run was custom.
 """
@@ -57,12 +58,15 @@ KNOBS = (
     Knob("prompt too long for the server", "agent.prompt_too_long", "--prompt-too-long", "shrink"),
     Knob("sandbox-mode prompts", "agent.prompts", "--prompts", PREFIX),
     Knob("LLM-mode prompt and answer", "", "--llm-prompt", "paper"),
+    Knob("network", "network.mode", "--network", "on"),
 )
 """In the order the header and summary.md show them."""
 EXPLAINED = {"paper": "the package's", "first": "first only", "all": "all",
              "native": "OpenAI tools", "lis-tui": "lis-tui's", "": "lis-tui's",
              "answer": "answered, saying what is wrong", "nudge": "as a reply without a tool call",
-             "fail": "the episode fails", "shrink": "lower max tokens and ask again"}
+             "fail": "the episode fails", "shrink": "lower max tokens and ask again",
+             "on": "on, through lis-tui's proxy (public addresses only)", "off": "off",
+             "ask": "ask (headless: only allow-listed hosts)"}
 
 
 @dataclass(frozen=True)
