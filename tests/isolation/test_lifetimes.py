@@ -98,6 +98,7 @@ def test_a_stopped_log_writer_cannot_hold_a_command_past_its_timeout():
 KILLED_DURING_START = textwrap.dedent("""
     import sys
     from isolation import Sandbox
+    print("imported", flush=True)
     while True:
         with Sandbox() as sb:
             sb.exec("true")
@@ -110,10 +111,12 @@ def test_kill_9_during_start_leaves_nothing_after_the_next_start(tmp_path, monke
     rng = random.Random(12)
     for _ in range(20):
         child = subprocess.Popen([sys.executable, "-c", KILLED_DURING_START], env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.25 + rng.random() * 0.3)  # somewhere in a start, an exec or a close
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        child.stdout.readline()  # imported (however long a loaded machine takes): the starts begin
+        time.sleep(0.05 + rng.random() * 0.3)  # somewhere in a start, an exec or a close
         child.kill()
         child.wait()
+        child.stdout.close()
     ids = {p.name.strip(".").split(".")[0] for p in scratch.iterdir() if p.suffix in (".lock", ".new")}
     left = [p for p in _ours_marked("lis-sandbox-") if any(f"lis-sandbox-{i}" in _cmdline(p) for i in ids)]
     left += [p for p in _ours_marked(str(scratch)) if p not in left]
