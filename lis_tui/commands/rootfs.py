@@ -169,7 +169,7 @@ _NOT_DEBIAN = {"alpine", "fedora", "arch", "archlinux", "centos", "rocky", "rock
 def _distro_name(name: str, mirror: str | None) -> str:
     """Why `name` reads as a distribution that the build without --suite would not make
     (`build debian` would be Ubuntu noble named debian), with the fix; "" when it does not."""
-    from isolation.rootfs.build import _UBUNTU_FALLBACK  # noqa: PLC0415
+    from isolation.rootfs.build import is_ubuntu  # noqa: PLC0415
 
     word = re.split(r"[^a-z]", name.lower(), maxsplit=1)[0]
     if word in _NOT_DEBIAN:
@@ -179,7 +179,7 @@ def _distro_name(name: str, mirror: str | None) -> str:
         suite = word if word != "debian" else "bookworm"
         return (f"{name!r} is only the new rootfs's name: without --suite it would be Ubuntu noble. "
                 f"For Debian: lis-tui rootfs build {name} --suite {suite} --mirror http://deb.debian.org/debian")
-    if word in _UBUNTU_FALLBACK - {"noble"}:
+    if word not in ("", "noble", "ubuntu") and is_ubuntu(word, None):  # another Ubuntu release
         return (f"{name!r} is only the new rootfs's name: without --suite it would be Ubuntu noble. "
                 f"For {word}: lis-tui rootfs build {name} --suite {word}")
     return ""
