@@ -37,9 +37,43 @@ from collections import defaultdict
 MIN_PAUSE = 1.0
 DUTY = 0.1
 
-_watched: weakref.WeakSet = weakref.WeakSet()
-_lock = threading.Lock()
-_thread: threading.Thread | None = None
+
+class Watcher:
+    """One thread per process that runs `check(sandbox, by_ns)` for every watched sandbox still
+    running, from one look at /proc a pass, at most DUTY of a core (a pass that took t seconds is
+    followed by max(`min_pause`, 9 t)). The disk walk's and the memory cap's (memcap.py)."""
+
+    def __init__(self, name: str, check, min_pause: float) -> None:
+        self.name, self.check, self.min_pause = name, check, min_pause
+        self._watched: weakref.WeakSet = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, sandbox) -> None:
+        with self._lock:
+            self._watched.add(sandbox)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self._thread.start()
+
+    def unwatch(self, sandbox) -> None:
+        with self._lock:
+            self._watched.discard(sandbox)
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                sandboxes = list(self._watched)
+            start = time.monotonic()
+            by_ns = processes_by_ns() if sandboxes else {}
+            for sandbox in sandboxes:
+                if sandbox.running:
+                    self.check(sandbox, by_ns)
+            took = time.monotonic() - start
+            time.sleep(max(self.min_pause, took * (1 - DUTY) / DUTY))
+
+
+_watcher = Watcher("lis-disk-cap", lambda sandbox, by_ns: check(sandbox, by_ns), MIN_PAUSE)
 
 
 def on_tmpfs(spec) -> bool:
@@ -62,17 +96,11 @@ def _kernel() -> tuple[int, int]:
 
 def watch(sandbox) -> None:
     """Check `usage(sandbox)` against its limits' `disk` and `inodes` until it closes."""
-    global _thread
-    with _lock:
-        _watched.add(sandbox)
-        if _thread is None or not _thread.is_alive():
-            _thread = threading.Thread(target=_loop, name="lis-disk-cap", daemon=True)
-            _thread.start()
+    _watcher.watch(sandbox)
 
 
 def unwatch(sandbox) -> None:
-    with _lock:
-        _watched.discard(sandbox)
+    _watcher.unwatch(sandbox)
 
 
 def check(sandbox, by_ns: dict[str, list[int]] | None = None) -> None:
@@ -164,16 +192,3 @@ def _mount_id(pid: int, fd: str) -> str:
             if line.startswith("mnt_id:"):
                 return line.split()[1]
     return ""
-
-
-def _loop() -> None:
-    while True:
-        with _lock:
-            sandboxes = list(_watched)
-        start = time.monotonic()
-        by_ns = processes_by_ns() if sandboxes else {}
-        for sandbox in sandboxes:
-            if sandbox.running:
-                check(sandbox, by_ns)
-        took = time.monotonic() - start
-        time.sleep(max(MIN_PAUSE, took * (1 - DUTY) / DUTY))

@@ -16,19 +16,11 @@ to the limit by RLIMIT_DATA): a fallback, not the kernel's wall.
 from __future__ import annotations
 
 import os
-import threading
-import time
-import weakref
 
-from .diskcap import processes_by_ns
+from .diskcap import Watcher, processes_by_ns
 
 MIN_PAUSE = 0.5
-DUTY = 0.1
 COUNTED = (b"Pss_Anon:", b"SwapPss:")
-
-_watched: weakref.WeakSet = weakref.WeakSet()
-_lock = threading.Lock()
-_thread: threading.Thread | None = None
 
 
 def applies(sandbox) -> bool:
@@ -38,17 +30,11 @@ def applies(sandbox) -> bool:
 
 def watch(sandbox) -> None:
     """Check `usage(sandbox)` against its memory limit until it closes."""
-    global _thread
-    with _lock:
-        _watched.add(sandbox)
-        if _thread is None or not _thread.is_alive():
-            _thread = threading.Thread(target=_loop, name="lis-memory-cap", daemon=True)
-            _thread.start()
+    _watcher.watch(sandbox)
 
 
 def unwatch(sandbox) -> None:
-    with _lock:
-        _watched.discard(sandbox)
+    _watcher.unwatch(sandbox)
 
 
 def check(sandbox, by_ns: dict[str, list[int]] | None = None) -> None:
@@ -91,14 +77,4 @@ def _size(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n >> 20} MiB"
 
 
-def _loop() -> None:
-    while True:
-        with _lock:
-            sandboxes = list(_watched)
-        start = time.monotonic()
-        by_ns = processes_by_ns() if sandboxes else {}
-        for sandbox in sandboxes:
-            if sandbox.running:
-                check(sandbox, by_ns)
-        took = time.monotonic() - start
-        time.sleep(max(MIN_PAUSE, took * (1 - DUTY) / DUTY))
+_watcher = Watcher("lis-memory-cap", lambda sandbox, by_ns: check(sandbox, by_ns), MIN_PAUSE)
