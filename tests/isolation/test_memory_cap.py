@@ -17,10 +17,13 @@ HOLD = "import sys; held = bytearray(int(sys.argv[1]) << 20); print('held', flus
 
 def _holders(sb: Sandbox, mib: int, count: int = 3) -> tuple[list, list[bytes]]:
     """The processes, and what each said: "held" once it had its memory (the sandbox may be
-    stopped before the last one does)."""
-    procs = [sb.popen(["python3", "-c", HOLD, str(mib)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-             for _ in range(count)]
-    return procs, [proc.stdout.readline() for proc in procs]
+    stopped before the last one does). Each starts once the one before holds its memory, so which
+    one passes the sum is known: started together, three could be stopped at 90 MiB each."""
+    procs, said = [], []
+    for _ in range(count):
+        procs.append(sb.popen(["python3", "-c", HOLD, str(mib)], stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+        said.append(procs[-1].stdout.readline())
+    return procs, said
 
 
 def _no_cgroup(sb: Sandbox) -> None:
