@@ -127,21 +127,27 @@ class _Tree:
         self.venvs = {f for f in folders if self._has(f, "pyvenv.cfg")}
 
     def reason(self, path: str) -> str:
-        names = path.rstrip("/").split("/")
-        for i in range(len(names)):
-            if names[i] == ".git":
-                return f"{REPO}: git takes the folder holding a .git for a repository and obeys its config and hooks"
-            folder = "/".join(names[:i])
-            if folder in self.repos:
+        key = path.rstrip("/")
+        names = key.split("/")
+        # the outermost reason wins: (depth of the folder it is about, then .git before repo before venv);
+        # found from the few repositories and venvs, not by joining every prefix (a 2,500-level tree)
+        found = [(names.index(".git"), 0, f"{REPO}: git takes the folder holding a .git for a repository "
+                  "and obeys its config and hooks")] if ".git" in names else []
+        for order, folders in ((1, self.repos), (2, self.venvs)):
+            found += [(folder.count("/") + 1 if folder else 0, order, folder) for folder in folders
+                      if not folder or key.startswith(f"{folder}/")]
+        if found:
+            _, order, folder = min(found)
+            if order == 0:
+                return folder  # the .git text
+            if order == 1:
                 return (f"{REPO}: in {folder or 'the workspace'}/, which git takes for a repository (HEAD, "
                         "objects/, refs/): git obeys its config and runs its hooks in there")
-            if folder in self.venvs:
-                return (f"{PYTHON}: in the virtual environment {folder or '.'}/ (it holds pyvenv.cfg): its "
-                        "python, scripts and activate run as you")
-        whole = "/".join(names)
-        if whole in self.repos:
+            return (f"{PYTHON}: in the virtual environment {folder or '.'}/ (it holds pyvenv.cfg): its "
+                    "python, scripts and activate run as you")
+        if key in self.repos:
             return f"{REPO}: git takes it for a repository (HEAD, objects/, refs/) and obeys its config"
-        if whole in self.venvs:
+        if key in self.venvs:
             return f"{PYTHON}: a virtual environment (it holds pyvenv.cfg): its python and scripts run as you"
         return ""
 
