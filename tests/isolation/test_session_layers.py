@@ -97,3 +97,12 @@ def test_a_close_whose_copy_fails_leaves_the_state_before_it():
     with Sandbox(spec) as sb:
         assert sb.exec("cat /testbed/a; ls /testbed").stdout == "one\na\ninput\noutput\n"
     assert not (folder / "layers.new").exists()
+
+
+def test_a_git_folder_a_kept_session_replaced_is_still_found_in_its_saved_layers(tmp_path):
+    """The read-only .git check looks at the kept upper before the start copies it into the tmpfs."""
+    (tmp_path / "ws/.git").mkdir(parents=True)
+    with Sandbox(SandboxSpec(session="g", workspace=str(tmp_path / "ws"), git_writable=True)) as sb:
+        assert sb.exec("rm -r /testbed/.git && echo planted > /testbed/.git").exit_code == 0
+    with pytest.raises(SandboxError, match="session g replaced /testbed/.git in an earlier run"):
+        Sandbox(SandboxSpec(session="g", workspace=str(tmp_path / "ws"))).start()
