@@ -106,3 +106,19 @@ def test_a_git_folder_a_kept_session_replaced_is_still_found_in_its_saved_layers
         assert sb.exec("rm -r /testbed/.git && echo planted > /testbed/.git").exit_code == 0
     with pytest.raises(SandboxError, match="session g replaced /testbed/.git in an earlier run"):
         Sandbox(SandboxSpec(session="g", workspace=str(tmp_path / "ws"))).start()
+
+
+def test_a_session_moves_between_the_disk_and_the_tmpfs_with_its_files():
+    """Kept on disk (--disk-on disk, or before this change), resumed in the tmpfs, and back."""
+    folder = Path(os.environ["LIS_SESSIONS"]) / "moved"
+    on_disk = SandboxSpec(session="moved", limits=Limits(disk=64 * MiB, disk_on="disk"))
+    with Sandbox(on_disk) as sb:
+        sb.exec("echo one > /testbed/a; echo home > /root/.h")
+    assert (folder / "testbed/a").is_file()  # the layers in the session's folder, under the walk
+    with Sandbox(SandboxSpec(session="moved", limits=Limits(disk=64 * MiB))) as sb:
+        assert sb.exec("stat -f -c %T /testbed; cat /testbed/a /root/.h").stdout == "tmpfs\none\nhome\n"
+        sb.exec("echo two >> /testbed/a")
+    assert (folder / "layers/testbed/a").is_file() and not (folder / "testbed").exists()
+    with Sandbox(on_disk) as sb:
+        assert sb.exec("cat /testbed/a /root/.h").stdout == "one\ntwo\nhome\n"
+    assert (folder / "testbed/a").is_file() and not (folder / "layers").exists()
