@@ -76,27 +76,39 @@ def test_a_kept_session_is_refused_past_its_disk_and_writes_past_it_get_enospc()
     assert sessions.list_sessions()[0].size >= 20 * MiB
 
 
-def test_a_close_whose_copy_fails_leaves_the_state_before_it():
+def test_a_close_whose_copy_fails_or_is_killed_leaves_the_state_before_it():
     spec = SandboxSpec(session="crash")
     with Sandbox(spec) as sb:
         sb.exec("echo one > /testbed/a")
     sb = Sandbox(spec).start()
     sb.exec("echo two > /testbed/a; head -c 4M /dev/zero > /testbed/big")
-    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (MiB, limit[1]))  # the copy of `big` fails half-way: EFBIG
-    try:
+    try:  # (Python ignores SIGXFSZ, so the write fails rather than the process)
         with pytest.raises(SandboxError, match="session crash was not saved .*resumes as it was before"):
             sb.close()
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, limit)
-        signal.signal(signal.SIGXFSZ, handler)
     folder = Path(os.environ["LIS_SESSIONS"]) / "crash"
-    (folder / "layers.new/testbed").mkdir(parents=True)  # what a close killed mid-copy leaves
-    (folder / "layers.new/testbed/a").write_text("half\n")
+    assert not (folder / "layers.new").exists()
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_COPY], capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGXFSZ, killed.stderr
+    assert (folder / "layers.new").is_dir()  # the half copy it left
     with Sandbox(spec) as sb:
         assert sb.exec("cat /testbed/a; ls /testbed").stdout == "one\na\ninput\noutput\n"
     assert not (folder / "layers.new").exists()
+
+
+KILLED_MID_COPY = """
+import resource, signal
+from isolation import Sandbox, SandboxSpec
+sb = Sandbox(SandboxSpec(session="crash")).start()
+sb.exec("echo three > /testbed/a; head -c 4M /dev/zero > /testbed/big")
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+sb.close()  # SIGXFSZ kills this process half-way through the copy of `big`
+"""
 
 
 def test_a_git_folder_a_kept_session_replaced_is_still_found_in_its_saved_layers(tmp_path):
