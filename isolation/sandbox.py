@@ -178,7 +178,7 @@ class Sandbox:
         if memcap.applies(self):  # no cgroup holds its memory: a watcher sums its processes
             memcap.watch(self)
         if self.spec.limits.wall_time:
-            self._timer = threading.Timer(self.spec.limits.wall_time, self.close)
+            self._timer = threading.Timer(self.spec.limits.wall_time, self._close_at_wall_time)
             self._timer.daemon = True
             self._timer.start()
         return self
@@ -524,13 +524,18 @@ class Sandbox:
         self.pid = None
         return unsaved
 
+    def _close_at_wall_time(self) -> None:
+        with contextlib.suppress(SandboxError):  # an unsaved session: logged, and no caller to raise to
+            self.close()
+
     def _save_session(self) -> str | None:
         """Copy a kept session's layers to its folder (session_layers.save); on failure, why."""
         try:
             session_layers.save(self._session.dir, self._rw_fd)
         except (OSError, SandboxError) as exc:
-            why = (f"session {self._session.id} was not saved ({exc}); it resumes as it was before this run. Fix: "
-                   f"make room on the disk that holds {self._session.dir.parent} (or set LIS_SESSIONS to a folder elsewhere)")
+            why = (f"session {self._session.id} was not saved ({exc}); it resumes as it was before this run. "
+                   f"Fix: make room on the disk that holds {self._session.dir.parent} (or set LIS_SESSIONS to a "
+                   "folder elsewhere)")
             log.warning("%s", why)
             return why
         return None
