@@ -18,8 +18,9 @@ root's on disk, as the idmapped folders of a root caller's other sandboxes are (
 Sockets are left out: nothing listens on them once the sandbox is gone.
 
 Crash-safe: a close copies into NEW, syncs that file system and swaps NEW with SAVED in one
-rename (RENAME_EXCHANGE); an interrupted or failed close leaves SAVED as it was, and the next
-open removes what it left (`recover`). USAGE in SAVED holds the tmpfs's own count at close, so a
+rename (RENAME_EXCHANGE), then moves the old copy aside for the scratch's removal thread
+(records.remove_later); an interrupted or failed close leaves SAVED as it was, and the next open
+removes what it left (`recover`). USAGE in SAVED holds the tmpfs's own count at close, so a
 resume can refuse, before it starts, a session that its disk limit cannot hold any more.
 """
 from __future__ import annotations
@@ -29,22 +30,25 @@ import ctypes
 import errno
 import json
 import os
+import secrets
 import stat
 from pathlib import Path
 
-from . import idmap
-from .hostwalk import chmod_at, copy_data, remove_tree, tree_usage
+from . import idmap, records
+from .hostwalk import chmod_at, data_extents, remove_tree, tree_usage
 from .spec import DISK_PER_INODE, SandboxError
 
 LAYERS = ("root", "testbed", "upper", "ws-upper", "agent")  # the writable layers, as layout.plan names them
 WORK_DIRS = ("work", "ws-work")  # overlayfs's scratch: never kept (it empties them at each mount)
 SAVED, NEW, OLD = "layers", "layers.new", "layers.old"  # in the session's folder
+TRASH = "layers.gone-"  # + a token: a replaced copy, removed on another thread
 USAGE = ".usage.json"  # in SAVED: no layer's name starts with a dot
 MAX_LINKED = 256  # hard-linked files remembered per copy (a descriptor each)
 _RENAME_EXCHANGE = 2
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _libc = ctypes.CDLL(None, use_errno=True)
+_trashed: set[str] = set()  # old copies this process is removing: not `recover`'s to take
 
 
 def saved_layer(session_dir: Path, name: str) -> Path:
@@ -70,6 +74,10 @@ def recover(session_dir: Path) -> None:
         os.rename(session_dir / OLD, session_dir / SAVED)  # the fallback swap stopped half-way
     remove_tree(session_dir / NEW)
     remove_tree(session_dir / OLD)
+    for name in os.listdir(session_dir):
+        if name.startswith(TRASH) and str(session_dir / name) not in _trashed:
+            with contextlib.suppress(OSError):  # another process may be removing it just now
+                remove_tree(session_dir / name)
 
 
 def usage(session_dir: Path) -> tuple[int, int]:
@@ -176,10 +184,14 @@ def _swap(session_dir: Path) -> None:
             os.rename(SAVED, OLD, src_dir_fd=folder, dst_dir_fd=folder)  # a file system without the exchange:
             os.rename(NEW, SAVED, src_dir_fd=folder, dst_dir_fd=folder)  # `recover` finishes it after a crash
         os.fsync(folder)
+        for name in (NEW, OLD):  # the old copy: out of the way now, removed on another thread (seconds for
+            trash = TRASH + secrets.token_hex(4)  # thousands of files, which the close need not wait for)
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(name, trash, src_dir_fd=folder, dst_dir_fd=folder)
+                _trashed.add(str(session_dir / trash))
+                records.remove_later(session_dir / trash)
     finally:
         os.close(folder)
-    remove_tree(session_dir / NEW)  # the old copy, after the exchange
-    remove_tree(session_dir / OLD)
 
 
 class _Copy:
@@ -252,7 +264,7 @@ class _Copy:
             with self.creating():
                 out = os.open(name, _NEW, 0o600, dir_fd=dst)
             try:
-                copy_data(fd, out)
+                _copy_data(fd, out)
                 _copy_xattrs(fd, out)
                 os.fchmod(out, stat.S_IMODE(st.st_mode))
                 os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -283,6 +295,20 @@ class _Copy:
             return None
         chmod_at(src, name, stat.S_IMODE(st.st_mode) | need)
         return stat.S_IMODE(st.st_mode)
+
+
+def _copy_data(src: int, out: int) -> None:
+    """The data of `src` into empty `out` by the kernel (sendfile, no copy through Python), each
+    extent of data at its offset, holes left holes."""
+    size = os.fstat(src).st_size
+    for start, end in data_extents(src, size):
+        os.lseek(out, start, os.SEEK_SET)
+        while start < end:
+            sent = os.sendfile(out, src, start, end - start)
+            if not sent:  # it shrank meanwhile (nothing writes to it: the sandbox is gone)
+                break
+            start += sent
+    os.ftruncate(out, size)
 
 
 def _copy_xattrs(src: int, dst: int) -> None:
