@@ -533,9 +533,7 @@ class Sandbox:
         try:
             session_layers.save(self._session.dir, self._rw_fd)
         except (OSError, SandboxError) as exc:
-            why = (f"session {self._session.id} was not saved ({exc}); it resumes as it was before this run. "
-                   f"Fix: make room on the disk that holds {self._session.dir.parent} (or set LIS_SESSIONS to a "
-                   "folder elsewhere)")
+            why = session_layers.unsaved(self._session.dir, exc)
             log.warning("%s", why)
             return why
         return None

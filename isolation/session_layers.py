@@ -171,6 +171,17 @@ def save(session_dir: Path, rw_fd: int) -> None:
         remove_tree(session_dir / name)
 
 
+def unsaved(session_dir: Path, exc: Exception) -> str:
+    """Why a close could not save the session, and the fix, in one line."""
+    where = session_dir.parent
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        fix = f"make room on the disk that holds {where} (or set LIS_SESSIONS to a folder elsewhere)"
+    else:  # ENOTSUP: a file system without user xattrs (overlayfs's marks) or whiteouts
+        fix = (f"keep sessions on a local disk that holds user xattrs (LIS_SESSIONS=DIR; now {where}), or resume "
+               "it with its layers on disk (--disk-on disk)")
+    return f"session {session_dir.name} was not saved ({exc}); it resumes as it was before this run. Fix: {fix}"
+
+
 def _swap(session_dir: Path) -> None:
     """NEW becomes SAVED in one step; the old copy is removed after."""
     folder = os.open(session_dir, _DIR)
