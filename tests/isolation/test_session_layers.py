@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from isolation import Sandbox, SandboxError, SandboxSpec, sessions
+from isolation import Sandbox, SandboxError, SandboxSpec, sessions, tmpfs
 from isolation.spec import Limits
 
 pytestmark = pytest.mark.sandbox
@@ -47,7 +47,7 @@ def test_a_kept_session_runs_in_the_tmpfs_and_keeps_whiteouts_opaque_dirs_modes_
         r = sb.exec(WRITE)
         assert r.exit_code == 0, r.stderr
         assert r.stdout == "tmpfs\noverlayfs\n"  # /testbed and the upper are the budgeted tmpfs, not the disk
-        assert sb.writable != sb.layers
+        assert sb.writable != sb.layers and "" in tmpfs.mounts(sb)  # the layers' tmpfs, counted in the budget
     saved = Path(os.environ["LIS_SESSIONS"]) / "k1" / "layers"
     assert (saved / "upper/etc/apt").is_dir() and not (saved.parent / "upper").exists()
     with Sandbox(spec) as sb:
