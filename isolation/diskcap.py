@@ -9,10 +9,13 @@ runs on: after each command, while the tmpfs is full, `Sandbox.disk_note()` says
 limit and how to raise it, and the model can make room. The tmpfs is memory (and swap), as much as
 the sandbox writes; it goes when the sandbox closes. No walk runs for such a sandbox.
 
-Elsewhere (a kept session, whose layers stay on disk for its next run; a kernel before 6.6;
-LIS_DISK_TMPFS=0) one thread per process walks the writable layers of every sandbox that has a
-disk or inode limit, round-robin, and spends at most a tenth of a core doing it: a pass that took
-t seconds is followed by a pause of max(1 s, 9 t). A sandbox found over its limit is stopped
+A kept session's layers are in such a tmpfs too while it runs, and on disk between its runs
+(session_layers.py).
+
+Elsewhere (`disk_on` "disk", a kept session's included; a kernel before 6.6; LIS_DISK_TMPFS=0)
+one thread per process walks the writable layers of every sandbox that has a disk or inode limit,
+round-robin, and spends at most a tenth of a core doing it: a pass that took t seconds is
+followed by a pause of max(1 s, 9 t). A sandbox found over its limit is stopped
 whole, pid 1 included (`Sandbox._stop`): `Sandbox.disk_note()` says so to whoever ran the command
 under way (the shell tool tells the model), and every later command fails with the same reason,
 naming the limit and how to raise it. Between two passes a fast writer can overshoot by what it
@@ -78,10 +81,11 @@ _watcher = Watcher("lis-disk-cap", lambda sandbox, by_ns: check(sandbox, by_ns),
 
 def on_tmpfs(spec) -> bool:
     """Whether the sandbox's writable layers live in a tmpfs of their own, the size of its disk
-    limit and with its inode count (see above): whenever there is a disk limit, but for a kept
-    session (its layers stay on disk for its next run) or `disk_on` "disk", on a kernel whose tmpfs keeps the user
-    xattrs an overlay's upper needs (6.6), and unless LIS_DISK_TMPFS=0."""
-    return bool(spec.limits.disk) and not spec.session and spec.limits.disk_on != "disk" \
+    limit and with its inode count (see above): whenever there is a disk limit, but with `disk_on`
+    "disk", on a kernel whose tmpfs keeps the user xattrs an overlay's upper needs (6.6), and
+    unless LIS_DISK_TMPFS=0. A kept session's too: copied to disk at close and back at its next
+    start (session_layers.py)."""
+    return bool(spec.limits.disk) and spec.limits.disk_on != "disk" \
         and os.environ.get("LIS_DISK_TMPFS", "1") != "0" and _kernel() >= (6, 6)
 
 

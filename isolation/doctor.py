@@ -173,7 +173,7 @@ def check_limits() -> Check:
                  f"files up to {_size(limits.file_size)}, {limits.processes} processes, {limits.open_files} open "
                  f"files, {limits.pending_signals} queued signals, {_size(limits.message_queues)} of message "
                  f"queues; disk {_size(limits.disk)} and {limits.inode_limit() or 0:,} files ({disk}; a kept session's "
-                 f"are on disk, under the walk); in memory {tmpfs} "
+                 f"too, copied to disk at close); in memory {tmpfs} "
                  "(/ under the host rootfs; the masks over host secrets read-only)",
                  "change them in [sandbox] of the config (memory, disk, inodes, tmp_size) or with --memory, --disk")
 

@@ -283,6 +283,11 @@ def _read_only_git(spec: SandboxSpec, workspace: Path, upper: Path) -> list[Moun
     if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
         return []
     if spec.session is not None:  # a kept upper may hold an earlier run's .git: mount over nothing else
+        if not upper.is_dir():  # in the tmpfs, which is empty until the start copies the saved layers in
+            from .session_layers import saved_layer  # noqa: PLC0415
+            from .sessions import sessions_root  # noqa: PLC0415
+
+            upper = saved_layer(sessions_root() / spec.session, upper.name)
         try:
             kept = os.lstat(upper / ".git").st_mode
         except FileNotFoundError:

@@ -189,7 +189,8 @@ def _reap(jobs: queue.Queue) -> None:
         try:
             if gone is not None:
                 _remove_scratch(gone)
-            lock_path.unlink(missing_ok=True)
+            if lock_path is not None:
+                lock_path.unlink(missing_ok=True)
         except Exception as exc:  # noqa: BLE001 (the record stays: a sweep after our death takes it)
             log.warning("could not remove the scratch %s: %s", gone, exc)
         finally:
@@ -212,6 +213,12 @@ def _reaper() -> queue.Queue:
                 atexit.register(wait_released)
                 _exit_hook = True
         return _jobs
+
+
+def remove_later(path: Path) -> None:
+    """remove_tree(path) on the thread that removes closed sandboxes' scratch (wait_released waits
+    for it too): a kept session's old copy, which no one uses any more."""
+    _reaper().put((path, None))
 
 
 def wait_released() -> None:

@@ -21,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ContextManager, Iterator
 
-from . import budget, bwrap, capacity, cgroup, diskcap, hostnodes, idmap, memcap, records, sessions, spawn, workspace
+from . import (budget, bwrap, capacity, cgroup, diskcap, hostnodes, idmap, memcap, records, session_layers, sessions,
+               spawn, workspace)
 from .inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, open_pty_in_root, raise_shell_file_error,
                      read_ends_in_root, read_in_root, write_in_root)
 from .output import collect, ready
@@ -46,7 +47,7 @@ KEEPER = {"bash": ["bash", "-c", "printf x; exec >/dev/null 2>&1; while read -r 
 START_TIMEOUT = 30.0
 BWRAP_EXIT_WAIT = 2.0  # seconds close() gives bwrap to reap the killed pid 1 and exit, before killing it
 FILE_OPS_WAIT = 10.0  # seconds close() waits for host-side file operations under way (each takes ms)
-WRITABLE_LAYERS = ("root", "testbed", "upper", "ws-upper", "agent")  # under `layers`, as layout.plan makes them
+WRITABLE_LAYERS = session_layers.LAYERS  # under `layers`, as layout.plan makes them
 RW = "rw"  # under `layers`: where the writable layers' tmpfs is mounted inside (diskcap.on_tmpfs)
 OUTPUT_CAP = 64 << 20
 FULL_MARGIN = 64 << 10  # the layers' tmpfs with less free than this is full (the kernel's last pages)
@@ -177,7 +178,7 @@ class Sandbox:
         if memcap.applies(self):  # no cgroup holds its memory: a watcher sums its processes
             memcap.watch(self)
         if self.spec.limits.wall_time:
-            self._timer = threading.Timer(self.spec.limits.wall_time, self.close)
+            self._timer = threading.Timer(self.spec.limits.wall_time, self._close_at_wall_time)
             self._timer.daemon = True
             self._timer.start()
         return self
@@ -228,6 +229,7 @@ class Sandbox:
         if saved is not None and (saved.rootfs, saved.workspace) != (self.spec.rootfs, self.spec.workspace):
             raise SandboxError(f"session {self.spec.session} was made with rootfs {saved.rootfs!r} and workspace "
                                f"{saved.workspace!r}; resume it with the same ones (or leave them out)")
+        session_layers.prepare(self._session.dir, self.spec.session, self.spec.limits, diskcap.on_tmpfs(self.spec))
         self._before = self._session.snapshot()
         if self._before is None and self.spec.workspace is not None:
             self._before = workspace.snapshot(Path(self.spec.workspace).expanduser().resolve())
@@ -350,9 +352,12 @@ class Sandbox:
                 raise SandboxError(f"could not mount the sandbox's disk (a tmpfs of {_size(limits.disk)}): "
                                    f"{exc.strerror}. Run `lis-tui doctor`; LIS_DISK_TMPFS=0 keeps the "
                                    "layers on disk, under a walk of them") from None
+            if self._session is not None:  # a kept session's layers, before anything mounts them
+                session_layers.restore(self._session.dir, self._rw_fd)
             with idmap.acting_as(ids):  # a root caller's sandbox owns the tmpfs as its subordinate id
                 for path, mode in self._root.folders:
-                    os.mkdir(path, mode, dir_fd=self._rw_fd)
+                    with contextlib.suppress(FileExistsError):  # a kept session's
+                        os.mkdir(path, mode, dir_fd=self._rw_fd)
         except BaseException:
             self._proc.kill()
             self._proc.wait()
@@ -452,9 +457,13 @@ class Sandbox:
             self._closing = True
             self._file_ops.wait_for(lambda: self._file_ops_running == 0, FILE_OPS_WAIT)
         with self._close_lock:
-            self._close()
+            unsaved = self._close()
+        if unsaved:
+            raise SandboxError(unsaved)
 
-    def _close(self) -> None:
+    def _close(self) -> str | None:
+        """The teardown; returns why a kept session's layers could not be saved, else None."""
+        unsaved = None
         diskcap.unwatch(self)
         memcap.unwatch(self)
         budget.untrack(self)
@@ -491,6 +500,8 @@ class Sandbox:
             self._zygote.close()
             self._zygote = None
         if self._rw_fd is not None:  # the last hold on the layers' tmpfs: its memory goes back now
+            if self._session is not None and self._counted:  # a kept session that ran: to disk first
+                unsaved = self._save_session()
             os.close(self._rw_fd)
             self._rw_fd = None
         if self._cgroup is not None:
@@ -511,6 +522,21 @@ class Sandbox:
             capacity.closed()
             self._counted = False
         self.pid = None
+        return unsaved
+
+    def _close_at_wall_time(self) -> None:
+        with contextlib.suppress(SandboxError):  # an unsaved session: logged, and no caller to raise to
+            self.close()
+
+    def _save_session(self) -> str | None:
+        """Copy a kept session's layers to its folder (session_layers.save); on failure, why."""
+        try:
+            session_layers.save(self._session.dir, self._rw_fd)
+        except (OSError, SandboxError) as exc:
+            why = session_layers.unsaved(self._session.dir, exc)
+            log.warning("%s", why)
+            return why
+        return None
 
     # ---- running things inside ------------------------------------------------------------
 

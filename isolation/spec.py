@@ -60,8 +60,8 @@ class Limits:
     disk: int | None = field(default_factory=lambda: default_disk())
     """Bytes the sandbox's writable layers (its files under /testbed and /root, what it changed in
     the rootfs) may hold; None: no cap. They live in a tmpfs of this size, the kernel's bound
-    (writes past it fail with ENOSPC; it is memory, swappable), except a kept session's, which stay
-    on disk under a walk that stops the sandbox past it (diskcap.on_tmpfs). Default: 10 GiB or half
+    (writes past it fail with ENOSPC; it is memory, swappable), a kept session's too (copied to disk
+    at close: session_layers.py), unless `disk_on` is "disk" (diskcap.on_tmpfs). Default: 10 GiB or half
     the machine's memory, whichever is less."""
     inodes: int | None = None
     """Files, directories and links the writable layers may hold: their tmpfs's inode count, or the

@@ -166,7 +166,8 @@ def spec_from_args(args: argparse.Namespace, config=None):
         return SandboxSpec(rootfs=args.rootfs or saved.rootfs, network=args.network or saved.network,
                            workspace=args.workspace or saved.workspace, input_dir=args.input_dir or saved.input_dir,
                            documents_dir=args.documents_dir or saved.documents_dir,
-                           env={**(saved.env or {}), **env}, limits=saved.limits, session=args.session,
+                           env={**(saved.env or {}), **env}, limits=_resumed_limits(saved.limits, args, config),
+                           session=args.session,
                            nested_userns=saved.nested_userns, **hosts)
     return SandboxSpec(rootfs=args.rootfs or configured_rootfs(config), network=args.network or config.network.mode,
                        workspace=args.workspace, input_dir=args.input_dir, documents_dir=args.documents_dir,
@@ -188,6 +189,20 @@ def _check_host_dirs(args: argparse.Namespace) -> None:
         except OSError as exc:
             raise SandboxError(f"{flag} {path!r} is not a directory ({exc.strerror}); give a folder "
                                f"you can read: {flag} DIR") from None
+
+
+def _resumed_limits(saved, args: argparse.Namespace, config):
+    """A session's saved limits, but for --disk and --disk-on given again: the fix when the
+    session has outgrown its disk."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from lis_tui.config import sandbox_limits  # noqa: PLC0415
+
+    given = {key: getattr(args, key, None) for key in ("disk", "disk_on")}
+    if all(value is None for value in given.values()):
+        return saved
+    asked = sandbox_limits(config)
+    return replace(saved, **{key: getattr(asked, key) for key, value in given.items() if value is not None})
 
 
 def _saved_session_spec(session: str):

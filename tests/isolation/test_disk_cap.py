@@ -4,7 +4,7 @@ With a disk limit the writable layers live in a tmpfs of that size and inode cou
 below runs for real into the kernel's wall ("No space left on device"), the note reaches the
 command, and the sandbox runs on (room made, writes work again). On the code before, the walk
 missed each of them: they wrote their 300 MB (or 200,000 files) and finished. The walk stays for
-a kept session's layers, on disk (LIS_DISK_TMPFS=0 here), stopping the sandbox past its limit; the
+layers on disk (--disk-on disk; LIS_DISK_TMPFS=0 here), stopping the sandbox past its limit; the
 measure tests show its numbers without a watcher in the way (no disk limit: `usage`)."""
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_sparse_files_count_their_blocks_not_their_length():
 
 
 def test_the_walk_stops_a_sandbox_whose_layers_stay_on_disk(monkeypatch):
-    monkeypatch.setenv("LIS_DISK_TMPFS", "0")  # as a kept session's are
+    monkeypatch.setenv("LIS_DISK_TMPFS", "0")  # as --disk-on disk layers are
     with Sandbox(SandboxSpec(limits=Limits(disk=40 * MiB))) as sb:
         assert sb.writable == sb.layers
         r = sb.exec("mkdir /testbed/shut && chmod 0300 /testbed/shut && "

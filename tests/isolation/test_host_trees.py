@@ -209,7 +209,7 @@ def test_a_2500_level_tree_is_reviewed_applied_exported_and_removed(tmp_path, ca
 
 def test_a_crashed_owners_deep_scratch_is_swept_by_the_next_start(tmp_path):
     env = {**os.environ, "LIS_SCRATCH": str(tmp_path / "scratch"), "XDG_STATE_HOME": str(tmp_path / "state"),
-           "XDG_CONFIG_HOME": str(tmp_path / "config"), "LIS_DISK_TMPFS": "0"}  # layers on disk, as a session's
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "LIS_DISK_TMPFS": "0"}  # layers on disk, as --disk-on disk's
     script = ("import sys; from isolation import Sandbox; sb = Sandbox().start(); "
               f"r = sb.exec({DEEP!r}, timeout=300); print(r.exit_code, r.stdout.strip(), flush=True); "
               "sys.stdin.read()")

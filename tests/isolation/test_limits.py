@@ -97,7 +97,7 @@ def test_a_command_cannot_rewrite_pid_1_through_proc_mem_and_pid_1_holds_every_l
 
 
 def test_the_disk_cap_stops_the_whole_sandbox_pid_1_included_and_says_how_to_raise_it(monkeypatch):
-    monkeypatch.setenv("LIS_DISK_TMPFS", "0")  # the walk's cap (a kept session's); a tmpfs's is the kernel's wall
+    monkeypatch.setenv("LIS_DISK_TMPFS", "0")  # the walk's cap (--disk-on disk); a tmpfs's is the kernel's wall
     with Sandbox(SandboxSpec(limits=Limits(disk=20 << 20))) as sb, Shell(sb, timeout=60) as shell:
         pidfd = os.pidfd_open(sb.pid)
         try:

@@ -363,7 +363,7 @@ def test_a_full_disk_is_told_to_the_model_which_makes_room_and_goes_on(tmp_path)
 
 
 def test_a_sandbox_stopped_by_its_disk_cap_ends_the_run_and_says_how_to_raise_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("LIS_DISK_TMPFS", "0")  # the walk's cap, a kept session's: past it the sandbox is stopped
+    monkeypatch.setenv("LIS_DISK_TMPFS", "0")  # the walk's cap (--disk-on disk): past it the sandbox is stopped
     fill = bash("echo 42 > /testbed/output/answer.txt; echo kept > /testbed/output/notes.md; "
                 "for i in $(seq 400); do head -c 1M /dev/zero > /testbed/f$i; sleep 0.02; done; echo finished")
     with FakeOpenAI([reply(tool_calls=[fill, bash("echo next", id="next")])], default=submit()) as server:
