@@ -1,7 +1,12 @@
-"""Runs one episode with llm-in-sandbox 0.2.0's own runner and agent loop; run by
+"""Runs episodes with llm-in-sandbox 0.2.0's own runner and agent loop, one after another in one
+process (as the package's own batch runner does; importing litellm costs seconds of CPU); run by
 test_paper_episodes.py in the package's venv (with litellm, as the package needs).
 
-    python paper_package_episode.py JOB.json OUT.json
+    python paper_package_episode.py
+
+Each job comes in on the test's pipe as {"op": "job", "job": JOB.json, "out": OUT.json, "env": {...}}
+(the env is set before the episode: its HOME and the scorers' data folders) and ends with
+{"op": "done"} going back (with "error", a traceback, when the episode raised).
 
 JOB: {"suite", "mode" ("llm-in-sandbox" or "llm"), "problem" (a row), "agent_config" (as its
 CLI builds it)}. The package is imported and run unchanged: `runner.run_single_problem`, which
@@ -16,6 +21,7 @@ import io
 import json
 import os
 import sys
+import traceback
 import types
 
 _to_test = os.fdopen(int(os.environ["LIS_TO_TEST_FD"]), "w", buffering=1)
@@ -88,9 +94,8 @@ def _fake_docker() -> types.ModuleType:
     return docker
 
 
-def main(job_path: str, out_path: str) -> None:
+def episode(job_path: str, out_path: str) -> None:
     job = json.loads(open(job_path).read())
-    _fake_docker()
     from llm_in_sandbox.benchmark import runner  # noqa: PLC0415 (after the fake docker)
 
     logs = os.path.join(os.path.dirname(out_path), "package-logs")
@@ -112,5 +117,18 @@ def main(job_path: str, out_path: str) -> None:
                    "error": result.error, "steps": len(result.trajectory)}, out)
 
 
+def main() -> None:
+    _fake_docker()
+    for line in _from_test:
+        job = json.loads(line)
+        os.environ.update(job["env"])
+        done = {"op": "done"}
+        try:
+            episode(job["job"], job["out"])
+        except BaseException:  # noqa: BLE001 (the test fails with it, and the next job may run)
+            done["error"] = traceback.format_exc()
+        _to_test.write(json.dumps(done) + "\n")
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    main()

@@ -92,7 +92,53 @@ def _serve(sandbox, request: dict) -> dict:
             "stderr": base64.b64encode(done.stderr.encode()).decode()}
 
 
-def package_episode(python, suite, mode, row, script, tmp_path, **config):
+class Harness:
+    """The package's episodes, run one after another by paper_package_episode.py in its venv."""
+
+    def __init__(self, python: Path, folder: Path) -> None:
+        to_test, from_test = os.pipe2(0), os.pipe2(0)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder),
+               "OPENAI_API_KEY": "sk-lis-tui", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+               "PYTHONHASHSEED": "0", "NO_COLOR": "1",
+               "LIS_TO_TEST_FD": str(to_test[1]), "LIS_FROM_TEST_FD": str(from_test[0])}
+        self.stderr = folder / "stderr"
+        self.proc = subprocess.Popen([str(python), str(HARNESS)], env=env, stdout=subprocess.DEVNULL,
+                                     stderr=open(self.stderr, "w"), pass_fds=(to_test[1], from_test[0]))
+        os.close(to_test[1]), os.close(from_test[0])
+        self.requests = os.fdopen(to_test[0])
+        self.answers = os.fdopen(from_test[1], "w", buffering=1)
+
+    def run(self, sandbox, job: dict) -> None:
+        """One episode, its docker calls served in `sandbox`."""
+        self.answers.write(json.dumps({"op": "job", **job}) + "\n")
+        for line in self.requests:
+            request = json.loads(line)
+            if request["op"] == "done":
+                assert "error" not in request, request["error"]
+                return
+            if request["op"] == "close":
+                self.answers.write("{}\n")
+                continue
+            try:
+                self.answers.write(json.dumps(_serve(sandbox, request)) + "\n")
+            except Exception as exc:  # noqa: BLE001 (the package sees it as docker's error)
+                self.answers.write(json.dumps({"error": repr(exc)}) + "\n")
+        raise AssertionError(f"the package's harness exited: {self.stderr.read_text()[-4000:]}")
+
+    def close(self) -> None:
+        self.answers.close()
+        assert self.proc.wait(timeout=60) == 0, self.stderr.read_text()[-4000:]
+        self.requests.close()
+
+
+@pytest.fixture(scope="module")
+def harness(agent_python, tmp_path_factory):
+    runner = Harness(agent_python, tmp_path_factory.mktemp("harness"))
+    yield runner
+    runner.close()
+
+
+def package_episode(harness, suite, mode, row, script, tmp_path, **config):
     """The package's episode of `row`: (its requests' bodies, its result)."""
     from isolation import Sandbox, SandboxSpec
 
@@ -107,28 +153,8 @@ def package_episode(python, suite, mode, row, script, tmp_path, **config):
                         "extra_body": None, **config}
         (folder / "job.json").write_text(json.dumps(
             {"suite": suite, "mode": mode, "problem": row, "agent_config": agent_config}))
-        to_test, from_test = os.pipe2(0), os.pipe2(0)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder),
-               "OPENAI_API_KEY": "sk-lis-tui", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-               "PYTHONHASHSEED": "0", "NO_COLOR": "1",
-               **{k: os.environ[k] for k in ("NLTK_DATA", "IFBENCH_PATH") if k in os.environ},
-               "LIS_TO_TEST_FD": str(to_test[1]), "LIS_FROM_TEST_FD": str(from_test[0])}
-        proc = subprocess.Popen(
-            [str(python), str(HARNESS), str(folder / "job.json"), str(folder / "out.json")],
-            env=env, stdout=subprocess.DEVNULL, stderr=open(folder / "stderr", "w"),
-            pass_fds=(to_test[1], from_test[0]))
-        os.close(to_test[1]), os.close(from_test[0])
-        with os.fdopen(to_test[0]) as requests, os.fdopen(from_test[1], "w", buffering=1) as answers:
-            for line in requests:
-                request = json.loads(line)
-                if request["op"] == "close":
-                    answers.write("{}\n")
-                    continue
-                try:
-                    answers.write(json.dumps(_serve(sandbox, request)) + "\n")
-                except Exception as exc:  # noqa: BLE001 (the package sees it as docker's error)
-                    answers.write(json.dumps({"error": repr(exc)}) + "\n")
-        assert proc.wait(timeout=600) == 0, (folder / "stderr").read_text()[-4000:]
+        env = {"HOME": str(folder), **{k: os.environ[k] for k in ("NLTK_DATA", "IFBENCH_PATH") if k in os.environ}}
+        harness.run(sandbox, {"job": str(folder / "job.json"), "out": str(folder / "out.json"), "env": env})
         bodies = [r.body for r in server.chat_requests]
     return bodies, json.loads((folder / "out.json").read_text())
 
@@ -158,9 +184,9 @@ def sent(body: dict) -> dict:
     return {k: v for k, v in body.items() if k not in ("model",)}
 
 
-def compare(python, package_dir, tmp_path, suite, row, script, mode="llm-in-sandbox",
+def compare(harness, package_dir, tmp_path, suite, row, script, mode="llm-in-sandbox",
             package_config=None, flags=(), score=True):
-    theirs, result = package_episode(python, suite, mode, row, script, tmp_path,
+    theirs, result = package_episode(harness, suite, mode, row, script, tmp_path,
                                      **(package_config or {}))
     ours, record = our_episode(suite, mode, row, script, tmp_path, package_dir, *flags)
     differ = [line for n, (a, b) in enumerate(zip(theirs, ours)) for line in _differences(n, a, b)]
@@ -268,13 +294,13 @@ SCRIPTS = {
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
-def test_chem_episode_is_the_packages(agent_python, package_dir, tmp_path, name):
-    compare(agent_python, package_dir, tmp_path, "chem", CHEM, SCRIPTS[name])
+def test_chem_episode_is_the_packages(harness, package_dir, tmp_path, name):
+    compare(harness, package_dir, tmp_path, "chem", CHEM, SCRIPTS[name])
 
 
-def test_max_steps_end_the_episode_as_in_the_package(agent_python, package_dir, tmp_path):
+def test_max_steps_end_the_episode_as_in_the_package(harness, package_dir, tmp_path):
     script = [reply(None, [bash(f"echo {n}", f"s{n}")]) for n in range(5)]
-    theirs, result, record = compare(agent_python, package_dir, tmp_path, "chem", CHEM, script,
+    theirs, result, record = compare(harness, package_dir, tmp_path, "chem", CHEM, script,
                                      package_config={"max_steps": 3},
                                      flags=("--max-steps", "3"))
     assert len(theirs) == 3 and record["finish_reason"] == "max_steps"
@@ -302,7 +328,7 @@ JUDGED = ("physics", "long_context")
 
 @pytest.mark.parametrize("mode", ["llm-in-sandbox", "llm"])
 @pytest.mark.parametrize("suite", sorted(SUITES))
-def test_every_suite_in_both_modes_is_the_packages(agent_python, package_dir, tmp_path,
+def test_every_suite_in_both_modes_is_the_packages(harness, package_dir, tmp_path,
                                                    monkeypatch, suite, mode):
     row, answer = SUITES[suite]
     script = [reply(f"So: {answer}")] if mode == "llm" else [
@@ -316,7 +342,7 @@ def test_every_suite_in_both_modes_is_the_packages(agent_python, package_dir, tm
         judge = FakeOpenAI(default=reply("CORRECT")).start()
         flags = ("--judge-model", "j", "--judge-base-url", judge.base_url)
     try:
-        compare(agent_python, package_dir, tmp_path, suite, row, script, mode=mode, flags=flags,
+        compare(harness, package_dir, tmp_path, suite, row, script, mode=mode, flags=flags,
                 score=suite not in JUDGED)
     finally:
         if suite == "long_context":
@@ -338,29 +364,29 @@ def _scorers_data(tmp_path, monkeypatch):
 
 
 def test_llm_mode_lowers_max_tokens_for_a_prompt_too_long_as_the_package(
-        agent_python, package_dir, tmp_path):
+        harness, package_dir, tmp_path):
     script = [error(400, "This model's maximum context length is 32768 tokens. However, you "
                     "requested 98304 tokens (32768 in the messages, 65536 in the completion)."),
               error(400, "Still over the token limit (32768 in the messages)."),
               reply("\\boxed{4}")]
-    theirs, _, record = compare(agent_python, package_dir, tmp_path, "math",
+    theirs, _, record = compare(harness, package_dir, tmp_path, "math",
                                 SUITES["math"][0], script, mode="llm")
     assert [b["max_tokens"] for b in theirs] == [65536, 32768, 16384]
     assert record["reward"] == 1.0
 
 
-def test_the_token_limit_stops_where_the_package_stops(agent_python, package_dir, tmp_path):
+def test_the_token_limit_stops_where_the_package_stops(harness, package_dir, tmp_path):
     """Each step adds about 650 tokens of prose; the limit falls mid-step, where the package's
     tokenizer and lis-tui's estimate agree (docs/paper-suites.md, "Counting ...")."""
     prose = "yes 'The quick brown fox jumps over the lazy dog.' | head -60"
     script = [reply(None, [bash(prose, f"s{n}")]) for n in range(8)]
-    theirs, result, record = compare(agent_python, package_dir, tmp_path, "chem", CHEM, script,
+    theirs, result, record = compare(harness, package_dir, tmp_path, "chem", CHEM, script,
                                      package_config={"max_token_limit": 3600},
                                      flags=("--max-context-tokens", "3600"))
     assert 1 < len(theirs) < 8 and record["finish_reason"] == "max_context"
 
 
-def test_a_run_without_an_answer_names_the_file_the_suite_reads(agent_python, package_dir,
+def test_a_run_without_an_answer_names_the_file_the_suite_reads(harness, package_dir,
                                                                  tmp_path):
-    _, result, record = compare(agent_python, package_dir, tmp_path, "chem", CHEM, [SUBMIT])
+    _, result, record = compare(harness, package_dir, tmp_path, "chem", CHEM, [SUBMIT])
     assert result["answer"] == "" and record["message"] == "no /testbed/answer.txt was written"
