@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 from lis_tui import trust
-from lis_tui.config_file import ConfigError, find_line, parse_toml, set_toml_value, toml_key, toml_value  # noqa: F401
+from lis_tui.config_file import ConfigError, find_line, parse_toml, set_toml_value, toml_key, toml_value, \
+    user_config_path  # noqa: F401
 from lis_tui.workspace_config import WorkspaceConfig
 
 if sys.version_info >= (3, 11):
@@ -227,13 +228,6 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 # -- loading -------------------------------------------------------------------------------------
-
-def user_config_path(env: Mapping[str, str] | None = None) -> Path:
-    """`$XDG_CONFIG_HOME/lis-tui/config.toml` (default `~/.config/...`)."""
-    env = os.environ if env is None else env
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "lis-tui" / "config.toml"
-
 
 def load_config(profile: str | None = None, overrides: Mapping[str, Any] | None = None, *,
                 env: Mapping[str, str] | None = None, paths: list[Path] | None = None) -> Config:

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -118,3 +119,10 @@ def _statement_end(lines: list[str], start: int, end: int) -> int:
         except tomllib.TOMLDecodeError:
             continue
     return start + 1
+
+
+def user_config_path(env: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_CONFIG_HOME/lis-tui/config.toml` (default `~/.config/...`)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "lis-tui" / "config.toml"

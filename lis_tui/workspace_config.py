@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from lis_tui.config_file import ConfigError, user_config_path
+
 
 @dataclass
 class WorkspaceConfig:
@@ -18,8 +20,6 @@ class WorkspaceConfig:
 def workspace_options(config: Any) -> dict:
     """SandboxSpec keywords for [workspace]. `held_back` decides what a sandbox may write to the host
     unasked, so a folder's own lis-tui.toml (which the sandbox may have written) never sets it."""
-    from lis_tui.config import ConfigError, user_config_path  # noqa: PLC0415
-
     section = config.workspace
     source = config.sources.get("workspace.held_back", "default")
     if source not in ("default", str(user_config_path())):

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from .addr import is_internal
 from .conn import RequestRecord
-from .policy import ANSWERS, CredentialUse, Decision, HostRule, NetworkError, NetworkPolicy, NetworkRequest
+from .decision import CredentialUse, Decision, NetworkRequest
+from .policy import ANSWERS, HostRule, NetworkError, NetworkPolicy
 from .refusal import AllowWords, Refusal, refusal
 from .proxy import NO_PROXY, PROXY_PORT, EgressProxy, ProxyHandle, default_proxy, proxy_env
 

@@ -66,3 +66,8 @@ def is_ip(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def shown_host(host: str) -> str:
+    """An IPv6 address in brackets, as in a URL; a name as it is."""
+    return f"[{host}]" if ":" in host else host

@@ -13,7 +13,7 @@ import ssl
 import struct
 import sys
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from . import intercept
 from .http import MAX_HEAD, Destination, HttpError, destination, forward_head, parse_request_head, \
@@ -24,9 +24,39 @@ from .relay import Pump
 from .tls import TlsStream
 
 if TYPE_CHECKING:
-    from .proxy import ProxyHandle
+    from .credentials import CredentialSet, Secret
+    from .policy import NetworkPolicy
 
 log = logging.getLogger(__name__)
+
+
+class Proxy(Protocol):
+    """What a connection reads of the proxy (proxy.EgressProxy): its timeouts, TLS and lookups."""
+
+    header_timeout: float
+    connect_timeout: float
+    upstream_tls: ssl.SSLContext
+    ca: Any  # ca.SandboxCA, made on first use: certificates for the hosts whose TLS ends here
+
+    async def addresses_for(self, host: str, port: int, policy: NetworkPolicy) -> list[str]: ...
+
+
+class Handle(Protocol):
+    """What a connection uses of its sandbox's proxy port (proxy.ProxyHandle, which owns it)."""
+
+    proxy: Proxy
+    policy: NetworkPolicy
+    credentials: CredentialSet
+    label: str
+
+    def new_record(self, host: str, port: int, method: str) -> RequestRecord: ...
+
+    def credential_added(self, host: str, port: int, method: str, secret: Secret,
+                         tunnel: RequestRecord | None = None) -> None: ...
+
+    def release(self, connection: Connection) -> None: ...
+
+
 LINGER = 2.0
 SEND_TIMEOUT = 10.0
 RESPONSE_TIMEOUT = 300.0
@@ -85,7 +115,7 @@ class Answered(Exception):
 class Connection:
     """The life of one client connection, run as a task."""
 
-    def __init__(self, handle: ProxyHandle, client: socket.socket) -> None:
+    def __init__(self, handle: Handle, client: socket.socket) -> None:
         self.handle = handle
         self.client = client
         self.upstream: socket.socket | None = None

@@ -3,10 +3,9 @@ transcript and the trajectory all read."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .policy import Decision, NetworkRequest
+from .addr import shown_host
+from .decision import Decision, NetworkRequest
 
 
 @dataclass(frozen=True)
@@ -85,8 +84,3 @@ def gone_text(request: NetworkRequest) -> str:
     """The withdrawn question, as the transcript and the logs say it."""
     what = f"{shown_host(request.host)}:{request.port}" + (f" at {request.address}" if request.address else "")
     return f"the request to {what} ended before an answer; the question was withdrawn and nothing was saved"
-
-
-def shown_host(host: str) -> str:
-    """An IPv6 address in brackets, as in a URL; a name as it is."""
-    return f"[{host}]" if ":" in host else host
