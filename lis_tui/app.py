@@ -13,7 +13,7 @@ from textual.binding import Binding
 from lis_tui.config import Config
 from lis_tui.conversation import Conversation
 from lis_tui.discover import KNOWN_PORTS
-from lis_tui.replay import replay_events
+from lis_tui.resume import chain_events
 from lis_tui.rootfs_offer import RootfsJob, RootfsOffer
 from lis_tui.runs import app_runs_dir
 from lis_tui.screens.approve_network import NetworkApprovalScreen
@@ -165,7 +165,8 @@ def create_app(config: Config | None = None, spec: Any = None, *,
     `rootfs_offer` and `server_ports` are what the setup screen offers and where it looks;
     `resumed` (lis_tui.resume.Resumable) a past run the conversation continues."""
     if replay is not None:
-        return LisApp(None, _replay_status(replay), replay=list(replay_events(replay)),
+        # a resumed run is shown with the runs it continued: the whole conversation
+        return LisApp(None, _replay_status(replay), replay=list(chain_events(replay)),
                       log_path=log_path)
     if config is None:
         from lis_tui.config import load_config  # noqa: PLC0415

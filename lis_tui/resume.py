@@ -78,7 +78,9 @@ class Resumable:
         model = self.doc.get("model") if isinstance(self.doc.get("model"), dict) else {}
         if merged.get("model.max_tokens") is None and isinstance(model.get("max_tokens"), int):
             merged["model.max_tokens"] = model["max_tokens"]
-        settled = self.doc.get("tool_format")  # the format its messages are written in (auto's choice)
+        # Its messages are written in the format it ended in: one it was given, or auto's switch
+        settled = agent.get("tool_format") if agent.get("tool_format") != "auto" else \
+            self.doc.get("tool_format") if "tool_format_switch" in self.doc else None
         if merged.get("agent.tool_format") is None and settled in ("native", "hermes", "json", "bash"):
             merged["agent.tool_format"] = settled
         return merged
@@ -135,15 +137,7 @@ class Resumable:
 
     def earlier_events(self) -> Iterator[Any]:
         """The events of the whole chain, oldest run first, for the transcript."""
-        docs, doc = [self.doc], self.doc
-        while len(docs) < CHAIN_LIMIT and isinstance(doc.get("resumed_from_path"), str):
-            try:
-                doc = load_trajectory(doc["resumed_from_path"])
-            except ValueError:  # an earlier run removed: what is left is drawn
-                break
-            docs.append(doc)
-        for doc in reversed(docs):
-            yield from replay_events(doc)
+        return chain_events(self.doc)
 
     def restore(self, sandbox: Any) -> str:
         """Put the run's work back into `sandbox` (not a kept session's: that has it); what was done."""
@@ -152,6 +146,20 @@ class Resumable:
         from lis_tui.resume_restore import put_back  # noqa: PLC0415
 
         return put_back(sandbox, self.run_dir, self.name)
+
+
+def chain_events(doc: dict) -> Iterator[Any]:
+    """A trajectory's events (lis_tui.replay), after those of the runs it was resumed from, oldest
+    first: the whole conversation, as a replay or a resumed session shows it."""
+    docs = [doc]
+    while len(docs) < CHAIN_LIMIT and isinstance(doc.get("resumed_from_path"), str):
+        try:
+            doc = load_trajectory(doc["resumed_from_path"])
+        except ValueError:  # an earlier run removed: what is left is drawn
+            break
+        docs.append(doc)
+    for doc in reversed(docs):
+        yield from replay_events(doc)
 
 
 def load_resumable(ref: str) -> Resumable:

@@ -80,6 +80,9 @@ def test_run_resume_sends_the_conversation_and_puts_the_work_back_inside_the_new
     assert doc["resumed_sandbox"].startswith(f"put back from {run1.name}: 1 changed file")
     assert doc["agent"]["max_context_tokens"] == 90000  # the run's limits hold again
     assert doc["sandbox"]["workspace"] == str(project)
+    from lis_tui.events import RunStarted
+    from lis_tui.resume import chain_events  # what the replay and the resumed app draw: both runs
+    assert [e.task for e in chain_events(doc) if isinstance(e, RunStarted)] == ["make things", "again"]
 
 
 def test_what_cannot_be_resumed_is_refused_with_where_to_look(tmp_path):
@@ -107,8 +110,33 @@ def test_bench_and_paper_episodes_are_refused_and_a_context_limit_is_said(tmp_pa
     with pytest.raises(ValueError, match="no conversation"):
         load_resumable(saved("empty", messages=[]))
     cut = load_resumable(saved("cut", finish_reason="max_context", messages=talk, tool_format="hermes",
-                               agent={"max_context_tokens": 5000, "tool_format": "auto"}))
+                               tool_format_switch={"to": "hermes"}, agent={"max_context_tokens": 5000, "tool_format": "auto"}))
     assert "context limit (agent.max_context_tokens = 5000); the same limit holds" in cut.limit_notes()[0]
-    merged = cut.overrides({"agent.max_context_tokens": None, "agent.tool_format": None})
+    merged = cut.overrides({"agent.max_context_tokens": None, "agent.tool_format": None})  # its switch holds
     assert merged["agent.max_context_tokens"] == 5000 and merged["agent.tool_format"] == "hermes"
     assert cut.overrides({"agent.max_context_tokens": 9000})["agent.max_context_tokens"] == 9000
+    plain = load_resumable(saved("plain", finish_reason="submitted", messages=talk, tool_format="native",
+                                 agent={"tool_format": "auto"}))
+    assert plain.limit_notes() == [] and plain.overrides({}).get("agent.tool_format") is None  # auto may still switch
+
+
+@pytest.mark.sandbox
+def test_a_run_in_a_kept_session_resumes_in_that_session(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIS_SESSIONS", str(tmp_path / "sessions"))
+    make = "echo in-session > /testbed/kept.txt && echo 1 > /testbed/output/answer.txt"
+    with FakeOpenAI([reply("working", [bash(make)]), submit()]) as server:
+        first = lis(tmp_path, "run", "--base-url", server.base_url, "--model", "m", "--rootfs", "host",
+                    "--session", "s1", "make things")
+    assert first.returncode == 0, first.stderr
+    run1 = Path(re.search(r"saved in (/\S+)", first.stderr).group(1))
+    seen: dict = {}
+
+    def done(request):
+        seen["output"] = request.tool_outputs[-1]
+        return submit()
+
+    with FakeOpenAI([reply("looking", [bash("cat /testbed/kept.txt; ls /testbed/output")]), done]) as server:
+        second = lis(tmp_path, "run", "--base-url", server.base_url, "--model", "m", "--resume", str(run1), "again")
+    assert second.returncode == 0, second.stderr
+    assert "resumed: continuing in the kept session s1: its files are as the run left them" in second.stderr
+    assert seen["output"].split() == ["in-session", "answer.txt"]  # nothing put back twice
