@@ -16,7 +16,8 @@ from typing import Any, Iterator
 
 from lis_tui.agent import Agent
 from lis_tui.replay import load_trajectory, replay_events
-from lis_tui.runs import find_run, list_runs
+from isolation.records import state_dir
+from lis_tui.runs import app_runs_dir, find_run, list_runs
 
 FOLLOW_UP = ("{task}\n\n(This continues the task above, in the same computer. When you are done, "
              "update {answer} if the answer changed and call `submit` again.)")
@@ -86,39 +87,51 @@ class Resumable:
         return merged
 
     def fill_args(self, args: argparse.Namespace) -> list[str]:
-        """Set the sandbox flags not given to what the run had; notes on what could not be had."""
-        from isolation import sessions  # noqa: PLC0415
-
+        """Set the sandbox flags not given to what the run had; notes on what was taken and what
+        could not be had. Each value is checked for its type: the file may not be lis-tui's."""
         saved, notes = self.sandbox, []
-        args.rootfs = args.rootfs or saved.get("rootfs")
-        args.network = args.network or saved.get("network")
-        if args.workspace is None and saved.get("workspace"):
-            if not os.path.isdir(saved["workspace"]):
-                raise ValueError(f"the run's workspace {saved['workspace']} is gone (moved or removed?). Fix: "
+        text = {key: value for key, value in saved.items() if isinstance(value, str) and value}
+        taken = [f"{flag} {text[key]}" for key, flag in (("rootfs", "--rootfs"), ("network", "--network"),
+                                                        ("workspace", "--workspace"))
+                 if getattr(args, key) is None and key in text]
+        args.rootfs, args.network = args.rootfs or text.get("rootfs"), args.network or text.get("network")
+        if args.workspace is None and "workspace" in text:
+            if not os.path.isdir(text["workspace"]):
+                raise ValueError(f"the run's workspace {text['workspace']} is gone (moved or removed?). Fix: "
                                  f"give the project's folder: --workspace DIR")
-            args.workspace = saved["workspace"]
-        for flag in ("input_dir", "documents_dir"):
-            if getattr(args, flag) is None and saved.get(flag):
-                if os.path.isdir(saved[flag]):
-                    setattr(args, flag, saved[flag])
+            args.workspace = text["workspace"]
+        for key in ("input_dir", "documents_dir"):
+            if getattr(args, key) is None and key in text:
+                if os.path.isdir(text[key]):
+                    setattr(args, key, text[key])
                 else:
-                    notes.append(f"its --{flag.replace('_', '-')} {saved[flag]} is gone: the sandbox starts without it")
+                    notes.append(f"its --{key.replace('_', '-')} {text[key]} is gone: the sandbox starts without it")
         env = saved.get("env") if isinstance(saved.get("env"), dict) else {}
         args.env = [f"{k}={v}" for k, v in env.items()] + list(args.env or [])
-        for flag in ("git_writable", "nested_userns"):
-            if saved.get(flag) is True and not getattr(args, flag, None):
-                setattr(args, flag, True)
-        if args.session is None and isinstance(saved.get("session"), str):
-            if sessions.load_spec(sessions.sessions_root() / sessions.check_id(saved["session"])) is not None:
-                args.session = saved["session"]
-            else:
-                notes.append(f"its kept session {saved['session']} is gone: a fresh sandbox, with the "
-                             "run's changes put back")
-        if args.session is not None and sessions.load_spec(
-                sessions.sessions_root() / sessions.check_id(args.session)) is not None:
-            self.kept = args.session
-        self.notes = notes + self.limit_notes()
+        for key in ("git_writable", "nested_userns"):
+            if saved.get(key) is True and not getattr(args, key, None):
+                setattr(args, key, True)
+        notes += self._kept_session(args, text.get("session"))
+        self.notes = ([f"as it ran: {', '.join(taken)} (a flag changes each)"] if taken else []) + notes \
+            + self.limit_notes()
         return self.notes
+
+    def _kept_session(self, args: argparse.Namespace, saved: str | None) -> list[str]:
+        """Resume the run's kept session when it is still there (and note when it is gone)."""
+        from isolation import sessions  # noqa: PLC0415
+
+        def kept(session: str) -> bool:
+            return sessions.load_spec(sessions.sessions_root() / sessions.check_id(session)) is not None
+
+        notes = []
+        if args.session is None and saved is not None:
+            if kept(saved):
+                args.session = saved
+            else:
+                notes.append(f"its kept session {saved} is gone: a fresh sandbox, with the run's work put back")
+        if args.session is not None and kept(args.session):
+            self.kept = args.session
+        return notes
 
     def limit_notes(self) -> list[str]:
         """What a person should know before the run goes on: it ended at a limit that holds again."""
@@ -189,7 +202,8 @@ def load_resumable(ref: str) -> Resumable:
 def last_here(folder: Path | None = None) -> Resumable:
     """The newest run or session started in `folder` (default: here) or with it as workspace."""
     folder = (folder or Path.cwd()).resolve()
-    for run in list_runs():
+    # Only where lis-tui itself keeps runs: ./lis-output may hold folders a sandbox made
+    for run in list_runs([app_runs_dir(), state_dir() / "runs"], indexed=True):
         if folder in (_resolved(run.started_in), _resolved(run.workspace)):
             return load_resumable(str(run.path))
     raise ValueError(f"no run or session was started in {folder} (nor with it as --workspace). "

@@ -1,4 +1,4 @@
-"""`lis-tui --continue` in a real terminal (80x24): the last run started in this folder comes back
+"""`lis-tui --continue` in a real terminal (80x24, 120x35): the last run started in this folder comes back
 with its exchange on screen, and a follow-up goes on with its conversation and its output files."""
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.sandbox,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
 
 
-def test_continue_shows_the_last_run_here_and_takes_a_follow_up(tmp_path):
+@pytest.mark.parametrize("size", [(80, 24), (120, 35)])
+def test_continue_shows_the_last_run_here_and_takes_a_follow_up(tmp_path, size):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LIS_MODEL")}
     env.update(PYTHONPATH=str(REPO), XDG_CONFIG_HOME=str(tmp_path / "xdg"),
                XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"))
@@ -39,11 +40,11 @@ def test_continue_shows_the_last_run_here_and_takes_a_follow_up(tmp_path):
         return reply("Doubling it.", [call("execute_bash", {
             "command": "echo $(( $(cat /testbed/output/answer.txt) * 2 )) > /testbed/output/answer.txt"})])
 
-    term = Tmux(f"lis-continue-{os.getpid()}")
+    term = Tmux(f"lis-continue-{os.getpid()}-{size[0]}")
     with FakeOpenAI([doubled, submit()]) as server:
         try:
             term.start(lis_tui_command(tmp_path, "--continue", "--base-url", server.base_url, "--model", "m"),
-                       width=80, height=24)
+                       width=size[0], height=size[1])
             shown = term.wait_for(f"Continuing {run1.name}", "Type a follow-up")
             assert "42" in shown and "Answer" in shown  # the earlier exchange, down to its answer
             term.keys("Now double it.", "Enter")
