@@ -138,8 +138,6 @@ def _run(task: str, config: Config, spec: SandboxSpec | None, prompts: Prompts,
          out: Path, resume: Any = None) -> tuple[RunFinished, dict]:
     with ModelClient(config.model) as client:
         def make_agent(tools: Any) -> Agent:
-            if resume is not None and tools is not None:  # its work goes back in before the first step
-                listeners.on_event(ResumeNote(resume.restore(tools.sandbox)))
             kind, more = (FollowUpAgent, {"history": resume.messages}) if resume is not None else (Agent, {})
             return kind(client, tools, config.agent, prompts=prompts, listener=listeners,
                         prompt_values=prompt_values(spec), command_approval=command_approval,
@@ -147,12 +145,12 @@ def _run(task: str, config: Config, spec: SandboxSpec | None, prompts: Prompts,
 
         if spec is None:
             return _drive(make_agent(None), task, None), {}
-        finished, files = _run_in_sandbox(spec, config, make_agent, task, out, listeners)
+        finished, files = _run_in_sandbox(spec, config, make_agent, task, out, listeners, resume)
     return (_failed(finished, listeners) if isinstance(finished, str) else finished), files
 
 
 def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: str,
-                    out: Path, listeners: Listeners) -> tuple[RunFinished | str, dict]:
+                    out: Path, listeners: Listeners, resume: Any = None) -> tuple[RunFinished | str, dict]:
     """The agent's result, or the error that kept it from starting, and the exported files."""
     from isolation.net import NetworkPolicy  # noqa: PLC0415
     from tools import Toolbox  # noqa: PLC0415 (keeps `import lis_tui.api` light for llm mode)
@@ -175,6 +173,8 @@ def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: st
             toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=config.sandbox.timeout,
                                                    separate_stderr=paper), network_notes=notes)
             try:
+                if resume is not None:  # the resumed run's work goes back in before the first step
+                    listeners.on_event(ResumeNote(resume.restore(sandbox)))
                 finished = _drive(make_agent(toolbox), task, sandbox)
             finally:
                 toolbox.close()
