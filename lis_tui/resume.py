@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from isolation.records import state_dir
 from lis_tui.agent import Agent
 from lis_tui.replay import load_trajectory, replay_events
-from isolation.records import state_dir
 from lis_tui.runs import app_runs_dir, find_run, list_runs
 
 FOLLOW_UP = ("{task}\n\n(This continues the task above, in the same computer. When you are done, "
