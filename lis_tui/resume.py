@@ -176,9 +176,15 @@ def chain_events(doc: dict) -> Iterator[Any]:
 
 
 def load_resumable(ref: str) -> Resumable:
-    """The run `ref` names (an id from `lis-tui runs`, a prefix, a folder), checked that it can go
-    on; ValueError with the fix when not."""
-    run_dir = find_run(ref)
+    """The run `ref` names (an id from `lis-tui runs`, a prefix, a folder, or a kept session's id:
+    its newest run), checked that it can go on; ValueError with the fix when not."""
+    try:
+        run_dir = find_run(ref)
+    except ValueError:
+        # a kept session's id (`lis-tui sessions list`): the newest run in it
+        run_dir = next((run.path for run in list_runs() if ref and run.session == ref), None)
+        if run_dir is None:
+            raise
     doc = load_trajectory(run_dir)
     run_dir = run_dir.parent if run_dir.name == "trajectory.json" else run_dir
     if "bench_mode" in doc or "task_id" in doc:

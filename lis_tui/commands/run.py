@@ -36,7 +36,7 @@ def add_parsers(sub) -> None:
                    help="with --workspace: apply the changes to it at the end, as `lis-tui apply RUN` would "
                         "(held-back ones stay in the run's changes.patch)")
     p.add_argument("--resume", metavar="ID",
-                   help="continue a past run or app session (an id from `lis-tui runs`): TASK is the follow-up, "
+                   help="continue a past run or app session (an id from `lis-tui runs`, or a kept --session's id): TASK is the follow-up, "
                         "the model gets the conversation so far, and the sandbox is its kept session, else a "
                         "fresh one with its workspace changes and output files put back inside; its sandbox "
                         "settings and limits hold unless given again. A new run folder records the chain")

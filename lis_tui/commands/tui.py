@@ -29,7 +29,8 @@ def add_parsers(sub) -> None:
                                    "and its output files put back; the project on the host is not touched. Its "
                                    "rootfs, network, workspace and limits hold unless given again. Bench and "
                                    "paper-mode episodes are not continued. Headless: lis-tui run --resume ID TASK.")
-    p.add_argument("run", metavar="ID", help="a run or session id from `lis-tui runs`, or a run's folder")
+    p.add_argument("run", metavar="ID", help="a run id from `lis-tui runs` (or a prefix), a run's folder, "
+                   "or a kept --session's id (its newest run)")
     p.add_argument("task", nargs="?", help="a follow-up to start at once")
     p.set_defaults(task_option=None, continue_last=False)
     _app_flags(p)

@@ -121,7 +121,7 @@ def test_bench_and_paper_episodes_are_refused_and_a_context_limit_is_said(tmp_pa
 
 
 @pytest.mark.sandbox
-def test_a_run_in_a_kept_session_resumes_in_that_session(tmp_path, monkeypatch):
+def test_a_kept_session_resumes_its_last_run_in_that_session(tmp_path, monkeypatch):
     monkeypatch.setenv("LIS_SESSIONS", str(tmp_path / "sessions"))
     make = "echo in-session > /testbed/kept.txt && echo 1 > /testbed/output/answer.txt"
     with FakeOpenAI([reply("working", [bash(make)]), submit()]) as server:
@@ -136,7 +136,7 @@ def test_a_run_in_a_kept_session_resumes_in_that_session(tmp_path, monkeypatch):
         return submit()
 
     with FakeOpenAI([reply("looking", [bash("cat /testbed/kept.txt; ls /testbed/output")]), done]) as server:
-        second = lis(tmp_path, "run", "--base-url", server.base_url, "--model", "m", "--resume", str(run1), "again")
+        second = lis(tmp_path, "run", "--base-url", server.base_url, "--model", "m", "--resume", "s1", "again")
     assert second.returncode == 0, second.stderr
     assert "resumed: continuing in the kept session s1: its files are as the run left them" in second.stderr
     assert seen["output"].split() == ["in-session", "answer.txt"]  # nothing put back twice
