@@ -4,7 +4,6 @@ back), never touching the host project; what cannot be continued is refused with
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -13,18 +12,11 @@ from pathlib import Path
 import pytest
 
 from fakes.openai_server import FakeOpenAI, call, reply, submit
+from past_runs import env_for, past_run
 
-REPO = Path(__file__).resolve().parents[2]
 FIRST = ("cd /testbed && echo made-in-run-1 > made.txt && echo edited-inside >> notes.txt "
          "&& echo kept-output > /agent/output/kept.txt && echo 42 > /agent/output/answer.txt")
 LOOK = "cat /testbed/made.txt /agent/output/kept.txt /agent/output/answer.txt /testbed/notes.txt"
-
-
-def env_for(tmp_path: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LIS_MODEL")}
-    env.update(PYTHONPATH=str(REPO), XDG_CONFIG_HOME=str(tmp_path / "xdg"), XDG_STATE_HOME=str(tmp_path / "state"),
-               XDG_DATA_HOME=str(tmp_path / "data"))
-    return env
 
 
 def lis(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -37,15 +29,12 @@ def bash(command: str):
 
 
 @pytest.mark.sandbox
-def test_run_resume_sends_the_conversation_and_puts_the_work_back_inside_the_new_sandbox(tmp_path):
+def test_run_resume_sends_the_conversation_and_puts_the_work_back_inside_the_new_sandbox(tmp_path, monkeypatch):
     project = tmp_path / "project"
     project.mkdir()
     (project / "notes.txt").write_text("one\n")
-    with FakeOpenAI([reply("working", [bash(FIRST)]), submit()]) as server:
-        first = lis(tmp_path, "run", "--base-url", server.base_url, "--model", "m", "--rootfs", "host",
-                    "--workspace", str(project), "--max-context-tokens", "90000", "make things")
-    assert first.returncode == 0, first.stderr
-    run1 = Path(re.search(r"saved in (/\S+)", first.stderr).group(1))
+    run1 = past_run(tmp_path, monkeypatch, [reply("working", [bash(FIRST)]), submit()], "make things",
+                     {"agent.max_context_tokens": 90000}, workspace=project)
     before = json.loads((run1 / "trajectory.json").read_text())["messages"]
     (project / "notes.txt").write_text("one\nchanged on the host since\n")  # the run's edit no longer applies
 
@@ -123,12 +112,11 @@ def test_bench_and_paper_episodes_are_refused_and_a_context_limit_is_said(tmp_pa
 @pytest.mark.sandbox
 def test_a_kept_session_resumes_its_last_run_in_that_session(tmp_path, monkeypatch):
     monkeypatch.setenv("LIS_SESSIONS", str(tmp_path / "sessions"))
+    from isolation import SandboxSpec
+
     make = "echo in-session > /testbed/kept.txt && echo 1 > /testbed/output/answer.txt"
-    with FakeOpenAI([reply("working", [bash(make)]), submit()]) as server:
-        first = lis(tmp_path, "run", "--base-url", server.base_url, "--model", "m", "--rootfs", "host",
-                    "--session", "s1", "make things")
-    assert first.returncode == 0, first.stderr
-    run1 = Path(re.search(r"saved in (/\S+)", first.stderr).group(1))
+    run1 = past_run(tmp_path, monkeypatch, [reply("working", [bash(make)]), submit()], "make things",
+                     spec=SandboxSpec(rootfs="host", session="s1"))
     seen: dict = {}
 
     def done(request):

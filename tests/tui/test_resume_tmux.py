@@ -5,32 +5,22 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from fakes.openai_server import FakeOpenAI, call, reply, submit
-from test_tmux import REPO, Tmux, lis_tui_command, wait_gone
+from past_runs import past_run
+from test_tmux import Tmux, lis_tui_command, wait_gone
 
 pytestmark = [pytest.mark.sandbox,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 35)])
-def test_continue_shows_the_last_run_here_and_takes_a_follow_up(tmp_path, size):
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LIS_MODEL")}
-    env.update(PYTHONPATH=str(REPO), XDG_CONFIG_HOME=str(tmp_path / "xdg"),
-               XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"))
+def test_continue_shows_the_last_run_here_and_takes_a_follow_up(tmp_path, monkeypatch, size):
     first = [reply("Computing it.", [call("execute_bash", {"command": "echo 42 > /testbed/output/answer.txt"})]),
              submit()]
-    with FakeOpenAI(first) as server:
-        done = subprocess.run([sys.executable, "-m", "lis_tui.cli", "run", "--base-url", server.base_url,
-                               "--model", "m", "--rootfs", "host", "What is 6*7?"], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    run1 = next((tmp_path / "data" / "lis-tui" / "runs").iterdir())
+    run1 = past_run(tmp_path, monkeypatch, first, "What is 6*7?")  # as `lis-tui run` here would
     before = json.loads((run1 / "trajectory.json").read_text())["messages"]
 
     seen = {}
