@@ -25,11 +25,13 @@ from lis_tui import __version__
 from lis_tui.agent import Agent, CommandApproval
 from lis_tui.allow_words import RUN as RUN_WORDS, allow_words
 from lis_tui.config import Config, configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: F401 (configured_rootfs: callers import it from here)
-from lis_tui.events import LIMIT_REASONS, InstructionsRead, Listeners, RunFinished, RunUsage, network_listener
+from lis_tui.events import (LIMIT_REASONS, InstructionsRead, Listeners, ResumeNote, RunFinished, RunUsage,
+                             network_listener)
 from lis_tui.instructions import Instructions, read_instructions
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
 from lis_tui.prompts.environment import environment_note
+from lis_tui.resume import FollowUpAgent
 from lis_tui.run_changes import save_changes
 from lis_tui.runs import app_runs_dir, remember
 from lis_tui.trajectory import TrajectoryWriter, export_output
@@ -79,11 +81,14 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
              network: str | None = None, model: str | None = None, base_url: str | None = None,
              profile: str | None = None, max_steps: int | None = None, mode: str | None = None,
              config: Config | None = None, spec: SandboxSpec | None = None, listener: Any = None,
-             command_approval: CommandApproval = False, stream: bool = False) -> RunResult:
+             command_approval: CommandApproval = False, stream: bool = False,
+             resume: Any = None) -> RunResult:
     """Run one task; Ctrl-C in the main thread cancels it cleanly (a second one stops it hard).
 
     Settings come from `config` if given (else the config files and environment, with `profile`),
     with the keyword arguments that are not None on top; `spec` replaces the sandbox arguments.
+    `resume` (a lis_tui.resume.Resumable): `task` is a follow-up to that run's conversation, in a
+    sandbox with its work put back.
     """
     overrides = {"model.model": model, "model.base_url": base_url, "agent.max_steps": max_steps,
                  "agent.mode": mode, "network.mode": network, "sandbox.rootfs": rootfs}
@@ -107,13 +112,16 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
     instructions = read_instructions(config, spec)
     prompts = run_prompts(config, spec, instructions)  # a bad prompts file: fail before starting
     out = prepare_output_dir(output_dir)
-    writer = TrajectoryWriter(out / "trajectory.json", trajectory_header(config, spec, out))
+    header = trajectory_header(config, spec, out)
+    if resume is not None:
+        header.update(resume.header())
+    writer = TrajectoryWriter(out / "trajectory.json", header)
     listeners = Listeners(writer, listener)
-    if instructions.summary():
+    if instructions.summary() and resume is None:  # a resumed conversation keeps its system prompt
         listeners.on_event(InstructionsRead(instructions.summary()))
     try:
         finished, files = _run(task, config, spec, prompts, listeners, command_approval, stream,
-                               out)
+                               out, resume)
     except KeyboardInterrupt:  # outside the agent's loop: starting the sandbox, copying files
         if writer.doc["finish_reason"] is None:
             writer.update(finish_reason="cancelled", message="interrupted (Ctrl-C)")
@@ -127,21 +135,22 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
 
 def _run(task: str, config: Config, spec: SandboxSpec | None, prompts: Prompts,
          listeners: Listeners, command_approval: CommandApproval, stream: bool,
-         out: Path) -> tuple[RunFinished, dict]:
+         out: Path, resume: Any = None) -> tuple[RunFinished, dict]:
     with ModelClient(config.model) as client:
         def make_agent(tools: Any) -> Agent:
-            return Agent(client, tools, config.agent, prompts=prompts, listener=listeners,
-                         prompt_values=prompt_values(spec), command_approval=command_approval,
-                         stream=stream, reply_reserve=config.model.max_tokens or 0)
+            kind, more = (FollowUpAgent, {"history": resume.messages}) if resume is not None else (Agent, {})
+            return kind(client, tools, config.agent, prompts=prompts, listener=listeners,
+                        prompt_values=prompt_values(spec), command_approval=command_approval,
+                        stream=stream, reply_reserve=config.model.max_tokens or 0, **more)
 
         if spec is None:
             return _drive(make_agent(None), task, None), {}
-        finished, files = _run_in_sandbox(spec, config, make_agent, task, out, listeners)
+        finished, files = _run_in_sandbox(spec, config, make_agent, task, out, listeners, resume)
     return (_failed(finished, listeners) if isinstance(finished, str) else finished), files
 
 
 def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: str,
-                    out: Path, listeners: Listeners) -> tuple[RunFinished | str, dict]:
+                    out: Path, listeners: Listeners, resume: Any = None) -> tuple[RunFinished | str, dict]:
     """The agent's result, or the error that kept it from starting, and the exported files."""
     from isolation.net import NetworkPolicy  # noqa: PLC0415
     from tools import Toolbox  # noqa: PLC0415 (keeps `import lis_tui.api` light for llm mode)
@@ -164,6 +173,8 @@ def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: st
             toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=config.sandbox.timeout,
                                                    separate_stderr=paper), network_notes=notes)
             try:
+                if resume is not None:  # the resumed run's work goes back in before the first step
+                    listeners.on_event(ResumeNote(resume.restore(sandbox)))
                 finished = _drive(make_agent(toolbox), task, sandbox)
             finally:
                 toolbox.close()
@@ -273,8 +284,16 @@ def trajectory_header(config: Config, spec: SandboxSpec | None, out: Path) -> di
     """The trajectory's fixed fields: id, version, output dir, model settings (no key), sandbox."""
     sandbox = json.loads(json.dumps(asdict(spec), default=str)) if spec else None
     return {"id": out.name, "lis_tui_version": __version__,
-            "output_dir": str(out), "model": config.model.public_dict(),
+            "output_dir": str(out), "started_in": _cwd(), "model": config.model.public_dict(),
             "agent": asdict(config.agent), "sandbox": sandbox}
+
+
+def _cwd() -> str:
+    """Where the run was started (`lis-tui --continue` looks for it); "" when that folder is gone."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
 
 
 # The names lis_tui/conversation.py imported before these were public.

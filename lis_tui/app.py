@@ -13,7 +13,7 @@ from textual.binding import Binding
 from lis_tui.config import Config
 from lis_tui.conversation import Conversation
 from lis_tui.discover import KNOWN_PORTS
-from lis_tui.replay import replay_events
+from lis_tui.resume import chain_events
 from lis_tui.rootfs_offer import RootfsJob, RootfsOffer
 from lis_tui.runs import app_runs_dir
 from lis_tui.screens.approve_network import NetworkApprovalScreen
@@ -160,18 +160,20 @@ def create_app(config: Config | None = None, spec: Any = None, *,
                replay: dict | None = None, command_approval: bool = False,
                stream: bool = True, log_path: Path | None = None,
                rootfs_offer: RootfsOffer | None = None,
-               server_ports: tuple[tuple[str, int], ...] = KNOWN_PORTS) -> LisApp:
+               server_ports: tuple[tuple[str, int], ...] = KNOWN_PORTS, resumed: Any = None) -> LisApp:
     """The app for a live conversation (`config`, `spec`), or the replay of a trajectory.
-    `rootfs_offer` and `server_ports` are what the setup screen offers and where it looks."""
+    `rootfs_offer` and `server_ports` are what the setup screen offers and where it looks;
+    `resumed` (lis_tui.resume.Resumable) a past run the conversation continues."""
     if replay is not None:
-        return LisApp(None, _replay_status(replay), replay=list(replay_events(replay)),
+        # a resumed run is shown with the runs it continued: the whole conversation
+        return LisApp(None, _replay_status(replay), replay=list(chain_events(replay)),
                       log_path=log_path)
     if config is None:
         from lis_tui.config import load_config  # noqa: PLC0415
 
         config = load_config()
     conversation = Conversation(config, spec, output_dir, command_approval=command_approval,
-                                stream=stream)
+                                stream=stream, resumed=resumed)
     app = LisApp(conversation, _status(config, spec, command_approval), task=task,
                  log_path=log_path, setup=needs_setup(config.sources), rootfs_offer=rootfs_offer,
                  server_ports=server_ports)

@@ -21,32 +21,18 @@ from lis_tui import api
 from lis_tui.agent import Agent
 from lis_tui.allow_words import APP as APP_WORDS, allow_words
 from lis_tui.config import Config, save_network_allow
-from lis_tui.events import (Listeners, RunFinished, RunStarted, RunUsage, ToolFinished, ToolOutput,
-                             ToolStarted, network_listener)
+from lis_tui.events import (Listeners, ResumeNote, RunFinished, RunStarted, RunUsage, ToolFinished,
+                             ToolOutput, ToolStarted, network_listener)
 from lis_tui.instructions import read_instructions
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts
+from lis_tui.resume import FOLLOW_UP, FollowUpAgent, Resumable  # noqa: F401 (FOLLOW_UP: imported from here before)
 from lis_tui.run_changes import save_changes
 from lis_tui.runs import app_runs_dir
 from lis_tui.trajectory import TrajectoryWriter, export_output
 
 
 log = logging.getLogger(__name__)
-FOLLOW_UP = ("{task}\n\n(This continues the task above, in the same computer. When you are done, "
-             "update {answer} if the answer changed and call `submit` again.)")
-
-
-class FollowUpAgent(Agent):
-    """An Agent that goes on with an earlier conversation instead of starting a new one."""
-
-    def __init__(self, *args: Any, history: list[dict] | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.history = list(history or [])
-
-    def _first_messages(self, task: str) -> list[dict]:
-        if not self.history:
-            return super()._first_messages(task)
-        return [*self.history, {"role": "user", "content": FOLLOW_UP.format(task=task, answer=self.answer_path)}]
 
 
 class Conversation:
@@ -54,13 +40,18 @@ class Conversation:
 
     def __init__(self, config: Config, spec: SandboxSpec | None = None,
                  output_dir: str | Path | None = None, *, command_approval: bool = False,
-                 stream: bool = True, approver: Callable[[Any], Any] | None = None) -> None:
+                 stream: bool = True, approver: Callable[[Any], Any] | None = None,
+                 resumed: Resumable | None = None) -> None:
         self.config, self.spec, self.output_dir = config, spec, output_dir
+        self.resumed = resumed
+        """The past run this session continues (`lis-tui resume`, `--continue`), or None."""
+        self._put_back = resumed is not None
+        """Its work is still to be put into the sandbox once it starts."""
         self.command_approval, self.stream, self.approver = command_approval, stream, approver
         self.network = spec.network if spec else "off"
         self.host_services: list[str] = []
         """Exact host:port services on this machine the sandbox may ask for (the mode decides)."""
-        self.messages: list[dict] = []
+        self.messages: list[dict] = list(resumed.messages) if resumed is not None else []
         self.command = ""
         """The shell command running now, or the last one (network questions name it)."""
         self._running: tuple[int, int] | None = None
@@ -114,6 +105,9 @@ class Conversation:
         except (SandboxError, ShellError, OSError) as exc:
             self._close_parts()
             return _failed(f"the sandbox failed to start: {exc}", listeners)
+        if self._put_back and self._sandbox is not None:
+            self._put_back = False
+            listeners.on_event(ResumeNote(self.resumed.restore(self._sandbox)))
         with self._lock:
             if self._closing:
                 return _failed("lis-tui was closing", listeners)
@@ -235,6 +229,8 @@ class Conversation:
             # The app's runs live in the state directory, not wherever it was started (--output-dir wins).
             self.out = api.prepare_output_dir(self.output_dir or api.new_run_dir(app_runs_dir()))
             header = api.trajectory_header(self.config, self.spec, self.out)
+            if self.resumed is not None:
+                header.update(self.resumed.header())
             self._writer = TrajectoryWriter(self.out / "trajectory.json", header)
         return self._writer
 

@@ -288,9 +288,17 @@ class InstructionsRead:
     text: str
 
 
+@dataclass
+class ResumeNote:
+    """A resumed run's sandbox is ready: what was put back in it (or that a kept session has it
+    all), in one line; sent once, before the follow-up's first step."""
+
+    text: str
+
+
 Event = Union[RunStarted, ToolFormatChanged, StepStarted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
               ApprovalNeeded, ToolStarted, ToolOutput, ToolFinished, StepFinished, RunFinished,
-              CredentialAdded, NetworkRefused, InstructionsRead]
+              CredentialAdded, NetworkRefused, InstructionsRead, ResumeNote]
 
 
 def network_listener(listener: Any):

@@ -78,6 +78,12 @@ class RunSummary:
     answer: str
     message: str
     steps: int
+    started_in: str = ""
+    """The folder it was started in ("" for runs of versions that did not record it)."""
+    workspace: str = ""
+    """Its --workspace, or ""."""
+    session: str = ""
+    """The kept session (--session) its sandbox was, or ""."""
 
     @property
     def name(self) -> str:
@@ -114,11 +120,16 @@ def read_summary(run_dir: Path) -> RunSummary | None:
     model = head.get("model") if isinstance(head.get("model"), dict) else {}
     totals = head.get("totals") if isinstance(head.get("totals"), dict) else {}
     steps, reason = totals.get("steps"), head.get("finish_reason")
+    sandbox = head.get("sandbox") if isinstance(head.get("sandbox"), dict) else {}
+    workspace, started, session = sandbox.get("workspace"), head.get("started_in"), sandbox.get("session")
     return RunSummary(path=run_dir, created=str(head.get("created") or ""), task=str(head.get("task") or ""),
                       model=str(model.get("model") or ""),
                       finish_reason=str(reason) if reason is not None else None,
                       answer=str(head.get("answer") or ""), message=str(head.get("message") or ""),
-                      steps=steps if isinstance(steps, int) and not isinstance(steps, bool) else 0)
+                      steps=steps if isinstance(steps, int) and not isinstance(steps, bool) else 0,
+                      started_in=started if isinstance(started, str) else "",
+                      workspace=workspace if isinstance(workspace, str) else "",
+                      session=session if isinstance(session, str) else "")
 
 
 def find_run(ref: str, places: Iterable[Path] | None = None) -> Path:

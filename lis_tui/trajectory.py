@@ -16,8 +16,8 @@ from typing import Any
 
 from isolation import SandboxError
 from isolation.hostwalk import RefusedPaths, files_below
-from lis_tui.events import (NetworkRefused, RunFinished, RunStarted, RunUsage, StepFinished, StepRecord,
-                             ToolFormatChanged)
+from lis_tui.events import (NetworkRefused, ResumeNote, RunFinished, RunStarted, RunUsage, StepFinished,
+                             StepRecord, ToolFormatChanged)
 
 FORMAT = "lis-tui-trajectory/1"
 
@@ -59,6 +59,8 @@ class TrajectoryWriter:
             self.doc.update(finish_reason=event.reason, message=event.message,
                             answer=event.answer, answer_note=event.answer_note,
                             duration=round(event.duration, 3))
+        elif isinstance(event, ResumeNote):
+            self.doc["resumed_sandbox"] = event.text
         elif isinstance(event, NetworkRefused):  # from the proxy's thread, while a save may run
             with self._lock:
                 self.doc.setdefault("network_refusals", []).append(

@@ -35,6 +35,11 @@ def add_parsers(sub) -> None:
     p.add_argument("--apply", action="store_true",
                    help="with --workspace: apply the changes to it at the end, as `lis-tui apply RUN` would "
                         "(held-back ones stay in the run's changes.patch)")
+    p.add_argument("--resume", metavar="ID",
+                   help="continue a past run or app session (an id from `lis-tui runs`, or a kept --session's id): TASK is the follow-up, "
+                        "the model gets the conversation so far, and the sandbox is its kept session, else a "
+                        "fresh one with its workspace changes and output files put back inside; its sandbox "
+                        "settings and limits hold unless given again. A new run folder records the chain")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-step log on stderr")
     p.set_defaults(func=cmd_run)
 
@@ -46,7 +51,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from lis_tui.api import configured_rootfs, run_task  # noqa: PLC0415 (keep --help fast)
     from lis_tui.config import ConfigError, load_config  # noqa: PLC0415
 
+    resumed = _resumed(args)
+    if resumed is False:
+        return 2
     overrides = {**agent_overrides(args), "network.mode": args.network, "sandbox.rootfs": args.rootfs}
+    if resumed is not None:
+        overrides = resumed.overrides(overrides)
     try:
         config = load_config(args.profile, overrides)
         spec = None
@@ -60,7 +70,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, _interrupt)
         log = None if args.quiet else StepLog(sys.stderr)
         try:
-            result = run_task(task, config=config, spec=spec, output_dir=args.output_dir, listener=log)
+            result = run_task(task, config=config, spec=spec, output_dir=args.output_dir, listener=log,
+                              resume=resumed)
         finally:
             if log is not None:
                 log.live.close()  # however the run ended, its live line goes
@@ -75,6 +86,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.answer:
         print_answer(result.answer, sys.stdout)
     return code or result.exit_code
+
+
+def _resumed(args: argparse.Namespace) -> Any:
+    """With --resume, the run to continue, its sandbox settings put into `args`; False (said why)
+    when it cannot be continued; None without --resume."""
+    if not args.resume:
+        return None
+    from lis_tui.resume import load_resumable  # noqa: PLC0415
+
+    try:
+        resumed = load_resumable(args.resume)
+        notes = resumed.fill_args(args)
+    except ValueError as exc:
+        print(safe_terminal_text(f"lis-tui run: --resume: {exc}"), file=sys.stderr)  # may name runs on disk
+        return False
+    for note in notes:
+        print(safe_terminal_text(f"lis-tui run: resuming {resumed.name}: {note}"), file=sys.stderr)
+    return resumed
 
 
 def _changes(result: Any, apply: bool, spec: Any) -> int:
@@ -175,6 +204,8 @@ class StepLog:
             self._line(step_line(event.record))
         elif isinstance(event, events.InstructionsRead):  # before the first step
             self._line(f"instructions: {event.text} (--no-project-instructions leaves them out)")
+        elif isinstance(event, events.ResumeNote):  # before the first step of a resumed run
+            self._line(f"resumed: {event.text}")
         elif isinstance(event, (events.CredentialAdded, events.NetworkRefused)):  # the proxy's thread
             self._line(f"      network: {event.text}")
         elif isinstance(event, events.ModelRetry):

@@ -1,4 +1,4 @@
-"""`lis-tui runs`: past runs, newest first, with the id `lis-tui replay ID` takes."""
+"""`lis-tui runs`: past runs, newest first, with the id `lis-tui replay ID` and `lis-tui resume ID` take."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ List past runs, newest first, wherever they were started: the app's and `lis-tui
 $XDG_DATA_HOME/lis-tui/runs/), those given an --output-dir (noted in $XDG_DATA_HOME/lis-tui/runs.index),
 and earlier versions' ($XDG_STATE_HOME/lis-tui/runs/, ./lis-output/). Show one with
 `lis-tui replay ID`; an id may be shortened to any prefix that names one run; `lis-tui apply ID`
-applies a workspace run's changes."""
+applies a workspace run's changes; `lis-tui resume ID` (or `run --resume ID TASK`) continues one."""
 _RESULTS = {"submitted": "submitted", "max_steps": "limit: steps", "max_context": "limit: context",
             "wall_time": "limit: time", "no_action": "limit: no tool", "sandbox_limit": "limit: sandbox",
             "error": "error",

@@ -82,13 +82,29 @@ class MainScreen(Screen):
             return
         prompt.set_mode("task")
         prompt.focus()
-        if not self.first_task:
+        if getattr(self.conversation, "resumed", None) is not None:
+            self._show_resumed(self.conversation.resumed)
+        elif not self.first_task:
             self.query_one(Transcript).mount(Welcome(self.conversation, str(app_runs_dir()),
                                                      self.app.rootfs_job))
         if self.setup_first:  # the task, if one was given, starts once the model is known
             self.action_setup(then=self.first_task)
         elif self.first_task:
             self.start(self.first_task)
+
+    def _show_resumed(self, resumed: Any) -> None:
+        """A resumed run: its conversation as it went (every run of its chain), then what holds now."""
+        transcript = self.query_one(Transcript)
+        for event in resumed.earlier_events():
+            transcript.show(event)
+        notes = "".join(f"\n· {note}" for note in resumed.notes)
+        transcript.mount(NoticeBlock(f"Continuing {resumed.name}: the model gets this conversation; type "
+                                     f"a follow-up.{notes}"))
+        transcript.scroll_end(animate=False)
+        self.query_one(PromptInput).set_mode("follow-up")
+
+    def _on_ResumeNote(self, e: ev.ResumeNote) -> None:
+        self.query_one(Transcript).mount(NoticeBlock(f"Resumed: {e.text}"))
 
     # -- starting a task --------------------------------------------------------------------
     def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
