@@ -7,7 +7,8 @@
 The runner (`lis_tui.bench.runner.BenchRunner`) and the reports (`lis_tui.bench.report`) are
 imported from their modules; this package stays light.
 """
-from lis_tui.bench.rewards import REWARD_NAMES, RewardError, score
+from lis_tui.bench.rewards import REWARD_NAMES, RewardError
+from lis_tui.bench.scoring import score
 from lis_tui.bench.tasks import BUILTIN_SETS, Task, TaskError, load_tasks
 
 __all__ = ["BUILTIN_SETS", "REWARD_NAMES", "RewardError", "Task", "TaskError", "load_tasks", "score"]

@@ -21,7 +21,8 @@ from isolation import Sandbox, SandboxSpec
 from lis_tui.agent import ANSWER_LIMIT, INPUT_DIR, OUTPUT_DIR, Agent
 from lis_tui.bench.answers import final_answer
 from lis_tui.bench.capability import KINDS, CapabilityCounter
-from lis_tui.bench.rewards import MATH_REWARDS, math_verify_missing, parse_reward, score
+from lis_tui.bench.rewards import MATH_REWARDS, math_verify_missing, parse_reward
+from lis_tui.bench.scoring import score
 from lis_tui.bench.tasks import Task
 from lis_tui.config import Config
 from lis_tui.events import Listeners, RunFinished

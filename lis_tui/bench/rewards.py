@@ -139,26 +139,6 @@ def parse_reward(spec: Any) -> tuple[str, dict[str, Any]]:
     return name, params
 
 
-def score(answer: str, task: Any, judge: Any = None) -> float:
-    """The task's reward for `answer`: the best over the accepted ground truths."""
-    name, params = parse_reward(task.reward)
-    truth = task.ground_truth
-    truths = truth if isinstance(truth, list) and name != "json" else [truth]
-    if name == "judge":
-        if judge is None:
-            raise RewardError(f"task {task.id!r} has a judge reward but no judge model is set; "
-                              "pass --judge-model (and --judge-base-url)")
-        return judge.grade(task, answer, params)
-    if name == "paper":
-        from lis_tui.bench.paper import scorer  # noqa: PLC0415 (only paper suites need it)
-
-        suite = str(params.get("value") or params.get("suite"))
-        return scorer(suite, str(params.get("scorer") or ""))(answer or "", task)
-    reward = REWARDS[name]
-    return max((reward(answer or "", _text(t), row=task, **params) for t in truths
-                if t is not None), default=0.0)
-
-
 MATH_REWARDS = {"boxed"}
 """Rewards that compare mathematics: weaker without math-verify (a note in the summary says so)."""
 
@@ -170,7 +150,8 @@ def math_verify_missing() -> bool:
     return importlib.util.find_spec("math_verify") is None
 
 
-def _text(truth: Any) -> str:
+def as_text(truth: Any) -> str:
+    """A ground truth as the text a reward compares (JSON for anything not a string)."""
     return truth if isinstance(truth, str) else json.dumps(truth)
 
 

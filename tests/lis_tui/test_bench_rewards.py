@@ -5,7 +5,8 @@ import pytest
 from fakes.openai_server import FakeOpenAI, error, reply
 from lis_tui.bench.answers import extract_boxed, final_answer, parse_number
 from lis_tui.bench.judge import Judge, JudgeError, verdict
-from lis_tui.bench.rewards import REWARD_NAMES, RewardError, parse_reward, score
+from lis_tui.bench.rewards import REWARD_NAMES, RewardError, parse_reward
+from lis_tui.bench.scoring import score
 from lis_tui.bench.tasks import Task
 from lis_tui.config import ModelConfig
 

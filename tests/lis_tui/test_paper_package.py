@@ -22,7 +22,7 @@ import pytest
 from fakes.openai_server import FakeOpenAI, reply
 from lis_tui.bench.judge import Judge
 from lis_tui.bench.paper import instructions, load_suite
-from lis_tui.bench.rewards import score
+from lis_tui.bench.scoring import score
 from lis_tui.config import ModelConfig
 from paper_package_cases import JUDGED_SUITES, cases
 

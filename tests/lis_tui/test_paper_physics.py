@@ -11,7 +11,7 @@ from fakes.openai_server import FakeOpenAI, reply
 from lis_tui.bench.judge import Judge
 from lis_tui.bench.paper import load_suite
 from lis_tui.bench.paper.lenient import physics
-from lis_tui.bench.rewards import score
+from lis_tui.bench.scoring import score
 from lis_tui.bench.tasks import Task, TaskError
 from lis_tui.config import ModelConfig
 
