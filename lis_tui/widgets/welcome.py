@@ -59,21 +59,19 @@ def welcome_text(conversation: Any, runs_dir: str, rootfs_job: Any = None, check
 
 
 def server_text(model: str, check: Any) -> Text:
-    """Whether the server answered the check and what it serves, or what is wrong and the fix.
-    Names and errors come from the server: made safe, never markup."""
+    """After the model's URL: whether its server answered the check, or on a line of its own what
+    is wrong and the fix. Names and errors come from the server: made safe, never markup."""
     if check is None:
-        return Text("asking it for its models…", style="dim")
+        return Text("  asking it…", style="dim")
     if check.error:
-        return Text.assemble(("✘ ", "bold red"), safe_terminal_text(check.error), ("   F4 changes it", "dim"))
-    names = ", ".join(check.models[:3]) + (f" and {len(check.models) - 3} more" if len(check.models) > 3 else "")
-    unlisted = bool(model and check.models and model not in check.models)
-    served, model = safe_terminal_text(names), safe_terminal_text(model)
+        return Text.assemble("\n", ("✘ ", "bold red"), safe_terminal_text(check.error))
     if not check.models and not model:
-        return Text.assemble(("✘ ", "bold red"), "it answers but lists no model: F4 sets the model's name")
-    if unlisted:
-        return Text.assemble(("⚠ ", "bold yellow"), f"it answers, but does not list {model}; it serves {served}",
-                             ("   F4 changes it", "dim"))
-    return Text.assemble(("✔ ", "bold green"), f"it answers; it serves {served or model}")
+        return Text.assemble("\n", ("✘ ", "bold red"), "it answers but lists no model: F4 sets a name")
+    if model and check.models and model not in check.models:
+        names = ", ".join(check.models[:3]) + (f" and {len(check.models) - 3} more" if len(check.models) > 3 else "")
+        return Text.assemble("\n", ("⚠ ", "bold yellow"), safe_terminal_text(
+            f"it answers, but does not list {model}; it serves {names}"))
+    return Text.assemble("  ", ("✔ answers", "green"))
 
 
 def _host_hint(rootfs_job: Any) -> str:
@@ -94,14 +92,16 @@ def _host_hint(rootfs_job: Any) -> str:
 
 def setup_rows(conversation: Any, runs_dir: str, rootfs_job: Any = None,
                check: Any = None) -> list[tuple[str, Text]]:
-    """Model (and what its server said), rootfs, network and runs, each with the key that
+    """Model (and whether its server answers), rootfs, network and runs, each with the key that
     changes it."""
     config, spec = conversation.config, conversation.spec
     first = f"{check.models[0]} (the server's first)" if check and check.models else "the server's first model"
     model = safe_terminal_text(conversation.model_name or first)
     url = safe_terminal_text(config.model.base_url or "?")
-    rows = [("Model", Text.assemble((model, "bold"), f" at {url}", ("   F4 changes it", "dim"))),
-            ("Server", server_text(config.model.model, check))]
+    server = server_text(config.model.model, check)
+    hint = ("   F4 changes it", "dim")
+    rows = [("Model", Text.assemble((model, "bold"), f" at {url}",
+                                    *((hint, server) if "\n" in server.plain else (server, hint))))]
     read = getattr(conversation, "instructions", None)
     if read is not None and read.summary():  # names from the person's disk: made safe, never markup
         rows.append(("Instructions", Text.assemble(safe_terminal_text(read.summary(short=True)),

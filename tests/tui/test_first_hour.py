@@ -398,32 +398,34 @@ def test_the_welcome_asks_the_server_without_waiting_and_names_the_model_it_serv
     silent.bind(("127.0.0.1", 0))
     silent.listen()
 
-    def server_row(app) -> str:
-        return next(line for line in texts(app, Welcome)[0].splitlines() if line.startswith("Server"))
+    def model_row(app) -> str:  # the Model row and the line under it
+        lines = texts(app, Welcome)[0].splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("Model"))
+        return "\n".join(lines[at:at + 2])
 
     async def scenario():
-        with FakeOpenAI(models=["qwen3-4b", f"evil {HOSTILE}"]) as server:
+        with FakeOpenAI(models=[f"evil {HOSTILE}", "qwen3-4b"]) as server:
             url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
             config = load_config(overrides={"model.base_url": url}, env={}, paths=[])
             app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out",
                              server_ports=())
             async with app.run_test(size=(120, 35)) as pilot:
                 await wait_for(pilot, lambda: app.screen.query(Welcome))
-                asking = server_row(app)
+                asking = model_row(app)
                 silent.close()  # its waiting connection is reset: the check fails
-                await wait_for(pilot, lambda: "✘" in server_row(app))
+                await wait_for(pilot, lambda: "✘" in model_row(app))
                 failed = texts(app, Welcome)[0]
                 await pilot.press("f4")
                 await wait_for(pilot, lambda: type(app.screen).__name__ == "SetupScreen")
                 app.screen.query_one("#base_url").value = server.base_url  # no model name
                 await pilot.press("ctrl+s")
-                await wait_for(pilot, lambda: "✔" in server_row(app))
-                return (asking, failed, texts(app, Welcome)[0],
-                        app.main.query_one(StatusBar).status.model, server.base_url)
+                await wait_for(pilot, lambda: "✔" in model_row(app))
+                return (asking, failed, model_row(app), texts(app, StatusBar)[0], server.base_url)
 
     asking, failed, welcome, status, url = run(scenario())
-    assert "asking it for its models" in asking
+    assert "asking it" in asking
     assert "could not reach model server" in failed and "is the server running?" in failed
-    assert status == "qwen3-4b"  # not "(server default)"
-    assert f"qwen3-4b (the server's first) at {url}" in welcome
-    assert f"it serves qwen3-4b, evil {''.join(SHOWN[:5])}" in welcome and not raw_in(welcome)
+    evil = f"evil {''.join(SHOWN[:5])}"  # the server's first model, as the server named it
+    assert status.startswith(f"evil {SHOWN[0]}") and not raw_in(status)  # cut to fit, made safe
+    assert f"{evil} {SHOWN[5]} (the server's first) at {url}  ✔ answers" in welcome
+    assert not raw_in(welcome)
