@@ -87,7 +87,7 @@ class MainScreen(Screen):
             self.query_one(Transcript).mount(Welcome(self.conversation, str(app_runs_dir()),
                                                      self.app.rootfs_job))
             if not self.setup_first:  # else once the setup said where the server is
-                self.check_server()
+                self.call_after_refresh(self.check_server)  # its thread loads openai: after the frame
         if self.setup_first:  # the task, if one was given, starts once the model is known
             self.action_setup(then=self.first_task)
         elif self.first_task:
