@@ -106,7 +106,10 @@ class MainScreen(Screen):
             except Exception as exc:  # a bug: said on the welcome, not a silent thread
                 log.exception("the server check failed")
                 found = ServerCheck(error=f"{type(exc).__name__}: {exc}")
-            self.post_message(ServerChecked(model, found))  # thread-safe; a closed app drops it
+            try:  # thread-safe; a closed screen drops it, a closed event loop raises
+                self.post_message(ServerChecked(model, found))
+            except RuntimeError:
+                log.debug("the app closed before the server answered")
 
         # Not a Textual worker: those run in asyncio's default executor, which quitting waits for,
         # so a server that never answers would hold up Ctrl+Q for the whole timeout.

@@ -150,11 +150,12 @@ def _live(monkeypatch, model: str = "qwen3-4b"):
 
 
 async def _welcomed(pilot):
-    for _ in range(500):  # until the server's check answered: the welcome says it
+    for _ in range(3000):  # until the server's check answered (loaded machines: up to 30 s)
         await pilot.pause(0.01)
         welcome = pilot.app.screen.query("Welcome")
         if welcome and welcome.first().check is not None and pilot.app.focused is not None:
             break
+    pilot.app.screen.query_one("#prompt").cursor_blink = False  # focused: drawn one way (the wait varies)
     await pilot.pause(0.05)
 
 
