@@ -57,6 +57,11 @@ class ModelText(Vertical):
         yield Static("", classes="live")
 
     def on_mount(self) -> None:
+        # After a refresh: the Collapsible's own content (the reasoning's Static) may not be
+        # mounted yet when this widget is, and a query for it then fails
+        self.call_after_refresh(self._start)
+
+    def _start(self) -> None:
         self._ready = True
         self._draw()
 
