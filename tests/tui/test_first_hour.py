@@ -429,3 +429,14 @@ def test_the_welcome_asks_the_server_without_waiting_and_names_the_model_it_serv
     assert status.startswith(f"evil {SHOWN[0]}") and not raw_in(status)  # cut to fit, made safe
     assert f"{evil} {SHOWN[5]} (the server's first) at {url}  ✔ answers" in welcome
     assert not raw_in(welcome)
+
+
+def test_the_welcome_says_when_the_server_lists_no_model_or_not_the_one_set():
+    from lis_tui.discover import ServerCheck
+    from lis_tui.widgets.welcome import server_text
+
+    unlisted = server_text(f"m{HOSTILE_TITLE}", ServerCheck(models=("a", "b", "c", "d"))).plain
+    assert unlisted.startswith("\n⚠ it answers, but does not list m\\x1b]2;pwned\\x07")
+    assert unlisted.endswith("it serves a, b, c and 1 more") and not raw_in(unlisted)
+    assert "lists no model: F4 sets a name" in server_text("", ServerCheck()).plain
+    assert server_text("m", ServerCheck()).plain == "  ✔ answers"  # a model is set: it is asked for
