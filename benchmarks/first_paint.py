@@ -5,9 +5,9 @@ core, and the CPU time is what an idle one would take.
 
     .venv/bin/python benchmarks/first_paint.py [--runs 9] [--old /tmp/old]
 
-Baseline, measured in the same run, alternating with this tree run by run: the tree before the
-lazy imports (`git worktree add /tmp/old f1c1c41 && cd /tmp/old && ./install.sh`), each tree with
-its own venv. The app is given a model and a base URL nothing listens on, so no setup screen opens
+Baseline, measured in the same run, alternating with this tree run by run: the tree --old names,
+e.g. before a change (`git worktree add --detach /tmp/old main && cd /tmp/old && ./install.sh`;
+the first lazy imports were measured against f1c1c41), each tree with its own venv. The app is given a model and a base URL nothing listens on, so no setup screen opens
 and nothing is asked of a server; config and state go to a temporary folder. Needs tmux.
 """
 from __future__ import annotations
@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--old", default="/tmp/old", help="the baseline tree, with its own .venv")
     args = parser.parse_args()
-    trees = {"before (f1c1c41)": Path(args.old), "now": ROOT}
+    trees = {"before": Path(args.old), "now": ROOT}  # before: whichever tree --old names
     for tree in trees.values():
         if not Path(python_of(tree)).exists():
             sys.exit(f"no venv in {tree}: run ./install.sh there (see this file's docstring)")

@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 class LisApp(App):
     """lis-tui: one conversation with a model in a sandbox, or the replay of a finished run."""
 
-    CSS_PATH = "app.tcss"
+    # The main screen's sheet is listed here: Textual reads a screen's own CSS_PATH only for a
+    # screen pushed or switched to, never for the one get_default_screen() returns.
+    CSS_PATH = ["app.tcss", "screens/main.tcss"]
     TITLE = "lis-tui"
     BINDINGS = [Binding("ctrl+q", "quit", "Quit", priority=True),
                 Binding("f1", "help", "Help")]

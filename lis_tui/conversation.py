@@ -12,12 +12,10 @@ import shlex
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from isolation import Sandbox, SandboxError, SandboxSpec
+from isolation import SandboxError, SandboxSpec
 from isolation.spec import places_of
-from tools.shell import ShellError
-from lis_tui import api
 from lis_tui.agent import Agent
 from lis_tui.allow_words import APP as APP_WORDS, allow_words
 from lis_tui.config import Config, save_network_allow
@@ -27,9 +25,11 @@ from lis_tui.instructions import read_instructions
 from lis_tui.model import ModelClient
 from lis_tui.prompts import Prompts
 from lis_tui.resume import FOLLOW_UP, FollowUpAgent, Resumable  # noqa: F401 (FOLLOW_UP: imported from here before)
-from lis_tui.run_changes import save_changes
 from lis_tui.runs import app_runs_dir
 from lis_tui.trajectory import TrajectoryWriter, export_output
+
+if TYPE_CHECKING:  # the sandbox, the shell, api and run_changes load with the first task (or
+    from isolation import Sandbox  # the close that saves changes): the app's first frame needs none
 
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class Conversation:
     def _ask(self, task: str, listeners: Listeners) -> RunFinished:
         try:
             self._open()
-        except (SandboxError, ShellError, OSError) as exc:
+        except (SandboxError, _shell_error(), OSError) as exc:  # evaluated only on a failure
             self._close_parts()
             return _failed(f"the sandbox failed to start: {exc}", listeners)
         if self._put_back and self._sandbox is not None:
@@ -213,6 +213,8 @@ class Conversation:
             if self._writer is not None:
                 self._writer.update(files=files.get("files", []))
             if self._sandbox.spec.workspace is not None:  # what was not applied stays: lis-tui apply RUN
+                from lis_tui.run_changes import save_changes  # noqa: PLC0415 (see the top)
+
                 _quietly(save_changes, self._sandbox, self.out)
         self._close_parts()
 
@@ -225,6 +227,8 @@ class Conversation:
 
     # -- pieces -----------------------------------------------------------------------------
     def _open_writer(self) -> TrajectoryWriter:
+        from lis_tui import api  # noqa: PLC0415 (see the top: with the first task)
+
         if self._writer is None:
             # The app's runs live in the state directory, not wherever it was started (--output-dir wins).
             self.out = api.prepare_output_dir(self.output_dir or api.new_run_dir(app_runs_dir()))
@@ -235,6 +239,9 @@ class Conversation:
         return self._writer
 
     def _open(self) -> None:
+        from isolation.sandbox import Sandbox  # noqa: PLC0415 (see the top)
+        from lis_tui import api  # noqa: PLC0415
+
         if self._prompts is None:  # a bad prompts file fails here, before a sandbox starts
             self._prompts = api.run_prompts(self.config, self.spec, self.instructions)
         if self._client is None:
@@ -281,6 +288,8 @@ class Conversation:
         _quietly(self._toolbox.shell.run, f"export {exports}")
 
     def _make_agent(self, listeners: Listeners) -> Agent:
+        from lis_tui import api  # noqa: PLC0415 (see the top)
+
         agent = self.config.agent
         if agent.tool_format == "auto" and self._auto_chose:
             agent = replace(agent, tool_format=self._auto_chose)
@@ -325,3 +334,9 @@ def _quietly(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     except Exception:  # closing must go on past a part that fails
         log.exception("%s failed", getattr(func, "__qualname__", func))
         return None
+
+
+def _shell_error() -> type:
+    from tools.shell import ShellError  # noqa: PLC0415 (see the top)
+
+    return ShellError

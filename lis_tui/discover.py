@@ -1,4 +1,5 @@
-"""Find model servers running on this machine: the setup screen offers each one it finds.
+"""Find model servers running on this machine: the setup screen offers each one it finds. And
+`check_server`: whether the configured one answers, and which models it serves (the welcome's).
 
 Every known server's usual loopback port is asked `GET /v1/models` at once, with a short timeout,
 so a machine with none running answers in well under a second. Ollama is asked `/api/tags` too
@@ -9,7 +10,8 @@ from __future__ import annotations
 import json
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 KNOWN_PORTS: tuple[tuple[str, int], ...] = (
     ("Ollama", 11434), ("llama.cpp server", 8080), ("vLLM", 8000), ("LM Studio", 1234),
@@ -58,3 +60,25 @@ def _models(url: str, timeout: float, key: str, field: str) -> list[str] | None:
     if not isinstance(entries, list):
         return None
     return [str(e[field]) for e in entries if isinstance(e, dict) and e.get(field)]
+
+
+@dataclass(frozen=True)
+class ServerCheck:
+    """What the configured model server said when asked for its models."""
+
+    models: tuple[str, ...] = ()
+    """The names it lists (its first is the one a run uses when no model is set)."""
+    error: str = ""
+    """Why it cannot be used, with the fix (a run's own words for it); "" when it answered."""
+
+
+def check_server(model: Any, timeout: float = 5.0) -> ServerCheck:
+    """Ask the server of `model` (a ModelConfig) for its models once, with no retries: the same
+    client, key and proxy a run uses, so its answer (or its error and fix) is the run's."""
+    from lis_tui.model import ModelClient, ModelError  # noqa: PLC0415 (openai: off the first frame)
+
+    try:
+        with ModelClient(replace(model, max_retries=0, timeout=timeout)) as client:
+            return ServerCheck(models=tuple(client.list_models()))
+    except ModelError as exc:
+        return ServerCheck(error=str(exc))

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from isolation.records import state_dir
 from lis_tui.agent import Agent
 from lis_tui.replay import load_trajectory, replay_events
 from lis_tui.runs import app_runs_dir, find_run, list_runs
@@ -209,6 +208,8 @@ def last_here(folder: Path | None = None) -> Resumable:
     """The newest run or session started in `folder` (default: here) or with it as workspace."""
     folder = (folder or Path.cwd()).resolve()
     # Only where lis-tui itself keeps runs: ./lis-output may hold folders a sandbox made
+    from isolation.records import state_dir  # noqa: PLC0415 (the app's first frame needs no records)
+
     for run in list_runs([app_runs_dir(), state_dir() / "runs"], indexed=True):
         if folder in (_resolved(run.started_in), _resolved(run.workspace)):
             return load_resumable(str(run.path))

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from isolation.records import state_dir
 
 RUN_OUTPUT = Path("lis-output")
 """Where `lis-tui run` put its runs before 0.x, relative to the directory it was started in (listed still)."""
@@ -42,6 +41,8 @@ def app_runs_dir() -> Path:
 
 def default_places() -> list[Path]:
     """The directories `lis-tui runs` looks in: the runs folder, then earlier versions' places."""
+    from isolation.records import state_dir  # noqa: PLC0415 (it loads the rootfs store: not for the app's first frame)
+
     return [app_runs_dir(), state_dir() / "runs", RUN_OUTPUT.absolute()]
 
 

@@ -15,7 +15,9 @@ that cannot hurt.
 
 The shell's own output for the model goes through `tools.shell_output.clean` first, which drops
 escape sequences the way a terminal would render them (colours, redraws); this function is the
-last step before a person's terminal, whatever the text went through before.
+last step before a person's terminal, whatever the text went through before. `terminal_view` is
+both steps in one, for text a program printed or wrote to a file (a command's output, the answer
+file): it reads the way a terminal would show it, wherever it is shown.
 """
 from __future__ import annotations
 
@@ -40,3 +42,13 @@ def safe_terminal_text(text: str) -> str:
 def _visible(match: re.Match) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_view(text: str) -> str:
+    """`text` as a terminal would show it (escape sequences, overstrikes and carriage-return
+    redraws done, not printed: `tools.shell_output.clean`, the model's view of a command's output),
+    then made safe: for what a program printed or wrote, not for commands, names or prose."""
+    from tools.shell_output import clean  # noqa: PLC0415 (that module's imports: not for every caller)
+
+    return safe_terminal_text(clean(text))
+

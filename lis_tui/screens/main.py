@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Iterable
@@ -18,7 +19,7 @@ from lis_tui.commands.live import running_text
 from lis_tui.runs import app_runs_dir
 from lis_tui.screens.setup import SetupScreen
 from lis_tui.widgets.blocks import NoticeBlock
-from lis_tui.widgets.messages import AgentEvent, RunCrashed
+from lis_tui.widgets.messages import AgentEvent, RunCrashed, ServerChecked
 from lis_tui.widgets.plain import notify_plain
 from lis_tui.widgets.prompt import PromptInput
 from lis_tui.widgets.status import Status, StatusBar
@@ -43,7 +44,7 @@ class ScreenListener:
 class MainScreen(Screen):
     """A live run, or a replay when `replay` holds a finished run's events."""
 
-    CSS_PATH = "main.tcss"
+    # Its layout is screens/main.tcss, which the app loads (LisApp.CSS_PATH says why)
     # Short labels: the footer holds them all at 80 columns (F1 lists them in full).
     BINDINGS = [
         Binding("escape", "interrupt", "Stop"),
@@ -87,6 +88,8 @@ class MainScreen(Screen):
         elif not self.first_task:
             self.query_one(Transcript).mount(Welcome(self.conversation, str(app_runs_dir()),
                                                      self.app.rootfs_job))
+            if not self.setup_first:  # else once the setup said where the server is
+                self.call_after_refresh(self.check_server)  # its thread loads openai: after the frame
         if self.setup_first:  # the task, if one was given, starts once the model is known
             self.action_setup(then=self.first_task)
         elif self.first_task:
@@ -105,6 +108,37 @@ class MainScreen(Screen):
 
     def _on_ResumeNote(self, e: ev.ResumeNote) -> None:
         self.query_one(Transcript).mount(NoticeBlock(f"Resumed: {e.text}"))
+
+    def check_server(self) -> None:
+        """Ask the configured server for its models off the UI thread (the first frame does not
+        wait): the welcome says whether it answers, the status line which model it serves."""
+        model = self.conversation.config.model
+
+        def ask() -> None:
+            from lis_tui.discover import ServerCheck, check_server  # noqa: PLC0415
+
+            try:
+                found = check_server(model)
+            except Exception as exc:  # a bug: said on the welcome, not a silent thread
+                log.exception("the server check failed")
+                found = ServerCheck(error=f"{type(exc).__name__}: {exc}")
+            try:  # thread-safe; a closed screen drops it, a closed event loop raises
+                self.post_message(ServerChecked(model, found))
+            except RuntimeError:
+                log.debug("the app closed before the server answered")
+
+        # Not a Textual worker: those run in asyncio's default executor, which quitting waits for,
+        # so a server that never answers would hold up Ctrl+Q for the whole timeout.
+        threading.Thread(target=ask, name="lis-server-check", daemon=True).start()
+
+    def on_server_checked(self, message: ServerChecked) -> None:
+        if self.conversation is None or message.model is not self.conversation.config.model:
+            return  # F4 changed the model meanwhile: that one's check is on its way
+        if not message.model.model and message.check.models:  # what a run will use: the first
+            self._status(model=message.check.models[0])
+        for welcome in self.query(Welcome):
+            welcome.check = message.check
+            welcome.redraw()
 
     # -- starting a task --------------------------------------------------------------------
     def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
@@ -296,6 +330,8 @@ class MainScreen(Screen):
                 self._status(model=model.model or "(server default)")
             if then:
                 self.start(then)
+            elif model is not None:
+                self.check_server()
 
         screen = SetupScreen(self.conversation.config.model, self.conversation.spec,
                              rootfs_job=self.app.rootfs_job, ports=self.app.server_ports,

@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Collapsible, Static
 
-from lis_tui.widgets.plain import plain
+from lis_tui.widgets.plain import as_printed, plain
 from tools.terminal_text import safe_terminal_text
 
 if TYPE_CHECKING:  # Markdown loads markdown_it and pygments: with the first reply, not the first frame
@@ -57,6 +57,11 @@ class ModelText(Vertical):
         yield Static("", classes="live")
 
     def on_mount(self) -> None:
+        # After a refresh: the Collapsible's own content (the reasoning's Static) may not be
+        # mounted yet when this widget is, and a query for it then fails
+        self.call_after_refresh(self._start)
+
+    def _start(self) -> None:
         self._ready = True
         self._draw()
 
@@ -101,11 +106,17 @@ def as_written() -> MarkdownIt:
 
 
 class AnswerBlock(Static):
-    """The submitted answer."""
+    """The submitted answer, shown as the output box shows a command's output (`as_printed`);
+    when that leaves escapes out, a line says the file keeps them."""
 
     def __init__(self, answer: str, note: str = "") -> None:
         body = answer or f"(no answer{': ' + note if note else ''})"
-        super().__init__(Text.assemble(("✔ Answer\n", "bold"), plain(body)))
+        shown = as_printed(body)
+        kept = shown.plain != plain(body.replace("\r\n", "\n")).plain
+        ends = "" if shown.plain.endswith("\n") else "\n"
+        super().__init__(Text.assemble(("✔ Answer\n", "bold"), shown, (
+            f"{ends}(answer.txt holds terminal escapes: shown as a terminal shows them)" if kept else "",
+            "dim italic")))
 
 
 class NoticeBlock(Static):

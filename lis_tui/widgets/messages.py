@@ -40,3 +40,12 @@ class RootfsProgress(Message):
     """The rootfs build printed a line, or ended (the job holds its state): redraw what shows it."""
 
     done: bool = False
+
+
+@dataclass
+class ServerChecked(Message):
+    """The configured model server answered the welcome's check (`check`: a ServerCheck) about
+    `model` (the ModelConfig that was asked)."""
+
+    model: Any
+    check: Any

@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from lis_tui.widgets.plain import plain
+from lis_tui.widgets.plain import as_printed, plain
 from tools.terminal_text import safe_terminal_text
 
 CLIP_LINES = 12
@@ -48,11 +48,11 @@ class OutputView(Static):
     def _draw(self) -> None:
         lines = self.output.splitlines()
         if self.expanded or len(lines) <= CLIP_LINES:
-            self.update(plain(self.output))
+            self.update(as_printed(self.output))
             return
         hidden = len(lines) - CLIP_LINES
         self.update(Text.assemble((f"… {hidden} more lines (a click or e expands)\n", "italic"),
-                                  plain("\n".join(lines[-CLIP_LINES:]))))
+                                  as_printed("\n".join(lines[-CLIP_LINES:]))))
 
 
 class ToolBlock(Vertical):
@@ -143,7 +143,7 @@ def live_text(tail: list[str], lines: int) -> Text:
     """A running command's last lines, with how many came before them."""
     hidden = lines - len(tail)
     note = [(f"… {hidden:,} earlier lines (all of it shows when it ends)\n", "italic")] if hidden else []
-    return Text.assemble(*note, plain("\n".join(tail)))
+    return Text.assemble(*note, as_printed("\n".join(tail)))
 
 
 def call_header(name: str, args: dict, raw: str) -> Any:

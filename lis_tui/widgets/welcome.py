@@ -29,15 +29,17 @@ class Welcome(Static):
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.conversation, self.runs_dir, self.rootfs_job = conversation, runs_dir, rootfs_job
+        self.check: Any = None
+        """The model server's answer to the screen's check (a discover.ServerCheck); None before."""
 
     def on_mount(self) -> None:
         self.redraw()
 
     def redraw(self) -> None:
-        self.update(welcome_text(self.conversation, self.runs_dir, self.rootfs_job))
+        self.update(welcome_text(self.conversation, self.runs_dir, self.rootfs_job, self.check))
 
 
-def welcome_text(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> Group:
+def welcome_text(conversation: Any, runs_dir: str, rootfs_job: Any = None, check: Any = None) -> Group:
     """The welcome: a line to start with, examples, the set-up, the keys."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
@@ -45,7 +47,7 @@ def welcome_text(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> Gr
     for i, example in enumerate(EXAMPLES):
         grid.add_row("For example" if i == 0 else "", Text(example, style="italic"))
     grid.add_row("", "")
-    for name, value in setup_rows(conversation, runs_dir, rootfs_job):
+    for name, value in setup_rows(conversation, runs_dir, rootfs_job, check):
         grid.add_row(name, value)
     grid.add_row("", "")
     grid.add_row("Keys", KEYS)
@@ -54,6 +56,22 @@ def welcome_text(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> Gr
                            f"edits files and writes its answer to {places_of(getattr(conversation, 'spec', None)).answer}.",
                            "dim"), "\n")
     return Group(intro, grid)
+
+
+def server_text(model: str, check: Any) -> Text:
+    """After the model's URL: whether its server answered the check, or on a line of its own what
+    is wrong and the fix. Names and errors come from the server: made safe, never markup."""
+    if check is None:
+        return Text("  asking it…", style="dim")
+    if check.error:
+        return Text.assemble("\n", ("✘ ", "bold red"), safe_terminal_text(check.error))
+    if not check.models and not model:
+        return Text.assemble("\n", ("✘ ", "bold red"), "it answers but lists no model: F4 sets a name")
+    if model and check.models and model not in check.models:
+        names = ", ".join(check.models[:3]) + (f" and {len(check.models) - 3} more" if len(check.models) > 3 else "")
+        return Text.assemble("\n", ("⚠ ", "bold yellow"), safe_terminal_text(
+            f"it answers, but does not list {model}; it serves {names}"))
+    return Text.assemble("  ", ("✔ answers", "green"))
 
 
 def _host_hint(rootfs_job: Any) -> str:
@@ -72,12 +90,18 @@ def _host_hint(rootfs_job: Any) -> str:
             "lis-tui rootfs default NAME makes it the default")
 
 
-def setup_rows(conversation: Any, runs_dir: str, rootfs_job: Any = None) -> list[tuple[str, Text]]:
-    """Model, rootfs, network and runs, each with the key that changes it."""
+def setup_rows(conversation: Any, runs_dir: str, rootfs_job: Any = None,
+               check: Any = None) -> list[tuple[str, Text]]:
+    """Model (and whether its server answers), rootfs, network and runs, each with the key that
+    changes it."""
     config, spec = conversation.config, conversation.spec
-    model = safe_terminal_text(conversation.model_name or "the server's first model")
+    first = f"{check.models[0]} (the server's first)" if check and check.models else "the server's first model"
+    model = safe_terminal_text(conversation.model_name or first)
     url = safe_terminal_text(config.model.base_url or "?")
-    rows = [("Model", Text.assemble((model, "bold"), f" at {url}", ("   F4 changes it", "dim")))]
+    server = server_text(config.model.model, check)
+    hint = ("   F4 changes it", "dim")
+    rows = [("Model", Text.assemble((model, "bold"), f" at {url}",
+                                    *((hint, server) if "\n" in server.plain else (server, hint))))]
     read = getattr(conversation, "instructions", None)
     if read is not None and read.summary():  # names from the person's disk: made safe, never markup
         rows.append(("Instructions", Text.assemble(safe_terminal_text(read.summary(short=True)),

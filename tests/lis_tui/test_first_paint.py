@@ -8,9 +8,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LAZY = ("openai", "httpx", "pygments", "rich.syntax", "markdown_it", "textual.widgets._markdown",
-        "lis_tui.screens.review", "lis_tui.screens.approve_command", "lis_tui.screens.files", "lis_tui.bench")
-"""Loaded with the first model call, the first command or edit shown, the first reply drawn as
-Markdown, or the key that opens the screen."""
+        "lis_tui.screens.review", "lis_tui.screens.approve_command", "lis_tui.screens.files", "lis_tui.bench",
+        "isolation.sandbox", "isolation.records", "tools.shell", "lis_tui.api", "lis_tui.run_changes")
+"""Loaded with the first model call (the welcome's server check: after the first frame), the first
+command or edit shown, the first reply drawn as Markdown, the key that opens the screen, or the
+first task (the sandbox, its shell, the run's folder; the changes saved when a session closes)."""
 
 
 def loaded_after(code: str) -> set[str]:

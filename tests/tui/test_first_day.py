@@ -24,9 +24,15 @@ from test_hostile import on_screen
 WRITTEN = "a &lt; b, <b>bold?</b> and \\(x^2\\) with **strong** words"
 
 
+PRINTED = "printf '\\033[1;31mred\\033]0;title\\007\\033[0m done\\n' | tee /testbed/output/answer.txt"
+"""Colours and a window title, printed and written to the answer file alike."""
+
+
 @pytest.mark.sandbox
-def test_the_model_s_words_are_shown_as_written_live_and_in_replay(tmp_path):
-    script = [reply(WRITTEN, [bash("true")]), submit()]
+def test_the_model_s_words_are_shown_as_written_and_its_output_and_answer_alike(tmp_path):
+    """The model's words as written; what a command printed and what it wrote to answer.txt (the
+    same bytes) read the same in the output box and the Answer box, live and in replay."""
+    script = [reply(WRITTEN, [bash(PRINTED)]), submit()]
 
     async def live():
         with FakeOpenAI(script) as server:
@@ -47,6 +53,10 @@ def test_the_model_s_words_are_shown_as_written_live_and_in_replay(tmp_path):
     for shown in (run(live()), run(replayed())):
         assert "a &lt; b, <b>bold?</b> and \\(x^2\\) with strong words" in shown, shown
         assert "**" not in shown  # Markdown itself still works
+        output, answer = shown.split("✔ Answer")
+        assert "red done" in output and "red done" in answer and "\\x1b" not in shown, shown
+        assert "answer.txt holds terminal escapes" in answer
+    assert "\x1b[1;31mred" in (tmp_path / "out" / "answer.txt").read_text()
 
 
 # -- the rootfs offer (item 9) ------------------------------------------------------------------

@@ -318,7 +318,8 @@ def test_the_status_line_shows_the_running_step_and_interrupting_goes_when_it_st
                         texts(app, NoticeBlock), len(app.screen.query(Welcome)))
 
     before, line, fits, interrupting, status, toasts, notices, welcome = run(scenario())
-    assert before == "(server default)" and status.model == "fake-model"
+    assert before in ("(server default)", "fake-model")  # the welcome's check may have named it
+    assert status.model == "fake-model"
     assert "▶ step 1 · execute_bash sleep 30 # \\x1b]2;pwned\\x07" in line and "\x1b" not in line
     assert fits
     assert interrupting == ["interrupting…"] and status.doing == ""
@@ -386,3 +387,56 @@ def test_the_welcome_says_the_workspace_and_what_a_trusted_project_config_sets(t
     console = Console(record=True, width=200)
     console.print(welcome_text(plain, str(tmp_path / "runs")))
     assert "Workspace" not in console.export_text() and "Project config" not in console.export_text()
+
+
+def test_the_welcome_asks_the_server_without_waiting_and_names_the_model_it_serves(tmp_path, monkeypatch):
+    """Issue 36: the welcome says whether the configured server answers (a server that never
+    answers does not hold the first screen) and the fix when it does not; after the setup saved
+    a server but no model name, the status line and the welcome name the model it will use."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    silent = socket.socket()  # listens, never answers: the check waits until it is closed
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+
+    def model_row(app) -> str:  # the Model row and the line under it
+        lines = texts(app, Welcome)[0].splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("Model"))
+        return "\n".join(lines[at:at + 2])
+
+    async def scenario():
+        with FakeOpenAI(models=[f"evil {HOSTILE}", "qwen3-4b"]) as server:
+            url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+            config = load_config(overrides={"model.base_url": url}, env={}, paths=[])
+            app = create_app(config, SandboxSpec(rootfs="host"), output_dir=tmp_path / "out",
+                             server_ports=())
+            async with app.run_test(size=(120, 35)) as pilot:
+                await wait_for(pilot, lambda: app.screen.query(Welcome))
+                asking = model_row(app)
+                silent.close()  # its waiting connection is reset: the check fails
+                await wait_for(pilot, lambda: "✘" in model_row(app))
+                failed = texts(app, Welcome)[0]
+                await pilot.press("f4")
+                await wait_for(pilot, lambda: type(app.screen).__name__ == "SetupScreen")
+                app.screen.query_one("#base_url").value = server.base_url  # no model name
+                await pilot.press("ctrl+s")
+                await wait_for(pilot, lambda: "✔" in model_row(app))
+                return (asking, failed, model_row(app), texts(app, StatusBar)[0], server.base_url)
+
+    asking, failed, welcome, status, url = run(scenario())
+    assert "asking it" in asking
+    assert "could not reach model server" in failed and "is the server running?" in failed
+    evil = f"evil {''.join(SHOWN[:5])}"  # the server's first model, as the server named it
+    assert status.startswith(f"evil {SHOWN[0]}") and not raw_in(status)  # cut to fit, made safe
+    assert f"{evil} {SHOWN[5]} (the server's first) at {url}  ✔ answers" in welcome
+    assert not raw_in(welcome)
+
+
+def test_the_welcome_says_when_the_server_lists_no_model_or_not_the_one_set():
+    from lis_tui.discover import ServerCheck
+    from lis_tui.widgets.welcome import server_text
+
+    unlisted = server_text(f"m{HOSTILE_TITLE}", ServerCheck(models=("a", "b", "c", "d"))).plain
+    assert unlisted.startswith("\n⚠ it answers, but does not list m\\x1b]2;pwned\\x07")
+    assert unlisted.endswith("it serves a, b, c and 1 more") and not raw_in(unlisted)
+    assert "lists no model: F4 sets a name" in server_text("", ServerCheck()).plain
+    assert server_text("m", ServerCheck()).plain == "  ✔ answers"  # a model is set: it is asked for

@@ -1,6 +1,7 @@
 """A hostile model in the TUI: its command, reasoning, words, file names, answer and the server's
 error are full of terminal escapes and markup. Nothing raw may reach the screen, no markup may
-act, and the person still sees what was written (each escape visible).
+act, and the person still sees what was written (each escape visible; the Answer box shows the
+file as a terminal would, as the output box does, and says that it holds escapes).
 
 What is checked is what the terminal would be sent: the text of every strip the compositor
 renders for the screen (styles aside), plus each widget's own text for what lies off screen."""
@@ -75,7 +76,9 @@ def test_transcript_approval_dialogs_and_replay_show_hostile_text_safely(tmp_pat
     assert running  # the markup stayed text: nothing quit the app
     assert VISIBLE in headers[0] and f"why {VISIBLE}" in reasoning[0]
     assert f"✎ create /testbed/n\\x1b]0;pwned-title\\x07\\u202e.txt" in headers[1]
-    assert f"body {VISIBLE}" in headers[1] and f"42 {VISIBLE}" in answers[0]
+    assert f"body {VISIBLE}" in headers[1] and f"42 {VISIBLE}" in headers[2]  # the edit: as written
+    # the Answer box: as a terminal shows the file (as the output box shows output), and said so
+    assert f"42 31m{SHOWN[4]} {MARKUP}\n(answer.txt holds terminal escapes" in answers[0]
     for piece in (f"task {SHOWN[0]}", f"I will fetch it. {SHOWN[0]}", MARKUP):
         assert piece in screen
 

@@ -135,13 +135,13 @@ def test_help_at_100x30(snap_compare):
 
 
 def _live(monkeypatch, model: str = "qwen3-4b"):
-    """A live app that asks nothing of its server until a task starts (fixed URL and places)."""
+    """A live app whose server refuses the welcome's check (fixed URL and places)."""
     from lis_tui.config import load_config
     from lis_tui.rootfs_offer import RootfsOffer
 
     monkeypatch.setenv("XDG_STATE_HOME", "/srv/state")  # outside any home: shown as written
     monkeypatch.setenv("XDG_DATA_HOME", "/srv/share")  # where the runs go
-    overrides = {"model.base_url": "http://127.0.0.1:8080/v1"}
+    overrides = {"model.base_url": "http://127.0.0.1:9/v1"}  # discard: refused, said the same each time
     if model:
         overrides["model.model"] = model
     config = load_config(overrides=overrides, env={}, paths=[])
@@ -150,10 +150,12 @@ def _live(monkeypatch, model: str = "qwen3-4b"):
 
 
 async def _welcomed(pilot):
-    for _ in range(300):
+    for _ in range(3000):  # until the server's check answered (loaded machines: up to 30 s)
         await pilot.pause(0.01)
-        if pilot.app.screen.query("Welcome") and pilot.app.focused is not None:
+        welcome = pilot.app.screen.query("Welcome")
+        if welcome and welcome.first().check is not None and pilot.app.focused is not None:
             break
+    pilot.app.screen.query_one("#prompt").cursor_blink = False  # focused: drawn one way (the wait varies)
     await pilot.pause(0.05)
 
 
