@@ -256,10 +256,6 @@ class Sandbox:
                 os.close(fd)
             raise
         try:
-            # The marker's processes, for the helper to kill if we die from now on: bwrap's
-            # parent-death signal takes bwrap but not its child, were that still waiting for bwrap
-            # to let it go.
-            spawn.end_with_us(self._record.marker)
             os.write(filter_fd, _filter_program(self.spec.nested_userns))
             os.lseek(filter_fd, 0, os.SEEK_SET)
             mounts, prepare, path, ids = self._root.mounts, None, info.path, idmap.mapped()
@@ -275,12 +271,17 @@ class Sandbox:
             self._zygote = spawn.Zygote(rlimits, self.spec.nested_userns,
                                         self._cgroup.procs if self._cgroup else None, _sysctls(self.spec.limits),
                                         self._root.remounts, take_uid_0=ids is not None)
+            # The marker's processes, for the helper to kill if we die from now on: bwrap's
+            # parent-death signal takes bwrap but not its child, were that still waiting for bwrap
+            # to let it go. Told with the early zygote's request where there is one (one message).
             if layers_r is not None:  # bwrap's child will wait for its mount: the helper readies it meanwhile
                 try:
-                    self._zygote.ask_early(self._layers_tmpfs(ids))
+                    self._zygote.ask_early(self._layers_tmpfs(ids), marker=self._record.marker)
                 except spawn.SpawnError as exc:
                     raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. "
                                        "Run `lis-tui doctor`.") from None
+            else:
+                spawn.end_with_us(self._record.marker)
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours. bwrap
             # holds info_r too, so that naming its child cannot fail if we die just now (the write
             # would kill it, and its child, still waiting to be let go, would wait forever).

@@ -290,7 +290,7 @@ class Zygote:
             except OSError:
                 self._drop_channel()
 
-    def ask_early(self, layers: tuple[str, str, list] | None = None) -> None:
+    def ask_early(self, layers: tuple[str, str, list] | None = None, marker: str | None = None) -> None:
         """Have the helper start the sandbox's first zygote now, before its pid 1 exists: it waits
         for join_early's pidfd, so that the helper's work overlaps bwrap's start.
 
@@ -298,9 +298,12 @@ class Zygote:
         sandbox's mount namespace, for its writable layers, with those folders ((path, mode),
         parents first) made in it; join_early then waits for it and returns a descriptor of its
         root, and any failure raises SpawnError, naming it. Without `layers`, a failure is left
-        for the first command to meet and tell."""
+        for the first command to meet and tell. `marker`: the sandbox's, told to the helper with
+        this request, as end_with_us tells it (one message to the helper, not two)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         request = {**self._fork, "layers": list(layers)} if layers else self._fork
+        if marker is not None:
+            request = {**request, "marker": marker}
         try:
             _helper_send(request, [theirs.fileno()])  # no pidfd yet, no root: it waits for both
         except OSError:

@@ -222,6 +222,8 @@ def _serve_owner(request: dict, fds: list[int], reply: socket.socket, state: _St
     if request["op"] == "marker":
         (state.markers.add if request["live"] else state.markers.discard)(request["marker"].encode())
         return False
+    if request.get("marker"):  # a sandbox's first zygote, asked for with its marker (Zygote.ask_early)
+        state.markers.add(request["marker"].encode())
     return _fork_zygote(request, fds, reply, state, poller)
 
 
