@@ -110,6 +110,60 @@ def time_joined_exec(runs: int) -> dict[str, tuple[list[float], float]]:
     return {"before": before, "ours": ours}
 
 
+PHASES = ("before bwrap: budget, record, plan, zygote asked", "bwrap until its child is named (Popen included)",
+          "the layers' tmpfs (maps, zygote's mount, bwrap let go)", "bwrap builds the sandbox; pid 1 says it runs",
+          "rest of start(): root to the zygote, tracking", "exec('true')", "close()")
+
+
+def time_phases(runs: int) -> dict[str, list[float]]:
+    """Seconds of each of PHASES per start, from timestamps taken around the start's steps (the
+    benchmark wraps them; the code under test is unchanged)."""
+    from isolation import sandbox as sandbox_module  # noqa: PLC0415
+
+    marks: dict[str, float] = {}
+
+    def wrap(owner, name: str, key: str, at_exit: bool) -> None:
+        original = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            if not at_exit:
+                marks[key] = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if at_exit:
+                    marks[key] = time.perf_counter()
+        setattr(owner, name, timed)
+
+    saved = [(sandbox_module, "_popen_from_lasting_thread"), (sandbox_module, "_early_child"),
+             (Sandbox, "_mount_layers"), (Sandbox, "_launch")]
+    originals = [getattr(owner, name) for owner, name in saved]
+    wrap(sandbox_module, "_popen_from_lasting_thread", "popen", at_exit=False)
+    wrap(sandbox_module, "_early_child", "named", at_exit=True)
+    wrap(Sandbox, "_mount_layers", "layers", at_exit=True)
+    wrap(Sandbox, "_launch", "launched", at_exit=True)
+    found: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    try:
+        for _ in range(runs):
+            marks.clear()
+            t0 = time.perf_counter()
+            sb = Sandbox().start()
+            started = time.perf_counter()
+            sb.exec("true")
+            execd = time.perf_counter()
+            sb.close()
+            closed = time.perf_counter()
+            named, layers = marks["named"], marks.get("layers", marks["named"])
+            for phase, value in zip(PHASES, (marks["popen"] - t0, named - marks["popen"], layers - named,
+                                             marks["launched"] - layers, started - marks["launched"],
+                                             execd - started, closed - execd)):
+                found[phase].append(value)
+    finally:
+        for (owner, name), original in zip(saved, originals):
+            setattr(owner, name, original)
+    return found
+
+
 def sandbox_pids(sb: Sandbox) -> list[int]:
     pids = [sb._proc.pid, sb.pid] + ([sb._zygote.pid] if sb._zygote.pid else [])  # the zygote, while it lives
     with open(f"/proc/{sb.pid}/task/{sb.pid}/children") as f:
@@ -160,6 +214,7 @@ def main() -> None:
         layers_on_tmpfs(False)
         on_disk += time_sandbox(min(10, args.runs - done))
         layers_on_tmpfs(True)
+    phases = time_phases(args.runs)
     joined = time_joined_exec(args.runs)
     pss = idle_memory()
     layers_on_tmpfs(False)
@@ -176,6 +231,9 @@ def main() -> None:
           f"{ratio:.2f} | ratio <= 1.5 |")
     print(f"| the same, layers on disk (LIS_DISK_TMPFS=0) | {ms(percentile(on_disk, .5))} | "
           f"{ms(percentile(on_disk, .99))} | {percentile(on_disk, .5) / percentile(raw, .5):.2f} | |")
+    print(f"\n| phase of Sandbox() + exec('true') + close() ({args.runs} runs, timed apart) | p50 ms |\n|---|---|")
+    for phase, values in phases.items():
+        print(f"| {phase} | {ms(percentile(values, .5))} |")
     print("\n| one `true` in a running sandbox | p50 ms | p99 ms | CPU ms per command | ratio CPU vs before | target |")
     print("|---|---|---|---|---|---|")
     base_cpu = joined["before"][1]

@@ -188,7 +188,8 @@ class _Tracker:
 
     @property
     def use(self) -> int:
-        return sum(self.costs.values())
+        with self.lock:  # a start's admit and the pass read it while the pass or a close changes it
+            return sum(self.costs.values())
 
     def entry(self) -> dict:
         return {"use": self.use, "sandboxes": len(self.sandboxes), "budget": self.state.get("budget", 0)}

@@ -258,10 +258,6 @@ class Sandbox:
                 os.close(fd)
             raise
         try:
-            # The marker's processes, for the helper to kill if we die from now on: bwrap's
-            # parent-death signal takes bwrap but not its child, were that still waiting for bwrap
-            # to let it go.
-            spawn.end_with_us(self._record.marker)
             os.write(filter_fd, _filter_program(self.spec.nested_userns))
             os.lseek(filter_fd, 0, os.SEEK_SET)
             mounts, prepare, path, ids = self._root.mounts, None, info.path, idmap.mapped()
@@ -277,12 +273,17 @@ class Sandbox:
             self._zygote = spawn.Zygote(rlimits, self.spec.nested_userns,
                                         self._cgroup.procs if self._cgroup else None, _sysctls(self.spec.limits),
                                         self._root.remounts, take_uid_0=ids is not None)
+            # The marker's processes, for the helper to kill if we die from now on: bwrap's
+            # parent-death signal takes bwrap but not its child, were that still waiting for bwrap
+            # to let it go. Told with the early zygote's request where there is one (one message).
             if layers_r is not None:  # bwrap's child will wait for its mount: the helper readies it meanwhile
                 try:
-                    self._zygote.ask_early(self._layers_tmpfs(ids))
+                    self._zygote.ask_early(self._layers_tmpfs(ids), marker=self._record.marker)
                 except spawn.SpawnError as exc:
                     raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. "
                                        "Run `lis-tui doctor`.") from None
+            else:
+                spawn.end_with_us(self._record.marker)
             # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours. bwrap
             # holds info_r too, so that naming its child cannot fail if we die just now (the write
             # would kill it, and its child, still waiting to be let go, would wait forever).
@@ -312,10 +313,9 @@ class Sandbox:
                     os.write(block_w, b"x")
                     self._zygote.ask_early()
                     self._zygote.join_early(pidfd)
-                else:
-                    self._mount_layers(ids, pidfd)
-                    os.write(layers_w, b"x")
+                else:  # pid 1's limits are set: bwrap may exec it once it has built the sandbox
                     os.write(block_w, b"x")
+                    self._mount_layers(ids, pidfd, layers_w)
             ok = ready([ready_r], START_TIMEOUT) and os.read(ready_r, 1) == b"x"
             if not ok:
                 self._proc.kill()
@@ -331,12 +331,13 @@ class Sandbox:
                 if fd is not None:
                     os.close(fd)
 
-    def _mount_layers(self, ids: idmap.SubIds | None, pidfd: int) -> None:
-        """While bwrap's child waits (--userns-block-fd): write its uid and gid maps (bwrap does not,
-        then), have the early zygote mount a tmpfs of the disk and inode limits over the layers'
-        folder in its mount namespace, and make there the folders the mounts need. The
-        overlay's upper, /testbed and /root that bwrap then mounts are in it. On failure bwrap
-        is killed: nothing runs without it."""
+    def _mount_layers(self, ids: idmap.SubIds | None, pidfd: int, unblock: int) -> None:
+        """While bwrap's child waits (--userns-block-fd, `unblock`): write its uid and gid maps
+        (bwrap does not, then), and have the early zygote mount a tmpfs of the disk and inode
+        limits over the layers' folder in its mount namespace, make there the folders the mounts
+        need and let bwrap go on (one wake-up of ours less before it can). The overlay's upper,
+        /testbed and /root that bwrap then mounts are in it. On failure bwrap is killed: nothing
+        runs without it."""
         limits = self.spec.limits
         try:
             owner = (ids.uid, ids.gid) if ids is not None else (os.geteuid(), os.getegid())
@@ -345,7 +346,8 @@ class Sandbox:
                 with open(f"/proc/{self.pid}/{name}", "w") as f:
                     f.write(text)
             try:
-                self._rw_fd = self._zygote.join_early(pidfd)
+                # a kept session's layers are copied in first: then we, not the zygote, let bwrap go
+                self._rw_fd = self._zygote.join_early(pidfd, None if self._session is not None else unblock)
                 if self._rw_fd is None:
                     raise spawn.SpawnError(0, "its zygote was gone")
             except spawn.SpawnError as exc:
@@ -354,20 +356,23 @@ class Sandbox:
                                    "layers on disk, under a walk of them") from None
             if self._session is not None:  # a kept session's layers, before anything mounts them
                 session_layers.restore(self._session.dir, self._rw_fd)
-            with idmap.acting_as(ids):  # a root caller's sandbox owns the tmpfs as its subordinate id
-                for path, mode in self._root.folders:
-                    with contextlib.suppress(FileExistsError):  # a kept session's
-                        os.mkdir(path, mode, dir_fd=self._rw_fd)
+                with idmap.acting_as(ids):  # a root caller's sandbox owns the tmpfs as its subordinate id
+                    for path, mode in self._root.folders:
+                        with contextlib.suppress(FileExistsError):  # the session's own
+                            os.mkdir(path, mode, dir_fd=self._rw_fd)
+                # bwrap goes on once `unblock` is closed (the caller's finally)
         except BaseException:
             self._proc.kill()
             self._proc.wait()
             raise
 
-    def _layers_tmpfs(self, ids: idmap.SubIds | None) -> tuple[str, str]:
-        """(mount point, options) of the writable layers' tmpfs, as bwrap's child sees them."""
+    def _layers_tmpfs(self, ids: idmap.SubIds | None) -> tuple[str, str, list[tuple[str, int]]]:
+        """(mount point, options, folders to make in it) of the writable layers' tmpfs, as bwrap's
+        child sees them; the folders are made as the sandbox's uid 0 (a root caller's subordinate id)."""
         limits = self.spec.limits
         target = (idmap.STAGE if ids is not None else "") + str(self.layers / RW)
-        return target, f"size={limits.disk},nr_inodes={limits.inode_limit()},mode=0755,uid=0,gid=0"
+        return (target, f"size={limits.disk},nr_inodes={limits.inode_limit()},mode=0755,uid=0,gid=0",
+                [] if self._session is not None else list(self._root.folders))  # a session's: _mount_layers
 
     def _admit_pid_1(self, rlimits: list[tuple[int, int]]) -> None:
         """Before bwrap's child executes anything (it waits on --block-fd): every command's limits,
@@ -484,9 +489,8 @@ class Sandbox:
                     pass
             # bwrap reaps pid 1 and exits: killed first, it would leave pid 1 a zombie for the host's
             # init to reap, whenever that gets to it (dozens at once under load, seen with a slow init)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                if pidfd is not None:
-                    self._proc.wait(BWRAP_EXIT_WAIT)
+            if pidfd is not None:
+                _exited(self._proc, BWRAP_EXIT_WAIT)
             if self._proc.poll() is None:  # not reaped yet: its group's number is still its own
                 try:
                     os.killpg(self._proc.pid, signal.SIGKILL)
@@ -985,6 +989,23 @@ def _bound_pid_1(pid: int, rlimits: list[tuple[int, int]]) -> None:
     except OSError as exc:
         raise SandboxError(f"could not set the sandbox's limits on its pid 1: {exc.strerror}. "
                            "Run `lis-tui doctor`.") from None
+
+
+def _exited(proc: subprocess.Popen, timeout: float) -> bool:
+    """Whether our child `proc` has exited (and is reaped) within `timeout`, woken by a pidfd the
+    moment it exits: Popen.wait(timeout) polls, with sleeps that double from 0.5 ms, and lost a
+    millisecond or two of every close."""
+    if proc.poll() is not None:
+        return True
+    try:
+        fd = os.pidfd_open(proc.pid)  # not reaped: the pid is still our child's
+    except OSError:
+        return proc.poll() is not None
+    try:
+        ready([fd], timeout)
+    finally:
+        os.close(fd)
+    return proc.poll() is not None
 
 
 def _size(n: int) -> str:

@@ -290,16 +290,20 @@ class Zygote:
             except OSError:
                 self._drop_channel()
 
-    def ask_early(self, layers: tuple[str, str] | None = None) -> None:
+    def ask_early(self, layers: tuple[str, str, list] | None = None, marker: str | None = None) -> None:
         """Have the helper start the sandbox's first zygote now, before its pid 1 exists: it waits
         for join_early's pidfd, so that the helper's work overlaps bwrap's start.
 
-        `layers`: (mount point, options) of a tmpfs that zygote mounts first, in the sandbox's
-        mount namespace, for its writable layers; join_early then waits for it and returns a
-        descriptor of its root, and any failure raises SpawnError, naming it. Without `layers`,
-        a failure is left for the first command to meet and tell."""
+        `layers`: (mount point, options, folders) of a tmpfs that zygote mounts first, in the
+        sandbox's mount namespace, for its writable layers, with those folders ((path, mode),
+        parents first) made in it; join_early then waits for it and returns a descriptor of its
+        root, and any failure raises SpawnError, naming it. Without `layers`, a failure is left
+        for the first command to meet and tell. `marker`: the sandbox's, told to the helper with
+        this request, as end_with_us tells it (one message to the helper, not two)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         request = {**self._fork, "layers": list(layers)} if layers else self._fork
+        if marker is not None:
+            request = {**request, "marker": marker}
         try:
             _helper_send(request, [theirs.fileno()])  # no pidfd yet, no root: it waits for both
         except OSError:
@@ -312,16 +316,18 @@ class Zygote:
         with self._lock:
             self._channel, self._joining, self._layers = ours, True, bool(layers)
 
-    def join_early(self, ns_pidfd: int) -> int | None:
+    def join_early(self, ns_pidfd: int, unblock: int | None = None) -> int | None:
         """The pidfd of the sandbox's pid 1 to be, for ask_early's zygote: it joins the namespaces
         now, while bwrap still builds the sandbox (it then waits, capable but running only our
-        code, for set_root). With layers, the descriptor of their tmpfs's root."""
+        code, for set_root). With layers, the descriptor of their tmpfs's root; `unblock`: a
+        descriptor the zygote writes a byte to once they are ready (bwrap's --userns-block-fd),
+        so that bwrap goes on without waiting for us to hear of them."""
         with self._lock:
             channel, layers = (self._channel, self._layers) if self._joining else (None, False)
         if channel is None:
             return None
         try:
-            socket.send_fds(channel, [b"P"], [ns_pidfd])
+            socket.send_fds(channel, [b"P"], [ns_pidfd, *([unblock] if layers and unblock is not None else [])])
             if not layers:
                 return None
             _, _, got = _answer(channel)  # "L" and the tmpfs's root, or an error (raised, channel closed)

@@ -222,6 +222,8 @@ def _serve_owner(request: dict, fds: list[int], reply: socket.socket, state: _St
     if request["op"] == "marker":
         (state.markers.add if request["live"] else state.markers.discard)(request["marker"].encode())
         return False
+    if request.get("marker"):  # a sandbox's first zygote, asked for with its marker (Zygote.ask_early)
+        state.markers.add(request["marker"].encode())
     return _fork_zygote(request, fds, reply, state, poller)
 
 
@@ -300,10 +302,13 @@ def _take_handoff(state: _State, fd: int, poller) -> None:
 
 def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: socket.socket) -> None:
     try:
+        unblock = None  # with layers: bwrap's --userns-block-fd, written once they are ready
         if not fds:  # asked for before the sandbox's pid 1 existed: its pidfd comes now
-            payload, fds = _recv(channel, 1)
+            payload, fds = _recv(channel, 2)
             if not payload or not fds:  # the start failed, or our owner is gone
                 os._exit(0)
+            if request.get("layers") and len(fds) == 2:
+                unblock = fds.pop()
         if request.get("cgroup"):  # first: once joined, the sandbox's cgroup namespace hides the way there
             _write_all(request["cgroup"], str(os.getpid()))
         if request["take_uid_0"]:
@@ -312,7 +317,14 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
         sysctl, remounts = request.get("sysctl") or [], request.get("remounts") or []
         _join(fds[0], [] if _OWN_PROC else sysctl)
         if request.get("layers"):  # the sandbox's writable layers' own tmpfs, before bwrap mounts them
-            _send(channel, b"L", [_mount_layers(*request["layers"])])
+            if request["take_uid_0"]:  # the folders are the sandbox's uid 0's (mapped: the caller wrote the map)
+                os.setresgid(0, 0, 0)
+                os.setresuid(0, 0, 0)
+            layers = _mount_layers(*request["layers"])
+            if unblock is not None:  # bwrap goes on now: the caller need not wake up in between
+                os.write(unblock, b"x")
+                os.close(unblock)
+            _send(channel, b"L", [layers])
         pick = request.get("pick")  # None: a zygote; else a fork that hands back resize contexts and exits
         late = remounts or pick is not None or (sysctl if _OWN_PROC else [])  # calls the filter refuses, done chrooted
         _confine_before_root(request, filtered=not late)
@@ -451,13 +463,21 @@ def _remount(remounts: list) -> None:
         linux.mount(None, path, linux.MS_REMOUNT | flags, options)
 
 
-def _mount_layers(target: str, options: str) -> int:
+def _mount_layers(target: str, options: str, folders: list = ()) -> int:
     """Mount a tmpfs with `options` (its size and inode count) on `target` in the sandbox's mount
-    namespace, joined while bwrap waits to build it, and return a descriptor of its root. The
-    writable layers bwrap then mounts (the overlay's upper, /testbed, /root) are folders in it, so
-    the kernel holds them to its size: a walk of them is only the early warning."""
+    namespace, joined while bwrap waits to build it, make there the `folders` ([path, mode],
+    parents first) its mounts need, and return a descriptor of its root. The writable layers
+    bwrap then mounts (the overlay's upper, /testbed, /root) are folders in it, so the kernel holds
+    them to its size: a walk of them is only the early warning."""
     linux.mount("tmpfs", target, linux.MS_NOSUID | linux.MS_NODEV, options, fstype="tmpfs")
-    return os.open(target, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    root = os.open(target, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for path, mode in folders:
+            os.mkdir(path, mode, dir_fd=root)
+    except BaseException:
+        os.close(root)
+        raise
+    return root
 
 
 def _pick(paths: list[str], layers: int | None) -> list[int]:

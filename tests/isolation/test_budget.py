@@ -171,3 +171,37 @@ def test_a_host_short_of_memory_refuses_starts_and_writes_and_the_sandbox_runs_o
         assert "lower tmpfs_floor in [sandbox]" in result.stderr
         assert int(result.stdout.split("wrote=")[1]) < 200
         assert sb.exec("echo alive").stdout == "alive\n"
+
+
+def test_a_start_reads_this_process_use_while_the_pass_changes_it():
+    # admit() (every start) reads this process's use while the budget's pass, on its own thread,
+    # records its sandboxes' costs and a close forgets one: unlocked, the sum failed with
+    # "dictionary changed size during iteration" (live_scale.py, at 1,000 live sandboxes).
+    import weakref
+
+    class Held:  # stands for a sandbox: the costs are keyed by weak references
+        pass
+
+    tracker = budget._Tracker.__new__(budget._Tracker)  # its state without its thread, which writes the ledger
+    tracker.costs, tracker.sandboxes, tracker.state = weakref.WeakKeyDictionary(), weakref.WeakSet(), {}
+    tracker.lock = threading.Lock()
+    held = [Held() for _ in range(20_000)]
+    for one in held:
+        tracker.costs[one] = 1
+    stop = threading.Event()
+
+    def churn() -> None:  # what the pass and untrack do, under the tracker's lock
+        while not stop.is_set():
+            one = Held()
+            with tracker.lock:
+                tracker.costs[one] = 1
+                tracker.costs.pop(one)
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        for _ in range(300):
+            assert tracker.entry()["use"] == len(held)
+    finally:
+        stop.set()
+        thread.join()
