@@ -2,8 +2,7 @@
 parent hands it, each in its own thread and sandbox, exactly as the single-process runner runs
 them (`run_episode`), writing each episode's folder straight into the run's output folder.
 
-    python -m lis_tui.bench.worker_main FD      # FD: a socket to the parent (multiprocessing
-                                                # Connection framing: pickles)
+    main([FD, LABEL])      # FD: a socket to the parent (multiprocessing Connection framing)
 
 Requests are (call id, method, args); each answer is (call id, "ok" | "error", value). Only the
 parent writes results.jsonl. The worker lives in a session of its own (a terminal's Ctrl-C goes
@@ -14,7 +13,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
-import sys
 import threading
 import traceback
 from multiprocessing.connection import Connection
@@ -126,6 +124,3 @@ def main(argv: list[str]) -> int:
     WorkerHost(Connection(fd), label).serve()
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -34,6 +34,8 @@ CORES_PER_WORKER = 2
 """The default: a worker per 2 cores. A worker's Python fills one core while its sandboxes,
 shells and the kernel's share of its episodes keep about one more busy."""
 NODE = "local"
+ENTRY = "import sys; from lis_tui.bench.worker_main import main; sys.exit(main(sys.argv[1:]))"
+"""The worker's command (not `-m`: what it sends back is pickled by its module's own name)."""
 CLOSE_GRACE = 10.0
 """Seconds `close` waits for the workers to kill their sandboxes and exit, before SIGKILL."""
 
@@ -93,7 +95,7 @@ class LocalActor:
             [str(Path(__file__).resolve().parents[2])] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
         with theirs:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "lis_tui.bench.worker_main", str(theirs.fileno()), label],
+                [sys.executable, "-c", ENTRY, str(theirs.fileno()), label],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 start_new_session=True, env=env)
         self.conn = Connection(ours.detach())
@@ -202,7 +204,9 @@ class LocalRun(ClusterRun):
     def __init__(self, runner: Any, workers: int, progress: Any) -> None:
         concurrency = runner.options.concurrency
         self.shares = [concurrency // workers + (i < concurrency % workers) for i in range(workers)]
-        options = RayOptions(concurrency=concurrency, max_retries=1)
+        # The workers' slots add up to `concurrency`; each also holds a few episodes queued, so
+        # a slot that frees up starts its next at once (ClusterRun's QUEUED_PER_SLOTS).
+        options = RayOptions(concurrency=None, max_retries=1)
         super().__init__(LocalPool(), runner, options, progress, say_to(runner.options.progress))
 
     def _worker_setup(self, ctx: Any, sandboxes: bool) -> LocalSetup:
