@@ -100,13 +100,14 @@ class LocalActor:
                 start_new_session=True, env=env)
         self.conn = Connection(ours.detach())
         self.calls: dict[int, Call] = {}
-        self.dead = False
+        self.dead = self.closing = False
 
     def __getattr__(self, method: str) -> Any:
         return SimpleNamespace(remote=lambda *args: self._call(method, args))
 
     def _call(self, method: str, args: tuple) -> Call:
         call = Call(self, next(self.pool.ids))
+        self.closing |= method == "close"
         if self.dead:
             call.state, call.value = "lost", f"worker {self.label} is gone"
             return call
@@ -139,6 +140,13 @@ class LocalActor:
         self.kill()
 
     def kill(self) -> None:
+        """SIGKILL, reaped; a worker that was asked to close first gets CLOSE_GRACE seconds to
+        exit by itself (its last sandboxes' scratch and its owner file go at its exit)."""
+        if self.closing:
+            try:
+                self.proc.wait(CLOSE_GRACE)
+            except subprocess.TimeoutExpired:
+                pass
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
@@ -187,19 +195,15 @@ class LocalPool:
             self.actors.remove(actor)
 
     def close(self) -> None:
-        """Ask every worker to stop, give them CLOSE_GRACE seconds, then kill what is left."""
-        deadline = time.monotonic() + CLOSE_GRACE
+        """Kill (and reap) every worker still here."""
         for actor in list(self.actors):
-            if actor.proc.poll() is None:
-                try:
-                    actor.proc.wait(max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    pass
             self.kill(actor)
 
 
 class LocalRun(ClusterRun):
     """The cluster scheduler with `workers` processes of this machine as its one node."""
+
+    unit = "worker"
 
     def __init__(self, runner: Any, workers: int, progress: Any) -> None:
         concurrency = runner.options.concurrency

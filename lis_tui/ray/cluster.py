@@ -80,6 +80,9 @@ def run_on_cluster(runner: Any, todo: list[Episode], progress: Any) -> bool:
 class ClusterRun:
     """One run's scheduling state; lives in the driver's main thread."""
 
+    unit = "node"
+    """What runs episodes, in messages."""
+
     def __init__(self, ray: Any, runner: Any, options: RayOptions, progress: Any, say: Any) -> None:
         self.ray, self.runner, self.options, self.progress, self.say = ray, runner, options, progress, say
         self.lost_errors = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
@@ -302,8 +305,8 @@ class ClusterRun:
     def _stop(self) -> None:
         hard = self.interrupts > 1
         if self.interrupts == 1:
-            self.say("\nstopping: every node finishes its running episodes' current step (Ctrl-C "
-                     "again to kill their sandboxes); --resume continues later")
+            self.say(f"\nstopping: every {self.unit} finishes its running episodes' current step "
+                     "(Ctrl-C again to kill their sandboxes); --resume continues later")
         self.queue.clear()
         self.runner.ctx.stop.set()
         if self.interrupts > 2:
