@@ -187,3 +187,14 @@ def test_a_worker_killed_mid_run_loses_nothing_leaves_nothing_and_resume_complet
             output=tmp_path / "out", concurrency=2, workers=2, progress=None, resume=True)).run()
     assert again.ran == len(crashed) and len(again.results) == 6
     assert all(r["correct"] for r in again.results)
+
+
+def test_workers_flag_errors_name_the_fix(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    from lis_tui.cli import main
+
+    for args, said in ((["--workers", "2", "--ray", "auto"], "--workers goes without --ray"),
+                       (["--workers", "-1"], "workers")):
+        assert main(["bench", "demo", "--output", str(tmp_path / "o"), *args]) == 2
+        assert said in capsys.readouterr().err
