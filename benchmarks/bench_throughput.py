@@ -12,9 +12,10 @@ Each round runs --episodes episodes; the table gives the median round (and the s
 fastest), since a shared 2-core machine varies by a fifth from one run to the next.
 
 Memory per live episode: with --live N episodes held open at once (the server holds each
-episode's second reply, as a model that takes its time would), the proportional set size (PSS, so
-shared libraries are split fairly) of this process and every process under it, minus the idle
-baseline, divided by N; measured once the sandboxes' zygotes have left (they do after IDLE
+episode's second reply, as a model that takes its time would), in --live-workers processes, the
+proportional set size (PSS, so shared libraries are split fairly) of this process, every process
+under it and the sandbox processes of it and its workers (under their spawn helpers), minus the
+idle baseline, divided by the live sandboxes; measured once the sandboxes' zygotes have left (they do after IDLE
 seconds without work; while one lives, it adds about 0.85 MiB to its episode).
 Issue target: >= 100 agent steps/s and >= 30 episodes/s at concurrency 32 on a 2-core machine.
 
@@ -117,28 +118,49 @@ def tree_pss_kib(root: int) -> tuple[int, int]:
     return sum(pss_kib(pid) for pid in pids), len(pids)
 
 
-def memory_per_live_episode(live: int, rootfs: str, tmp: Path) -> tuple[float, int, float]:
-    """(MiB and processes per live episode, episodes live at once) with `live` held open."""
-    baseline, base_procs = tree_pss_kib(os.getpid())
+def _cmdline(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def run_pss_kib(root: int) -> tuple[int, int, int]:
+    """(PSS in KiB, processes, live sandboxes) of the whole run: `root`, its descendants, and
+    the sandbox processes of `root` and of each worker process under it, with their spawn
+    helpers (a helper is no child of its owner: isolation.spawn); sandboxes are counted by the
+    marker their bwrap and pid 1 carry."""
+    mine = [root, *descendants(root)]
+    owners = [p for p in mine if p == root or b"lis_tui.bench.worker_main import main" in b" ".join(_cmdline(p))]
+    helpers = [int(d.name) for d in Path("/proc").glob("[0-9]*")
+               if (c := _cmdline(int(d.name))) and any(w.endswith(b"spawn/helper.py") for w in c)
+               and c[-2:-1] and c[-2] in {str(o).encode() for o in owners}]
+    pids = set(mine) | set(helpers) | set(descendants(*helpers)) if helpers else set(mine)
+    marks = {w for p in pids for w in _cmdline(p) if w.startswith(b"lis-sandbox-")}
+    return sum(pss_kib(pid) for pid in pids), len(pids), len(marks)
+
+
+def memory_per_live_episode(live: int, rootfs: str, tmp: Path, workers: int = 1) -> tuple[float, int, float]:
+    """(MiB and processes per live episode, episodes live at once) with `live` held open, in
+    `workers` processes (their interpreters count once, in the total)."""
+    baseline, base_procs, _ = run_pss_kib(os.getpid())
     peak = {"kib": 0, "live": 0, "procs": 0}
     with scripted_server(hold=120.0) as (url, server):
         def watch(runner):
             deadline = time.monotonic() + 100
             while True:
                 time.sleep(0.5)
-                n = len(runner.ctx.sandboxes)
-                peak["most"] = max(peak.get("most", 0), n)
+                n = run_pss_kib(os.getpid())[2]
                 if n >= live or time.monotonic() > deadline:
                     # Let the last shells settle, and each sandbox's zygote leave as it does while
                     # an episode waits on its model (isolation/spawn: IDLE seconds without work).
                     time.sleep(1.0 + IDLE)
-                    kib, procs = tree_pss_kib(os.getpid())
-                    peak.update(kib=kib - baseline, procs=procs - base_procs,
-                                live=len(runner.ctx.sandboxes))
+                    kib, procs, n = run_pss_kib(os.getpid())
+                    peak.update(kib=kib - baseline, procs=procs - base_procs, live=n)
                     server.stdin.write("go\n")
                     server.stdin.flush()
                     return
-        _, results = run(url, live, live, rootfs, tmp / "live", watch)
+        _, results = run(url, live, live, rootfs, tmp / "live", watch, workers=workers)
     failed = [r["message"] for r in results if r["finish_reason"] != "submitted"]
     if failed:
         print(f"{len(failed)} held episodes failed, e.g. {failed[0]}", file=sys.stderr)
@@ -155,6 +177,8 @@ def main() -> None:
     parser.add_argument("--ray", action="store_true", help="also run on a Ray cluster of this machine")
     parser.add_argument("--live", type=int, default=256, help="episodes held open for the memory "
                         "measurement (0 skips it; the paper reports 512 Docker sandboxes at ~200 MB)")
+    parser.add_argument("--live-workers", type=int, default=1, help="worker processes that hold "
+                        "the --live episodes (their interpreters count once)")
     parser.add_argument("--rootfs", default="host")
     parser.add_argument("--paper", action="store_true", help="also run each round in paper mode "
                         "(a fresh bash -c per command, the package's editor), alternating with "
@@ -189,8 +213,9 @@ def main() -> None:
                 ("mean episode wall time",
                  f"{sum(r['wall_time'] for r in results) / len(results) * 1000:.0f} ms")]
         if args.live:
-            mib, seen, procs = memory_per_live_episode(args.live, args.rootfs, Path(tmp))
-            rows.append((f"memory per live episode ({seen} live, PSS)", f"{mib:.1f} MiB"))
+            mib, seen, procs = memory_per_live_episode(args.live, args.rootfs, Path(tmp), args.live_workers)
+            rows.append((f"memory per live episode ({seen} live, {args.live_workers} worker(s), PSS)",
+                         f"{mib:.2f} MiB"))
             rows.append(("processes per live episode", f"{procs:.1f}"))
     width = max(len(k) for k, _ in rows)
     print(f"\nlis-tui bench throughput ({args.rootfs} rootfs, 3-step episodes)\n")
