@@ -131,7 +131,7 @@ def run_pss_kib(root: int) -> tuple[int, int, int]:
     helpers (a helper is no child of its owner: isolation.spawn); sandboxes are counted by the
     marker their bwrap and pid 1 carry."""
     mine = [root, *descendants(root)]
-    owners = [p for p in mine if p == root or b"lis_tui.bench.worker_main import main" in b" ".join(_cmdline(p))]
+    owners = mine  # this process and its workers
     helpers = [int(d.name) for d in Path("/proc").glob("[0-9]*")
                if (c := _cmdline(int(d.name))) and any(w.endswith(b"spawn/helper.py") for w in c)
                and c[-2:-1] and c[-2] in {str(o).encode() for o in owners}]

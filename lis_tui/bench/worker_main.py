@@ -2,7 +2,7 @@
 parent hands it, each in its own thread and sandbox, exactly as the single-process runner runs
 them (`run_episode`), writing each episode's folder straight into the run's output folder.
 
-    main([FD, LABEL])      # FD: a socket to the parent (multiprocessing Connection framing)
+    serve_in_child(conn, label)     # a multiprocessing target; conn: its end of a Pipe
 
 Requests are (call id, method, args); each answer is (call id, "ok" | "error", value). Only the
 parent writes results.jsonl. The worker lives in a session of its own (a terminal's Ctrl-C goes
@@ -11,6 +11,7 @@ the worker is killed and it exits.
 """
 from __future__ import annotations
 
+import atexit
 import concurrent.futures as cf
 import os
 import threading
@@ -66,6 +67,9 @@ class WorkerHost:
                 self._answer(call_id, getattr(self, method), args)
 
     def prepare(self, setup: Any, slots: int) -> dict[str, Any]:
+        os.environ.clear()
+        os.environ.update(setup.env)
+        os.chdir(setup.cwd)
         judge = None
         if setup.judge is not None:
             from lis_tui.bench.judge import Judge  # noqa: PLC0415
@@ -118,9 +122,13 @@ class WorkerHost:
                 pass
 
 
-def main(argv: list[str]) -> int:
-    fd, label = int(argv[0]), argv[1]
-    os.set_inheritable(fd, False)  # no sandbox helper may hold the parent's socket open
-    WorkerHost(Connection(fd), label).serve()
-    return 0
-
+def serve_in_child(conn: Connection, label: str) -> None:
+    """The worker process's body (a multiprocessing target)."""
+    os.setsid()  # Ctrl-C at the terminal is the parent's to handle: it stops us in order
+    os.set_inheritable(conn.fileno(), False)  # no sandbox helper may hold the parent's pipe open
+    try:
+        WorkerHost(conn, label).serve()
+    finally:
+        # multiprocessing ends its children with os._exit, past atexit, where the sandbox layer
+        # waits for its scratch removals and drops this process's owner file
+        atexit._run_exitfuncs()

@@ -6,27 +6,28 @@ episodes run in N processes of this machine (each with its threads and sandboxes
 process only schedules, writes results.jsonl (through the runner's `keep`) and shows progress.
 
 It is the Ray cluster's scheduler (`lis_tui.ray.cluster.ClusterRun`) with this machine as its one
-node: `LocalPool` answers the few calls that scheduler makes of Ray (wait, get, kill) with plain
-child processes (`worker_main`), each started in a session of its own (Ctrl-C reaches only this
-process, which stops the workers in order). A worker that dies (SIGKILL, OOM) has its episodes
+node: `LocalPool` answers the few calls that scheduler makes of Ray (wait, get, kill) with
+processes forked by multiprocessing's fork server (`worker_main`), each in a session of its own
+(Ctrl-C reaches only this process, which stops the workers in order). A worker that dies (SIGKILL, OOM) has its episodes
 run again once by another, then recorded as crashed; --resume runs crashed ones again. No Ray is
 imported.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import multiprocessing
 import os
-import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 from lis_tui.bench.episode import Episode
+from lis_tui.bench.worker_main import serve_in_child
 from lis_tui.ray import RayOptions, say_to
 from lis_tui.ray.cluster import ClusterRun
 
@@ -34,8 +35,37 @@ CORES_PER_WORKER = 2
 """The default: a worker per 2 cores. A worker's Python fills one core while its sandboxes,
 shells and the kernel's share of its episodes keep about one more busy."""
 NODE = "local"
-ENTRY = "import sys; from lis_tui.bench.worker_main import main; sys.exit(main(sys.argv[1:]))"
-"""The worker's command (not `-m`: what it sends back is pickled by its module's own name)."""
+PRELOAD = "lis_tui.bench.worker_preload"
+"""What the fork server imports once, before it forks each worker: the workers share those pages
+(about 40 MiB a worker started on its own, 14 MiB forked so)."""
+_CONTEXT: list[Any] = []
+
+
+@contextlib.contextmanager
+def _no_main_module() -> Iterator[None]:
+    """Start a worker without multiprocessing's import of our `__main__` in it: the worker runs
+    lis_tui code only, and a script that calls `rollout()` without an `if __name__ ==
+    "__main__"` guard must not run again in every worker."""
+    main = sys.modules["__main__"]
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+        if "__spec__" not in saved:
+            del main.__spec__
+
+
+def _context() -> Any:
+    """The multiprocessing "forkserver" context, preloaded (never plain fork: this process has
+    threads); its server starts with the first worker and ends with this process."""
+    if not _CONTEXT:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([PRELOAD])
+        _CONTEXT.append(context)
+    return _CONTEXT[0]
 CLOSE_GRACE = 10.0
 """Seconds `close` waits for the workers to kill their sandboxes and exit, before SIGKILL."""
 
@@ -83,6 +113,10 @@ class LocalSetup:
     context: type
     output: Path
     judge: tuple | None = None
+    env: dict | None = None
+    """This process's environment and folder when the run starts: the fork server (and so each
+    worker) has those of when it started, which may be another run's."""
+    cwd: str = "."
 
 
 class LocalActor:
@@ -90,15 +124,11 @@ class LocalActor:
 
     def __init__(self, pool: LocalPool, label: str) -> None:
         self.pool, self.label = pool, label
-        ours, theirs = socket.socketpair()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(Path(__file__).resolve().parents[2])] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
-        with theirs:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", ENTRY, str(theirs.fileno()), label],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                start_new_session=True, env=env)
-        self.conn = Connection(ours.detach())
+        self.conn, theirs = _context().Pipe()
+        self.proc = _context().Process(target=serve_in_child, args=(theirs, label), name=label)
+        with _no_main_module():
+            self.proc.start()
+        theirs.close()  # the worker's end lives in the worker alone: EOF here is its death
         self.calls: dict[int, Call] = {}
         self.dead = self.closing = False
 
@@ -134,7 +164,7 @@ class LocalActor:
             return
         self.dead = True
         for call in self.calls.values():
-            call.state, call.value = "lost", f"worker {self.label} died (exit {self.proc.poll()})"
+            call.state, call.value = "lost", f"worker {self.label} died (exit {self.proc.exitcode})"
         self.calls.clear()
         self.conn.close()
         self.kill()
@@ -143,13 +173,10 @@ class LocalActor:
         """SIGKILL, reaped; a worker that was asked to close first gets CLOSE_GRACE seconds to
         exit by itself (its last sandboxes' scratch and its owner file go at its exit)."""
         if self.closing:
-            try:
-                self.proc.wait(CLOSE_GRACE)
-            except subprocess.TimeoutExpired:
-                pass
-        if self.proc.poll() is None:
+            self.proc.join(CLOSE_GRACE)
+        if self.proc.exitcode is None:
             self.proc.kill()
-        self.proc.wait()
+        self.proc.join()
 
 
 class LocalPool:
@@ -215,7 +242,7 @@ class LocalRun(ClusterRun):
 
     def _worker_setup(self, ctx: Any, sandboxes: bool) -> LocalSetup:
         judge = (ctx.judge.config, ctx.judge.prompt) if ctx.judge is not None else None
-        return LocalSetup(ctx.config, ctx.spec, type(ctx), ctx.output, judge)
+        return LocalSetup(ctx.config, ctx.spec, type(ctx), ctx.output, judge, dict(os.environ), os.getcwd())
 
     def _nodes(self) -> dict[str, tuple[str, list[int], str]]:
         return {NODE: ("this machine", self.shares, "")}

@@ -102,15 +102,19 @@ def test_default_workers_follow_the_cores_and_the_concurrency():
     assert default_workers(1, cores=1) == 1
 
 
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return -1
+
+
 def _workers_of(pid: int) -> list[int]:
-    found = []
-    for child in descendants(pid):
-        try:
-            if b"lis_tui.bench.worker_main import main" in Path(f"/proc/{child}/cmdline").read_bytes():
-                found.append(child)
-        except OSError:
-            pass
-    return found
+    """The worker processes: children of the multiprocessing fork server that `pid` started."""
+    below = descendants(pid)
+    servers = {p for p in below if _ppid(p) == pid
+               and b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()}
+    return [p for p in below if _ppid(p) in servers]
 
 
 def _alive(pids: dict[int, str]) -> list[int]:
