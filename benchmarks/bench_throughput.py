@@ -15,8 +15,9 @@ Memory per live episode: with --live N episodes held open at once (the server ho
 episode's second reply, as a model that takes its time would), in --live-workers processes, the
 proportional set size (PSS, so shared libraries are split fairly) of this process, every process
 under it and the sandbox processes of it and its workers (under their spawn helpers), minus the
-idle baseline, divided by the live sandboxes; measured once the sandboxes' zygotes have left (they do after IDLE
-seconds without work; while one lives, it adds about 0.85 MiB to its episode).
+idle baseline, divided by the live sandboxes; measured once the sandboxes' zygotes have left
+(they do after IDLE seconds without work; while one lives, it adds about 0.85 MiB to its
+episode).
 Issue target: >= 100 agent steps/s and >= 30 episodes/s at concurrency 32 on a 2-core machine.
 
 Where episodes run, compared in one run (rounds alternate, so drift hits each alike):

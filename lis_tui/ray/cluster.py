@@ -107,7 +107,8 @@ class ClusterRun:
 
         self.actor_class = EpisodeWorker
         try:
-            parcel = pack_rootfs(ctx.spec.rootfs, self.ray.put, self.options.rootfs_dir) if sandboxes else None
+            parcel = (pack_rootfs(ctx.spec.rootfs, self.ray.put, self.options.rootfs_dir)
+                      if sandboxes else None)
         except (RootfsError, OSError) as exc:  # an unknown name, an unwritable --rootfs-dir
             raise ClusterError(f"the rootfs cannot be sent to the nodes: {exc}") from None
         judge = (ctx.judge.config, ctx.judge.prompt) if ctx.judge is not None else None
