@@ -12,11 +12,23 @@ Each round runs --episodes episodes; the table gives the median round (and the s
 fastest), since a shared 2-core machine varies by a fifth from one run to the next.
 
 Memory per live episode: with --live N episodes held open at once (the server holds each
-episode's second reply, as a model that takes its time would), the proportional set size (PSS, so
-shared libraries are split fairly) of this process and every process under it, minus the idle
-baseline, divided by N; measured once the sandboxes' zygotes have left (they do after IDLE
-seconds without work; while one lives, it adds about 0.85 MiB to its episode).
+episode's second reply, as a model that takes its time would), in --live-workers processes, the
+proportional set size (PSS, so shared libraries are split fairly) of this process, every process
+under it and the sandbox processes of it and its workers (under their spawn helpers), minus the
+idle baseline, divided by the live sandboxes; measured once the sandboxes' zygotes have left
+(they do after IDLE seconds without work; while one lives, it adds about 0.85 MiB to its
+episode).
 Issue target: >= 100 agent steps/s and >= 30 episodes/s at concurrency 32 on a 2-core machine.
+
+Where episodes run, compared in one run (rounds alternate, so drift hits each alike):
+
+    bench_throughput.py --workers 1,auto [--ray] [--concurrency 32,128] [--live 0]
+
+`--workers` lists worker-process counts (1: this process alone, as before; auto: one per 2
+cores, at most the concurrency); `--ray` adds a Ray cluster of this machine (one started here,
+or yours: `ray start --head`), joined once before the rounds; `--concurrency` may list several.
+The table gives each one's median episodes/s and its ratio to the first (1 worker at the first
+concurrency).
 """
 
 from __future__ import annotations
@@ -85,14 +97,15 @@ def tasks(count: int) -> list[Task]:
 
 
 def run(base_url: str, count: int, concurrency: int, rootfs: str, out: Path,
-        watch=None, observation: str = "") -> tuple[float, list[dict]]:
+        watch=None, observation: str = "", workers: int = 1, ray=None) -> tuple[float, list[dict]]:
     overrides = {"model.base_url": base_url, "model.model": "m", "model.max_retries": 3,
                  "model.retry_base_delay": 0.05, "model.timeout": 300.0}
     if observation:  # "paper": the package's tools (tools/paper.py), as paper suites run them
         overrides["agent.observation"] = observation
     config = load_config(env={}, paths=[], overrides=overrides)
     runner = BenchRunner(tasks(count), config, SandboxSpec(rootfs=rootfs),
-                         BenchOptions(output=out, concurrency=concurrency, progress=None))
+                         BenchOptions(output=out, concurrency=concurrency, progress=None,
+                                      workers=workers, ray=ray))
     started = time.perf_counter()
     if watch is not None:
         threading.Thread(target=watch, args=(runner,), daemon=True).start()
@@ -106,28 +119,49 @@ def tree_pss_kib(root: int) -> tuple[int, int]:
     return sum(pss_kib(pid) for pid in pids), len(pids)
 
 
-def memory_per_live_episode(live: int, rootfs: str, tmp: Path) -> tuple[float, int, float]:
-    """(MiB and processes per live episode, episodes live at once) with `live` held open."""
-    baseline, base_procs = tree_pss_kib(os.getpid())
+def _cmdline(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def run_pss_kib(root: int) -> tuple[int, int, int]:
+    """(PSS in KiB, processes, live sandboxes) of the whole run: `root`, its descendants, and
+    the sandbox processes of `root` and of each worker process under it, with their spawn
+    helpers (a helper is no child of its owner: isolation.spawn); sandboxes are counted by the
+    marker their bwrap and pid 1 carry."""
+    mine = [root, *descendants(root)]
+    owners = mine  # this process and its workers
+    helpers = [int(d.name) for d in Path("/proc").glob("[0-9]*")
+               if (c := _cmdline(int(d.name))) and any(w.endswith(b"spawn/helper.py") for w in c)
+               and c[-2:-1] and c[-2] in {str(o).encode() for o in owners}]
+    pids = set(mine) | set(helpers) | set(descendants(*helpers)) if helpers else set(mine)
+    marks = {w for p in pids for w in _cmdline(p) if w.startswith(b"lis-sandbox-")}
+    return sum(pss_kib(pid) for pid in pids), len(pids), len(marks)
+
+
+def memory_per_live_episode(live: int, rootfs: str, tmp: Path, workers: int = 1) -> tuple[float, int, float]:
+    """(MiB and processes per live episode, episodes live at once) with `live` held open, in
+    `workers` processes (their interpreters count once, in the total)."""
+    baseline, base_procs, _ = run_pss_kib(os.getpid())
     peak = {"kib": 0, "live": 0, "procs": 0}
     with scripted_server(hold=120.0) as (url, server):
         def watch(runner):
             deadline = time.monotonic() + 100
             while True:
                 time.sleep(0.5)
-                n = len(runner.ctx.sandboxes)
-                peak["most"] = max(peak.get("most", 0), n)
+                n = run_pss_kib(os.getpid())[2]
                 if n >= live or time.monotonic() > deadline:
                     # Let the last shells settle, and each sandbox's zygote leave as it does while
                     # an episode waits on its model (isolation/spawn: IDLE seconds without work).
                     time.sleep(1.0 + IDLE)
-                    kib, procs = tree_pss_kib(os.getpid())
-                    peak.update(kib=kib - baseline, procs=procs - base_procs,
-                                live=len(runner.ctx.sandboxes))
+                    kib, procs, n = run_pss_kib(os.getpid())
+                    peak.update(kib=kib - baseline, procs=procs - base_procs, live=n)
                     server.stdin.write("go\n")
                     server.stdin.flush()
                     return
-        _, results = run(url, live, live, rootfs, tmp / "live", watch)
+        _, results = run(url, live, live, rootfs, tmp / "live", watch, workers=workers)
     failed = [r["message"] for r in results if r["finish_reason"] != "submitted"]
     if failed:
         print(f"{len(failed)} held episodes failed, e.g. {failed[0]}", file=sys.stderr)
@@ -139,14 +173,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=256, help="episodes per round")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", default="32", help="episodes at once (a list: 32,128)")
+    parser.add_argument("--workers", help="worker processes to compare, e.g. 1,auto")
+    parser.add_argument("--ray", action="store_true", help="also run on a Ray cluster of this machine")
     parser.add_argument("--live", type=int, default=256, help="episodes held open for the memory "
                         "measurement (0 skips it; the paper reports 512 Docker sandboxes at ~200 MB)")
+    parser.add_argument("--live-workers", type=int, default=1, help="worker processes that hold "
+                        "the --live episodes (their interpreters count once)")
     parser.add_argument("--rootfs", default="host")
     parser.add_argument("--paper", action="store_true", help="also run each round in paper mode "
                         "(a fresh bash -c per command, the package's editor), alternating with "
                         "the default mode, and print both")
     args = parser.parse_args()
+    if args.workers or args.ray or "," in args.concurrency:
+        return compare_places(args)
+    args.concurrency = int(args.concurrency)
     if args.paper:
         return compare_paper(args)
     with tempfile.TemporaryDirectory(prefix="lis-bench-") as tmp:
@@ -173,8 +214,9 @@ def main() -> None:
                 ("mean episode wall time",
                  f"{sum(r['wall_time'] for r in results) / len(results) * 1000:.0f} ms")]
         if args.live:
-            mib, seen, procs = memory_per_live_episode(args.live, args.rootfs, Path(tmp))
-            rows.append((f"memory per live episode ({seen} live, PSS)", f"{mib:.1f} MiB"))
+            mib, seen, procs = memory_per_live_episode(args.live, args.rootfs, Path(tmp), args.live_workers)
+            rows.append((f"memory per live episode ({seen} live, {args.live_workers} worker(s), PSS)",
+                         f"{mib:.2f} MiB"))
             rows.append(("processes per live episode", f"{procs:.1f}"))
     width = max(len(k) for k, _ in rows)
     print(f"\nlis-tui bench throughput ({args.rootfs} rootfs, 3-step episodes)\n")
@@ -182,6 +224,44 @@ def main() -> None:
     for key, value in rows:
         print(f"| {key:<{width}} | {value} |")
     print(json.dumps(dict(rows)), file=sys.stderr)
+
+
+def compare_places(args) -> None:
+    """Episodes/s of each (place, concurrency), rounds alternating; median of each."""
+    from lis_tui.bench.workers import default_workers
+
+    levels = [int(c) for c in args.concurrency.split(",")]
+    places = []
+    for word in (args.workers or "1").split(","):
+        for c in levels:
+            n = default_workers(c) if word == "auto" else int(word)
+            places.append((f"{n} worker{'s' * (n > 1)}" + (" (auto)" if word == "auto" else ""), c,
+                           {"workers": n}))
+    if args.ray:
+        from lis_tui.ray import connect, require_ray
+
+        connect("auto")  # once: every round then uses this cluster
+        places += [("ray (one node: this machine)", c, {"ray": "auto"}) for c in levels]
+    eps: dict[int, list[float]] = {i: [] for i in range(len(places))}
+    correct = {i: True for i in range(len(places))}
+    with tempfile.TemporaryDirectory(prefix="lis-bench-") as tmp, scripted_server() as (url, _):
+        for i, (_, c, how) in enumerate(places):  # warm each: imports, workers' page cache
+            run(url, 16, min(c, 16), args.rootfs, Path(tmp) / f"warm{i}", **how)
+        for r in range(args.rounds):
+            for i, (_, c, how) in enumerate(places):
+                wall, results = run(url, args.episodes, c, args.rootfs, Path(tmp) / f"{i}-{r}", **how)
+                eps[i].append(len(results) / wall)
+                correct[i] &= len(results) == args.episodes and all(x["correct"] for x in results)
+    if args.ray:
+        require_ray().shutdown()
+    median = {i: sorted(v)[len(v) // 2] for i, v in eps.items()}
+    print(f"\nwhere episodes run ({args.rootfs} rootfs, 3-step episodes, {args.episodes} a round, "
+          f"median of {args.rounds} rounds, {len(os.sched_getaffinity(0))} cores)\n")
+    print("| runs in | concurrency | episodes / s, median | slowest .. fastest | vs first row | "
+          "all correct |\n|---|---|---|---|---|---|")
+    for i, (name, c, _) in enumerate(places):
+        print(f"| {name} | {c} | {median[i]:.1f} | {min(eps[i]):.1f} .. {max(eps[i]):.1f} | "
+              f"{median[i] / median[0]:.2f}x | {'yes' if correct[i] else 'no'} |")
 
 
 def compare_paper(args) -> None:

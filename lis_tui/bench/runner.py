@@ -44,6 +44,9 @@ class BenchOptions:
     """Skip the episodes already in results.jsonl."""
     progress: TextIO | None = field(default_factory=lambda: sys.stderr)
     """Where the progress line goes; None for none."""
+    workers: int = 1
+    """Processes that run the episodes (`lis_tui.bench.workers`); 1 runs them in this process, in
+    threads; 0: one per 2 cores, at most `concurrency`."""
     ray: Any = None
     """Run the episodes on a Ray cluster: "auto", an address, or a `lis_tui.ray.RayOptions`
     (whose `concurrency`, not this one's, caps them); None (the default) runs them here, in
@@ -68,6 +71,8 @@ class BenchRunner:
             raise ValueError(f"unknown mode(s) {bad}; use sandbox, llm or both")
         if options.concurrency < 1 or options.repeat < 1:
             raise ValueError("--concurrency and --repeat must be at least 1")
+        if options.workers < 0:
+            raise ValueError("--workers must be 0 (one per 2 cores) or more")
         self.tasks = tasks[: options.limit] if options.limit else tasks
         self.options = options
         self.results_path = options.output / "results.jsonl"
@@ -105,6 +110,14 @@ class BenchRunner:
         progress.show(final=True)
         return progress.done, interrupted or self.ctx.stop.is_set()
 
+    def workers(self) -> int:
+        """The worker processes this run uses (1: none, the episodes run in this one)."""
+        if self.options.workers:
+            return min(self.options.workers, self.options.concurrency)
+        from lis_tui.bench.workers import default_workers  # noqa: PLC0415
+
+        return default_workers(self.options.concurrency)
+
     def cancel(self, hard: bool = False) -> None:
         """Stop: queued episodes are dropped, running ones end as cancelled (not recorded)."""
         self.ctx.cancel(hard)
@@ -133,6 +146,11 @@ class BenchRunner:
             from lis_tui.ray.cluster import run_on_cluster  # noqa: PLC0415 (Ray only when asked)
 
             return run_on_cluster(self, todo, progress)
+        workers = self.workers()
+        if workers > 1:
+            from lis_tui.bench.workers import run_in_workers  # noqa: PLC0415
+
+            return run_in_workers(self, todo, progress, workers)
         interrupts = 0
         with cf.ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="lis-bench") as pool:
             pending = {pool.submit(self._one, e, progress) for e in todo}
@@ -172,9 +190,9 @@ class BenchRunner:
             self.keep(episode, record, progress)
 
     def keep(self, episode: Episode, record: dict[str, Any], progress: Progress,
-             raw: list[dict] | None = None) -> None:
-        """Append one finished episode's record to results.jsonl (thread-safe); `raw` is what the
-        model server sent, which only rollouts keep."""
+             raw: list[dict] | None = None, writer: Any = None) -> None:
+        """Append one finished episode's record to results.jsonl (thread-safe); `raw` (what the
+        model server sent) and `writer` (the trajectory) are for rollouts, which keep them."""
         with self._write_lock:
             with self.results_path.open("a", encoding="utf-8") as f:
                 f.write(dumps(record) + "\n")

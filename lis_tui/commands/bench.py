@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, add_tool_format_flag, spec_from_args
-from lis_tui.ray.cli import add_ray_flags, ray_from_args
+from lis_tui.ray.cli import add_ray_flags, add_workers_flag, ray_from_args
 from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
@@ -59,6 +59,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--judge-model", metavar="M", help="model for `judge` rewards")
     p.add_argument("--judge-base-url", metavar="U", help="server of the judge (default: --base-url)")
     add_sandbox_flags(p)
+    add_workers_flag(p)
     add_ray_flags(p)
     group = add_model_flags(p)
     group.add_argument("--temperature", type=float, metavar="T", help="sampling temperature")
@@ -159,7 +160,8 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
                  "agent.tool_calls": args.tool_calls, "agent.max_no_action": args.max_no_action,
                  "agent.bad_arguments": args.bad_arguments,
                  "agent.prompt_too_long": args.prompt_too_long,
-                 "network.mode": args.network, "sandbox.rootfs": args.rootfs}
+                 "network.mode": args.network, "sandbox.rootfs": args.rootfs,
+                 "sandbox.workers": args.workers}
     config = load_config(args.profile, overrides)
     from lis_tui.prompts import load_prompts  # noqa: PLC0415
 
@@ -173,7 +175,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     options = BenchOptions(output=Path(args.output or _default_output(args.tasks)), modes=modes,
                            concurrency=4 if args.concurrency is None else args.concurrency, repeat=args.repeat, limit=args.limit,
                            resume=args.resume, progress=None if args.quiet else sys.stderr,
-                           ray=ray_from_args(args))
+                           workers=config.sandbox.workers, ray=ray_from_args(args))
     judge = _judge(args, config, tasks)  # before the paper's settings: the judge keeps its own
     tasks, settings = _paper_settings(args, config, tasks, network_flag)
     if settings is not None and spec is not None and args.network != config.network.mode:

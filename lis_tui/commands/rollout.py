@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from lis_tui.commands.sandbox import add_sandbox_flags, add_tool_format_flag, spec_from_args
-from lis_tui.ray.cli import add_ray_flags, ray_from_args
+from lis_tui.ray.cli import add_ray_flags, add_workers_flag, ray_from_args
 from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
@@ -50,6 +50,7 @@ def add_parsers(sub) -> None:
     s.add_argument("--wall-time", type=float, metavar="S", help="stop an episode after S seconds")
     add_tool_format_flag(s)
     add_sandbox_flags(p)
+    add_workers_flag(p)
     add_ray_flags(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=cmd_rollout)
@@ -110,11 +111,13 @@ def _build(args: argparse.Namespace):
                  "model.max_tokens": args.max_tokens, "model.seed": args.seed,
                  "agent.max_steps": args.max_steps, "agent.wall_time": args.wall_time,
                  "agent.tool_format": args.tool_format,
-                 "network.mode": args.network, "sandbox.rootfs": args.rootfs}
+                 "network.mode": args.network, "sandbox.rootfs": args.rootfs,
+                 "sandbox.workers": args.workers}
     config = load_config(args.profile, overrides)
     args.rootfs = args.rootfs or configured_rootfs(config)
     args.network = args.network or config.network.mode
     options = RolloutOptions(output=Path(args.output), n=args.n, concurrency=args.concurrency,
                              limit=args.limit, resume=args.resume, token_ids=args.token_ids,
-                             progress=None if args.quiet else sys.stderr, ray=ray_from_args(args))
+                             progress=None if args.quiet else sys.stderr,
+                             workers=config.sandbox.workers, ray=ray_from_args(args))
     return RolloutRunner(tasks, config, spec_from_args(args), options)

@@ -37,11 +37,21 @@ def add_ray_flags(parser: argparse.ArgumentParser) -> None:
                             "of through Ray's object store")
 
 
+def add_workers_flag(parser: argparse.ArgumentParser) -> None:
+    """--workers: how many local processes run the episodes."""
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="processes of this machine that run the episodes (default: the config's "
+                             "sandbox.workers, 0: one per 2 cores, at most --concurrency; 1: all in "
+                             "this process, as before). Not with --ray, whose nodes have their own")
+
+
 def ray_from_args(args: argparse.Namespace) -> RayOptions | None:
     """The RayOptions the flags ask for; None without --ray (the other flags then are an error)."""
     extra = [flag for flag, value in (("--ray-cpus", args.ray_cpus), ("--ray-worker-cpus", args.ray_worker_cpus),
                                       ("--max-retries", args.max_retries), ("--rootfs-dir", args.rootfs_dir))
              if value is not None]
+    if args.ray is not None and getattr(args, "workers", None) is not None:
+        raise ValueError("--workers goes without --ray (a cluster's nodes get --ray-worker-cpus)")
     if args.ray is None:
         if extra:
             raise ValueError(f"{', '.join(extra)} go with --ray (run on a Ray cluster)")

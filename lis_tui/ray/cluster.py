@@ -80,21 +80,14 @@ def run_on_cluster(runner: Any, todo: list[Episode], progress: Any) -> bool:
 class ClusterRun:
     """One run's scheduling state; lives in the driver's main thread."""
 
-    def __init__(self, ray: Any, runner: Any, options: RayOptions, progress: Any, say: Any) -> None:
-        from lis_tui.ray.worker import EpisodeWorker, WorkerSetup  # noqa: PLC0415
+    unit = "node"
+    """What runs episodes, in messages."""
 
+    def __init__(self, ray: Any, runner: Any, options: RayOptions, progress: Any, say: Any) -> None:
         self.ray, self.runner, self.options, self.progress, self.say = ray, runner, options, progress, say
         self.lost_errors = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
                             ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError)
-        self.actor_class = EpisodeWorker
-        ctx = runner.ctx
-        sandboxes = "sandbox" in runner.options.modes
-        try:
-            parcel = pack_rootfs(ctx.spec.rootfs, ray.put, options.rootfs_dir) if sandboxes else None
-        except (RootfsError, OSError) as exc:  # an unknown name, an unwritable --rootfs-dir
-            raise ClusterError(f"the rootfs cannot be sent to the nodes: {exc}") from None
-        judge = (ctx.judge.config, ctx.judge.prompt) if ctx.judge is not None else None
-        self.setup = WorkerSetup(ctx.config, ctx.spec, type(ctx), parcel, judge, sandboxes)
+        self.setup = self._worker_setup(runner.ctx, "sandbox" in runner.options.modes)
         self.workers: dict[tuple[str, int], Worker] = {}
         self.starting: dict[Any, Worker] = {}
         self.inflight: dict[Any, tuple[Episode, Worker]] = {}
@@ -107,6 +100,19 @@ class ClusterRun:
         self.hard_since: float | None = None
         self.warm_until = math.inf  # until a first worker is ready, then WARM_AFTER_FIRST more
         self.next_refresh = 0.0
+
+    def _worker_setup(self, ctx: Any, sandboxes: bool) -> Any:
+        """What every worker gets: the config, the spec, the rootfs sent by content hash."""
+        from lis_tui.ray.worker import EpisodeWorker, WorkerSetup  # noqa: PLC0415
+
+        self.actor_class = EpisodeWorker
+        try:
+            parcel = (pack_rootfs(ctx.spec.rootfs, self.ray.put, self.options.rootfs_dir)
+                      if sandboxes else None)
+        except (RootfsError, OSError) as exc:  # an unknown name, an unwritable --rootfs-dir
+            raise ClusterError(f"the rootfs cannot be sent to the nodes: {exc}") from None
+        judge = (ctx.judge.config, ctx.judge.prompt) if ctx.judge is not None else None
+        return WorkerSetup(ctx.config, ctx.spec, type(ctx), parcel, judge, sandboxes)
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self, todo: list[Episode]) -> bool:
@@ -154,14 +160,18 @@ class ClusterRun:
             if worker is None or worker.free <= 0:
                 return
             episode = self.queue.popleft()
-            if episode.task.id not in self.packed:
-                self.packed[episode.task.id] = pack_task(episode.task)
-            task, folders = self.packed[episode.task.id]
-            ref = worker.actor.run.remote(replace(episode, task=task), folders)
+            ref = worker.actor.run.remote(*self._parcel(episode))
             self.inflight[ref] = (episode, worker)
             worker.busy += 1
             if worker.busy <= worker.slots:
                 self.progress.begin()  # else it waits in the worker's queue for a slot
+
+    def _parcel(self, episode: Episode) -> tuple[Episode, bytes | None]:
+        """The episode as it travels (its task's host folders as one tar), and that tar."""
+        if episode.task.id not in self.packed:
+            self.packed[episode.task.id] = pack_task(episode.task)
+        task, folders = self.packed[episode.task.id]
+        return replace(episode, task=task), folders
 
     def _finished(self, ref: Any) -> None:
         episode, worker = self.inflight.pop(ref)
@@ -180,7 +190,7 @@ class ClusterRun:
             folder = self.runner.options.output / "episodes" / episode.folder
             unpack_folder(result["files"], folder)
         record = result["record"] if "node" not in result else {**result["record"], "node": result["node"]}
-        self.runner.keep(episode, record, self.progress, result.get("raw"))
+        self.runner.keep(episode, record, self.progress, result.get("raw"), result.get("trajectory"))
 
     def _lost(self, episode: Episode, worker: Worker, exc: Exception) -> None:
         self._drop(worker, f"its worker died ({type(exc).__name__})")
@@ -202,24 +212,34 @@ class ClusterRun:
         self.next_refresh = time.monotonic() + REFRESH_EVERY
         if self.interrupts:
             return
-        alive = {n["NodeID"]: n for n in self.ray.nodes() if n.get("Alive")}
+        alive = self._nodes()
         for worker in list(self.workers.values()):
             if worker.node_id not in alive:
                 self._drop(worker, "the node left the cluster")
         have = set(self.workers) | {w.key for w in self.starting.values()}
-        for node_id, node in alive.items():
+        for node_id, (name, shares, why) in alive.items():
             if node_id in self.skipped:
                 continue
-            host, address = node.get("NodeManagerHostname", "?"), node.get("NodeManagerAddress", "?")
-            name = f"{host} ({address}, node {node_id[:8]})"
-            cpus = float(node.get("Resources", {}).get("CPU", 0))
-            shares = worker_slots(cpus, self.options.cpus, self.options.worker_cpus)
             if not shares:
-                self._skip(node_id, name, f"it has {cpus:g} CPUs, fewer than --ray-cpus "
-                                          f"{self.options.cpus:g} that one episode takes")
+                self._skip(node_id, name, why)
             for index, slots in enumerate(shares):
                 if (node_id, index) not in have:
                     self._start(Worker(None, node_id, index, slots, name), len(shares))
+
+    def _nodes(self) -> dict[str, tuple[str, list[int], str]]:
+        """The live nodes: id -> (name, each worker's slots, why none when none fit)."""
+        nodes = {}
+        for node in self.ray.nodes():
+            if not node.get("Alive"):
+                continue
+            node_id = node["NodeID"]
+            host, address = node.get("NodeManagerHostname", "?"), node.get("NodeManagerAddress", "?")
+            cpus = float(node.get("Resources", {}).get("CPU", 0))
+            nodes[node_id] = (f"{host} ({address}, node {node_id[:8]})",
+                              worker_slots(cpus, self.options.cpus, self.options.worker_cpus),
+                              f"it has {cpus:g} CPUs, fewer than --ray-cpus {self.options.cpus:g} "
+                              "that one episode takes")
+        return nodes
 
     def _start(self, worker: Worker, of: int) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415
@@ -274,17 +294,20 @@ class ClusterRun:
             return
         self._refresh()  # a node whose worker just died gets a new one, if it still lives
         if not self.starting:
-            reasons = "; ".join(self.skipped.values()) or "the cluster has no live node"
-            raise ClusterError(f"no node of the Ray cluster can run these episodes ({reasons}). "
-                               "Fix: lis-tui doctor --ray ADDRESS names what each node lacks; "
-                               "finished episodes are kept, --resume runs the rest")
+            raise ClusterError(self._cannot_run("; ".join(self.skipped.values())))
+
+    def _cannot_run(self, reasons: str) -> str:
+        reasons = reasons or "the cluster has no live node"
+        return (f"no node of the Ray cluster can run these episodes ({reasons}). Fix: lis-tui "
+                "doctor --ray ADDRESS names what each node lacks; finished episodes are kept, "
+                "--resume runs the rest")
 
     # -- stopping ----------------------------------------------------------------------------
     def _stop(self) -> None:
         hard = self.interrupts > 1
         if self.interrupts == 1:
-            self.say("\nstopping: every node finishes its running episodes' current step (Ctrl-C "
-                     "again to kill their sandboxes); --resume continues later")
+            self.say(f"\nstopping: every {self.unit} finishes its running episodes' current step "
+                     "(Ctrl-C again to kill their sandboxes); --resume continues later")
         self.queue.clear()
         self.runner.ctx.stop.set()
         if self.interrupts > 2:

@@ -56,6 +56,8 @@ class RolloutOptions:
     token_ids: bool = True
     """Ask the server for logprobs and token ids (vLLM); turn off for servers that reject them."""
     progress: TextIO | None = field(default_factory=lambda: sys.stderr)
+    workers: int = 1
+    """Processes that run the episodes; 1: this one; 0: one per 2 cores, at most `concurrency`."""
     ray: Any = None
     """Run on a Ray cluster: "auto", an address or a `lis_tui.ray.RayOptions`; None: here."""
 
@@ -123,7 +125,7 @@ class RolloutRunner(BenchRunner):
                                                              **config.model.extra_body})
         bench = BenchOptions(output=options.output, concurrency=options.concurrency or options.n,
                              repeat=options.n, limit=options.limit, resume=options.resume,
-                             progress=options.progress, ray=options.ray)
+                             progress=options.progress, workers=options.workers, ray=options.ray)
         super().__init__(tasks, config, spec, bench, judge)
         self.rollout_options = options
         self.results_path = options.output / "rollouts.jsonl"
@@ -218,9 +220,10 @@ class RolloutRunner(BenchRunner):
             self.keep(episode, record, progress, raw, writer)
 
     def keep(self, episode: Episode, record: dict, progress: Any, raw: list[dict] | None = None,
-             writer: EndTrajectory | None = None) -> None:
+             writer: Any = None) -> None:
         """Append the episode's rollout line (messages, turns, tokens) and complete its group;
-        `writer` is the episode's trajectory, when it ran here (else it is read from disk)."""
+        `writer` is the episode's trajectory (or what a worker sent of it), when there is one
+        (else it is read from disk)."""
         data = (self._rollout_line(episode, record, raw or [], writer) + "\n").encode("utf-8")
         with self._write_lock:
             if self._lines is None:
@@ -233,8 +236,7 @@ class RolloutRunner(BenchRunner):
         if not record["crashed"]:
             self._maybe_complete(episode, float(record["reward"]))
 
-    def _rollout_line(self, episode: Episode, record: dict, raw: list[dict],
-                      writer: EndTrajectory | None) -> str:
+    def _rollout_line(self, episode: Episode, record: dict, raw: list[dict], writer: Any) -> str:
         """The line as `dumps` writes the record with the fields below, the messages put in as the
         trajectory writer encoded them."""
         doc = writer.doc if writer is not None else self._trajectory(record)

@@ -177,12 +177,13 @@ def bench_cli(tasks_file, server, out, *extra, path=()):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_ctrl_c_stops_cleanly_and_resume_finishes_the_rest(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_stops_cleanly_and_resume_finishes_the_rest(tmp_path, workers):
     tasks = write_tasks(tmp_path / "tasks.jsonl", 12)
     answer = oracle(tasks)
     out = tmp_path / "out"
     with FakeOpenAI(default=lambda r: delay(0.15, answer(r))) as server:
-        proc = bench_cli(tmp_path / "tasks.jsonl", server, out)
+        proc = bench_cli(tmp_path / "tasks.jsonl", server, out, "--workers", workers)
         results = out / "results.jsonl"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and (not results.exists() or
@@ -201,7 +202,7 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_rest(tmp_path):
         with pytest.raises(ValueError, match="exists: pass --resume"):
             BenchRunner(tasks, config_for(server), None, BenchOptions(output=out))
 
-        resumed = bench_cli(tmp_path / "tasks.jsonl", server, out, "--resume")
+        resumed = bench_cli(tmp_path / "tasks.jsonl", server, out, "--resume", "--workers", workers)
         table, err = resumed.communicate(timeout=60)
     assert resumed.returncode == 0, err
     final = [json.loads(line) for line in results.read_text().splitlines()]
