@@ -22,7 +22,7 @@ from tools.terminal_text import safe_terminal_text
 
 
 def cmd_paper_all(args: argparse.Namespace) -> int:
-    from lis_tui.commands import bench  # noqa: PLC0415
+    from lis_tui.commands import bench_run  # noqa: PLC0415
 
     if not args.data or not Path(args.data).is_dir():
         return _fail(f"paper:all needs DIR, a folder with one folder or file per suite (math/, "
@@ -30,31 +30,31 @@ def cmd_paper_all(args: argparse.Namespace) -> int:
     if args.suite or args.mode not in ("sandbox", "both"):
         return _fail("paper:all runs every suite in both modes; leave out --suite and --mode", 2)
     found, not_run = find_suites(Path(args.data))
-    out = Path(args.output or bench._default_output("paper-all"))
+    out = Path(args.output or bench_run.default_output("paper-all"))
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, bench._interrupt)
+        signal.signal(signal.SIGTERM, bench_run.interrupt)
     records, settings, interrupted, checked = [], [], False, False
     for suite, data in found:
         one = copy.copy(args)
         one.tasks, one.data, one.mode = f"paper:{suite}", str(data), "both"
         one.output = str(out / suite)
         try:
-            runner, judge, chosen = bench._build(one)
+            runner, judge, chosen = bench_run.build_run(one)
         except Exception as exc:  # noqa: BLE001 (a bad suite is named; the others still run)
             not_run[suite] = str(exc)
             print(safe_terminal_text(f"lis-tui bench: {suite}: {exc}; the other suites go on"),
                   file=sys.stderr)
             continue
         if not checked:
-            unreachable = bench._unreachable(runner.ctx.config)
+            unreachable = bench_run.server_unreachable(runner.ctx.config)
             if unreachable:
                 return _fail(unreachable, 1)
             checked = True
-        outcome = bench.run_suite(one, runner, judge, chosen)
+        outcome = bench_run.run_suite(one, runner, judge, chosen)
         if outcome is None:
             not_run[suite] = "the cluster failed (see above)"
             continue
-        bench._report(argparse.Namespace(**{**vars(one), "quiet": True, "one_of_all": True}), runner,
+        bench_run.report(argparse.Namespace(**{**vars(one), "quiet": True, "one_of_all": True}), runner,
                       outcome, chosen)
         records += [{**r, "trajectory": f"{suite}/{r['trajectory']}"} for r in outcome.results]
         settings.append(chosen)

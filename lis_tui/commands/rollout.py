@@ -61,18 +61,18 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from lis_tui.config import ConfigError  # noqa: PLC0415
 
     try:
-        runner = _build(args)
+        runner = build_run(args)
     except (ConfigError, TaskError, ValueError) as exc:
         print(safe_terminal_text(f"lis-tui rollout: {exc}"), file=sys.stderr)
         return 2
-    from lis_tui.commands.bench import _interrupt, _unreachable  # noqa: PLC0415
+    from lis_tui.commands.bench_run import interrupt, server_unreachable  # noqa: PLC0415
 
-    unreachable = _unreachable(runner.ctx.config)
+    unreachable = server_unreachable(runner.ctx.config)
     if unreachable:
         print(safe_terminal_text(f"lis-tui rollout: {unreachable}"), file=sys.stderr)
         return 1
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGTERM, interrupt)
     from lis_tui.ray import ClusterError  # noqa: PLC0415 (no Ray in it)
 
     try:
@@ -96,7 +96,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build(args: argparse.Namespace):
+def build_run(args: argparse.Namespace):
     from lis_tui.api import configured_rootfs  # noqa: PLC0415
     from lis_tui.bench.tasks import load_tasks  # noqa: PLC0415
     from lis_tui.config import load_config  # noqa: PLC0415
