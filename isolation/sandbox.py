@@ -360,7 +360,7 @@ class Sandbox:
                     for path, mode in self._root.folders:
                         with contextlib.suppress(FileExistsError):  # the session's own
                             os.mkdir(path, mode, dir_fd=self._rw_fd)
-                # bwrap goes on once `unblock` is closed (the caller's finally)
+                os.write(unblock, b"x")  # now bwrap goes on
         except BaseException:
             self._proc.kill()
             self._proc.wait()
