@@ -308,7 +308,7 @@ class Sandbox:
             # zygote joins the namespaces meanwhile, and is confined once pid 1 runs (set_root).
             self.pid, pidfd = _early_child(info_r, self._proc)
             if pidfd is not None:  # a checked pid only
-                self._admit_pid_1(rlimits)
+                self._admit_pid_1(rlimits, pidfd)
                 if layers_w is None:  # the zygote joins while bwrap builds the sandbox, not before
                     os.write(block_w, b"x")
                     self._zygote.ask_early()
@@ -318,8 +318,7 @@ class Sandbox:
                     self._mount_layers(ids, pidfd, layers_w)
             ok = ready([ready_r], START_TIMEOUT) and os.read(ready_r, 1) == b"x"
             if not ok:
-                self._proc.kill()
-                self._proc.wait()
+                self._abandon_start(pidfd)
                 raise SandboxError(_explain_start_failure(_read_some(self._err_fd), info))
             if pidfd is None:
                 raise SandboxError(f"bwrap reported no child pid, or its child was gone at once ({self.pid})")
@@ -362,8 +361,7 @@ class Sandbox:
                             os.mkdir(path, mode, dir_fd=self._rw_fd)
                 os.write(unblock, b"x")  # now bwrap goes on
         except BaseException:
-            self._proc.kill()
-            self._proc.wait()
+            self._abandon_start(pidfd)
             raise
 
     def _layers_tmpfs(self, ids: idmap.SubIds | None) -> tuple[str, str, list[tuple[str, int]]]:
@@ -374,7 +372,17 @@ class Sandbox:
         return (target, f"size={limits.disk},nr_inodes={limits.inode_limit()},mode=0755,uid=0,gid=0",
                 [] if self._session is not None else list(self._root.folders))  # a session's: _mount_layers
 
-    def _admit_pid_1(self, rlimits: list[tuple[int, int]]) -> None:
+    def _abandon_start(self, pidfd: int | None) -> None:
+        """A start that failed part way: bwrap's child (`pidfd`) killed first, then bwrap. The
+        child waits on a block fd meanwhile, and killing bwrap alone left it waiting, reparented,
+        for ever (bwrap makes it die with its parent only after those waits)."""
+        if pidfd is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        self._proc.kill()
+        self._proc.wait()
+
+    def _admit_pid_1(self, rlimits: list[tuple[int, int]], pidfd: int) -> None:
         """Before bwrap's child executes anything (it waits on --block-fd): every command's limits,
         and its cgroup where there is one. On failure bwrap is killed first, so that pid 1 never
         goes on without them."""
@@ -384,8 +392,7 @@ class Sandbox:
             if self._cgroup is not None:
                 self._cgroup.admit(self.pid)
         except BaseException:
-            self._proc.kill()
-            self._proc.wait()
+            self._abandon_start(pidfd)
             raise
 
     def _open_pid_1(self) -> tuple[int, int]:

@@ -438,3 +438,29 @@ def test_an_owner_killed_after_its_children_while_bwrap_waits_leaves_nothing():
     # The spawn helper is no child of the owner's, so a supervisor that kills the owner's children
     # does not take it: it still ends the sandbox whose bwrap child waits to be let go.
     _killed_owner_leaves_nothing(KILLED_WITH_ITS_CHILDREN)
+
+
+@pytest.mark.parametrize("where", ["limits", "layers", "ready"])
+def test_a_start_that_fails_part_way_leaves_no_process(monkeypatch, where):
+    """bwrap's child waits on its block fds while we set pid 1's limits, mount the layers and wait
+    for it to say it runs: killing bwrap then left the child waiting, reparented, forever."""
+    from isolation import sandbox as module, spawn
+
+    def fail(*_args, **_kwargs):
+        raise spawn.SpawnError(5, "failed on purpose")
+
+    if where == "limits":
+        monkeypatch.setattr(module, "_bound_pid_1", fail)
+    elif where == "layers":
+        monkeypatch.setattr(spawn.Zygote, "join_early", fail)
+    else:  # pid 1 never says it runs (a start past its timeout)
+        monkeypatch.setattr(module, "START_TIMEOUT", 0.5)
+        monkeypatch.setattr(spawn.Zygote, "join_early", lambda *_a, **_k: os.open("/", os.O_PATH))
+    before = set(_ours_marked("lis-sandbox-"))
+    with pytest.raises((SandboxError, spawn.SpawnError)):
+        Sandbox().start()
+    deadline = time.monotonic() + 10  # a killed process may take a moment to go on a loaded machine
+    while (left := [p for p in set(_ours_marked("lis-sandbox-")) - before if _state(p) != "Z"]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, [_cmdline(p) for p in left]
