@@ -9,19 +9,16 @@ What cannot be the same is listed in docs/paper-suites.md ("Checked against the 
 loop"), each with the script here that shows it. No package, no pass: an install failure fails.
 """
 import base64
-import fcntl
-import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from fakes.openai_server import FakeOpenAI, call, error, reply
 from test_bench_runner import bench_cli
-from test_paper_package import PACKAGE, _pins
+from test_paper_package import package_venv
 
 pytestmark = [pytest.mark.paper_package, pytest.mark.sandbox]
 AGENT_LIBRARIES = ("litellm==1.80.0", "rich", "pyyaml", "pydantic", "fire")
@@ -35,27 +32,7 @@ DOCKER_PATH = ("/root/.local/bin:/root/.cargo/bin:/usr/local/sbin:/usr/local/bin
 @pytest.fixture(scope="module")
 def agent_python():
     """The python of a venv with the package, its scorers' libraries and its agent's (made once)."""
-    pins = _pins()
-    key = hashlib.sha256(" ".join([PACKAGE, *pins, *AGENT_LIBRARIES, sys.version]).encode())
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lis-tui-tests"
-    venv = cache / f"llm-in-sandbox-0.2.0-agent-{key.hexdigest()[:12]}"
-    python = venv / "bin" / "python"
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (venv / "ready").exists():
-            subprocess.run(["rm", "-rf", str(venv)], check=True)
-            steps = ([sys.executable, "-m", "venv", str(venv)],
-                     [str(python), "-m", "pip", "install", "-q", "--no-deps", PACKAGE, *pins],
-                     [str(python), "-m", "pip", "install", "-q", *AGENT_LIBRARIES])
-            for step in steps:
-                done = subprocess.run(step, capture_output=True, text=True)
-                if done.returncode:
-                    pytest.fail(f"could not install {PACKAGE} and its agent's libraries to run "
-                                f"its episodes (the test needs the package index): "
-                                f"{' '.join(step[:5])} ...: {(done.stdout + done.stderr)[-2000:]}")
-            (venv / "ready").touch()
-    return python
+    return package_venv(AGENT_LIBRARIES, "agent", "and its agent's libraries to run its episodes")
 
 
 @pytest.fixture(scope="module")

@@ -54,13 +54,13 @@ def _pins() -> list[str]:
                     "./install.sh --dev (the [paper] and [ifbench] extras)")
 
 
-@pytest.fixture(scope="module")
-def package_python():
-    """The python of a venv holding the package and its scorers' libraries (made once)."""
+def package_venv(extra: tuple[str, ...] = (), label: str = "", purpose: str = "to compare the paper scorers with") -> Path:
+    """The python of a cached venv holding the package, its scorers' libraries (pinned as here)
+    and `extra`, made once per content (under `label` in its name) and shared by every process."""
     pins = _pins()
-    key = hashlib.sha256(" ".join([PACKAGE, *pins, sys.version]).encode()).hexdigest()[:12]
+    key = hashlib.sha256(" ".join([PACKAGE, *pins, *extra, sys.version]).encode()).hexdigest()[:12]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lis-tui-tests"
-    venv = cache / f"llm-in-sandbox-0.2.0-{key}"
+    venv = cache / f"llm-in-sandbox-0.2.0-{label + '-' if label else ''}{key}"
     python = venv / "bin" / "python"
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / ".lock", "w") as lock:
@@ -68,15 +68,21 @@ def package_python():
         if not (venv / "ready").exists():
             subprocess.run(["rm", "-rf", str(venv)], check=True)
             steps = ([sys.executable, "-m", "venv", str(venv)],
-                     [str(python), "-m", "pip", "install", "-q", "--no-deps", PACKAGE, *pins])
+                     [str(python), "-m", "pip", "install", "-q", "--no-deps", PACKAGE, *pins],
+                     *([[str(python), "-m", "pip", "install", "-q", *extra]] if extra else []))
             for step in steps:
                 done = subprocess.run(step, capture_output=True, text=True)
                 if done.returncode:
-                    pytest.fail(f"could not install {PACKAGE} to compare the paper scorers with "
-                                f"(the test needs the package index): {' '.join(step[:4])} ...: "
-                                f"{(done.stdout + done.stderr)[-2000:]}")
+                    pytest.fail(f"could not install {PACKAGE} {purpose} (the test needs the package "
+                                f"index): {' '.join(step[:5])} ...: {(done.stdout + done.stderr)[-2000:]}")
             (venv / "ready").touch()
     return python
+
+
+@pytest.fixture(scope="module")
+def package_python():
+    """The python of a venv holding the package and its scorers' libraries (made once)."""
+    return package_venv()
 
 
 @pytest.fixture
