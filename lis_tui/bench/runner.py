@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import os
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -138,6 +139,7 @@ class BenchRunner:
     # -- internals ---------------------------------------------------------------------------
     def _previous(self) -> set[str]:
         self.options.output.mkdir(parents=True, exist_ok=True)
+        cut_torn_tail(self.results_path)
         # A crash is the harness failing, not the model: resuming runs those episodes again.
         return {r.get("key") for r in self.read_results() if not r.get("crashed")}
 
@@ -197,3 +199,26 @@ class BenchRunner:
             with self.results_path.open("a", encoding="utf-8") as f:
                 f.write(dumps(record) + "\n")
             progress.add(record)
+
+
+def cut_torn_tail(path: Path) -> None:
+    """Before a resumed run appends to `path` (JSON lines): cut a last line that a kill left
+    half-written, so the next record starts on a line of its own (glued to the torn one, a whole
+    record would be lost too)."""
+    try:
+        f = open(path, "rb+")
+    except FileNotFoundError:
+        return
+    with f:
+        end = f.seek(0, os.SEEK_END)
+        keep = end
+        while keep > 0:  # back to the last newline, a chunk at a time
+            start = max(0, keep - (1 << 16))
+            f.seek(start)
+            newline = f.read(keep - start).rfind(b"\n")
+            if newline >= 0:
+                keep = start + newline + 1
+                break
+            keep = start
+        if keep != end:
+            f.truncate(keep)

@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 from isolation import SandboxSpec
 from lis_tui.bench.episode import EndTrajectory, Episode, EpisodeContext, dumps, run_episode
-from lis_tui.bench.runner import BenchOptions, BenchRunner
+from lis_tui.bench.runner import BenchOptions, BenchRunner, cut_torn_tail
 from lis_tui.bench.tasks import Task, load_tasks
 from lis_tui.config import Config, load_config
 from lis_tui.rl.turns import TOKEN_REQUEST, RecordingModel, missing_tokens, sequence, turns_from
@@ -192,6 +192,7 @@ class RolloutRunner(BenchRunner):
         """Index rollouts.jsonl as it is on disk (an earlier run's lines, for --resume) and take
         the rewards of its finished episodes; under the write lock."""
         self._lines = {}
+        cut_torn_tail(self.results_path)
         data = self.results_path.read_bytes() if self.results_path.exists() else b""
         offset = 0
         for line in data.split(b"\n"):

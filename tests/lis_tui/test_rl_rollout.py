@@ -219,6 +219,8 @@ def test_resume_after_kill_9_completes_every_group_once(tmp_path):
         proc.communicate(timeout=30)
         before = len(lines.read_text().splitlines())
         assert 6 <= before < 24
+        with lines.open("ab") as torn:  # a kill mid-write, every time: half a line, no newline
+            torn.write(b'{"key": "t0|sandbox|3", "id": "t0", "answ')
         resumed = rollout_cli(tasks, server, out, "--resume")
         _, err = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, err
