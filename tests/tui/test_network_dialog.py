@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import shutil
+import time
 
 import pytest
 
@@ -98,6 +99,11 @@ def test_in_a_real_terminal_the_dialog_closes_when_curl_gives_up(tmp_path, web, 
             asked = term.wait_for("The sandbox wants the network", "NET ASK ?", timeout=60)
             # the run went on to its submit (the Answer block below it may be scrolled out of 24 rows)
             done = term.wait_for("submitted", "ended before", timeout=60)
+            # the dialog sees its question withdrawn on its next check (0.25 s), maybe after the run's end
+            deadline = time.monotonic() + 10
+            while "The sandbox wants the network" in done and time.monotonic() < deadline:
+                time.sleep(0.2)
+                done = term.screen()
             term.keys("a")  # "Always" to no dialog: nothing to save
             term.keys("C-q")
             wait_gone(term)
