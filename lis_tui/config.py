@@ -100,7 +100,7 @@ class SandboxConfig:
     nested_userns: bool = False
     """Let commands make user namespaces of their own (a nested bwrap, rootless podman)."""
     workers: int = field(default=0, metadata={"min": 0})
-    """Processes that run `bench` and `rollout` episodes: 0 one per 2 cores (at most the concurrency); 1 only lis-tui's own."""
+    """Processes that run `bench` and `rollout` episodes and `env serve` environments: 0 one per 2 cores (at most the concurrency); 1 only lis-tui's own."""
 
 
 @dataclass

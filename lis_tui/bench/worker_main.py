@@ -122,12 +122,13 @@ class WorkerHost:
                 pass
 
 
-def serve_in_child(conn: Connection, label: str) -> None:
-    """The worker process's body (a multiprocessing target)."""
+def serve_in_child(conn: Connection, label: str, host: type | None = None) -> None:
+    """The worker process's body (a multiprocessing target): `host` (default `WorkerHost`;
+    `lis-tui env serve` passes its `EnvHost`) answers the parent's calls on `conn`."""
     os.setsid()  # Ctrl-C at the terminal is the parent's to handle: it stops us in order
     os.set_inheritable(conn.fileno(), False)  # no sandbox helper may hold the parent's pipe open
     try:
-        WorkerHost(conn, label).serve()
+        (host or WorkerHost)(conn, label).serve()
     finally:
         # multiprocessing ends its children with os._exit, past atexit, where the sandbox layer
         # waits for its scratch removals and drops this process's owner file

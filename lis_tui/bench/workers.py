@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterator
@@ -67,6 +67,21 @@ def _context() -> Any:
         context.set_forkserver_preload([PRELOAD])
         _CONTEXT.append(context)
     return _CONTEXT[0]
+
+
+def start_worker(label: str, host: type | None = None) -> tuple[Connection, Any]:
+    """A worker process forked by the preloaded fork server, serving `host` (default: the
+    bench's `WorkerHost`; env serve passes its own) on its end of a pipe, in a session of its
+    own: our end of the pipe, and the process. The worker's end lives in the worker alone, so
+    EOF on ours is its death."""
+    conn, theirs = _context().Pipe()
+    proc = _context().Process(target=serve_in_child, args=(theirs, label, host), name=label)
+    with _no_main_module():
+        proc.start()
+    theirs.close()
+    return conn, proc
+
+
 CLOSE_GRACE = 10.0
 """Seconds `close` waits for the workers to kill their sandboxes and exit, before SIGKILL."""
 
@@ -125,11 +140,7 @@ class LocalActor:
 
     def __init__(self, pool: LocalPool, label: str) -> None:
         self.pool, self.label = pool, label
-        self.conn, theirs = _context().Pipe()
-        self.proc = _context().Process(target=serve_in_child, args=(theirs, label), name=label)
-        with _no_main_module():
-            self.proc.start()
-        theirs.close()  # the worker's end lives in the worker alone: EOF here is its death
+        self.conn, self.proc = start_worker(label)
         self.calls: dict[int, Call] = {}
         self.dead = self.closing = False
 

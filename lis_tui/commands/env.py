@@ -29,6 +29,10 @@ Every request but GET /health needs `Authorization: Bearer TOKEN`: --token, else
 else a fresh one printed at start. Tasks sent over HTTP bring their files as name -> text; they
 may name a host folder only inside --allow-dir. Ctrl-C or SIGTERM closes every sandbox.
 
+Workers: with --workers N (N > 1) the environments live in N worker processes behind this one
+port, each new one on the least loaded; the limits stay this server's. A worker that dies takes
+its environments with it (their calls answer 410 saying so) and a new one starts in its place.
+
 exit codes: 0 stopped; 1 the port cannot be had (in use, privileged); 2 usage or config error."""
 
 
@@ -51,6 +55,9 @@ def add_parsers(sub) -> None:
                    help="live environments at most (default 512)")
     s.add_argument("--idle-timeout", type=float, default=600.0, metavar="S",
                    help="close an environment after S seconds without a call (default 600)")
+    s.add_argument("--workers", type=int, metavar="N",
+                   help="processes that hold the environments (default: the config's sandbox.workers; "
+                        "0: one per 2 cores; 1: all in this process, as before); one port either way")
     s.add_argument("--max-steps", type=int, metavar="N",
                    help="steps per episode (default: agent.max_steps of the config)")
     s.add_argument("--max-body", type=int, default=64, metavar="MIB",
@@ -86,7 +93,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     handler.setFormatter(_SafeFormatter("lis-tui env: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[handler])
     host, port = server.server_address[:2]
-    print(f"lis-tui env: serving on http://{host}:{port} (at most {args.max_envs} environments)",
+    spread = f", in {len(server.workers.workers)} worker processes" if server.workers else ""
+    print(f"lis-tui env: serving on http://{host}:{port} (at most {args.max_envs} environments{spread})",
           file=sys.stderr, flush=True)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
@@ -95,7 +103,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        server.server_close()  # closes every sandbox
+        if server.workers is not None:
+            server.workers.close()  # each worker closes its sandboxes, all at once
+        server.server_close()  # closes every sandbox (this process's, with one worker)
     print("lis-tui env: stopped; every sandbox closed", file=sys.stderr)
     return 0
 
@@ -114,18 +124,23 @@ def _build(args: argparse.Namespace) -> tuple[Any, str]:
     from lis_tui.config import ConfigError, configured_rootfs, load_config  # noqa: PLC0415
     from lis_tui.rl.env import SandboxEnv  # noqa: PLC0415
     from lis_tui.rl.pool import EnvPool, PoolConfig  # noqa: PLC0415
+    from lis_tui.bench.workers import default_workers  # noqa: PLC0415
     from lis_tui.rl.server import EnvServer, ServerConfig  # noqa: PLC0415
+    from lis_tui.rl.worker_main import EnvSetup  # noqa: PLC0415
 
     if args.workspace or args.input_dir or args.documents_dir or getattr(args, "session", None):
         raise ValueError("--workspace, --input-dir, --documents-dir and --session do not apply: "
                          "each environment gets a fresh sandbox and its task brings its own files")
     if args.max_envs < 1 or args.idle_timeout <= 0 or args.max_body < 1 or args.read_timeout <= 0 \
-            or (args.max_connections is not None and args.max_connections < 1):
-        raise ValueError("--max-envs, --max-body and --max-connections must be at least 1, and "
-                         "--idle-timeout and --read-timeout above 0")
+            or (args.max_connections is not None and args.max_connections < 1) \
+            or (args.workers is not None and args.workers < 0):
+        raise ValueError("--max-envs, --max-body and --max-connections must be at least 1, "
+                         "--idle-timeout and --read-timeout above 0, and --workers 0 (one per 2 "
+                         "cores) or more")
     try:
         config = load_config(args.profile, {"network.mode": args.network, "sandbox.rootfs": args.rootfs,
-                                            "agent.max_steps": args.max_steps})
+                                            "agent.max_steps": args.max_steps,
+                                            "sandbox.workers": args.workers})
         tasks = {t.id: t for t in load_tasks(args.tasks)} if args.tasks else {}
     except (ConfigError, TaskError) as exc:
         raise ValueError(str(exc)) from None
@@ -150,16 +165,41 @@ def _build(args: argparse.Namespace) -> tuple[Any, str]:
 
         judge = Judge(replace(config.model, model=args.judge_model, temperature=0.0,
                               base_url=args.judge_base_url or config.model.base_url))
-    pool = EnvPool(lambda steps: SandboxEnv(config, spec, judge, max_steps=steps),
-                   PoolConfig(args.max_envs, args.idle_timeout, config.agent.max_steps))
+    limits = PoolConfig(args.max_envs, args.idle_timeout, config.agent.max_steps)
     connections = args.max_connections or max(2 * args.max_envs, 64)
+    settings = ServerConfig(token, tasks, allow, args.max_body << 20, judge is not None,
+                            args.read_timeout, connections)
+    count = config.sandbox.workers or default_workers(args.max_envs)
+    if count == 1:
+        pool = EnvPool(lambda steps: SandboxEnv(config, spec, judge, max_steps=steps), limits)
+        try:
+            return EnvServer((args.host, args.port), pool, settings), "" if given else token
+        except OSError as exc:
+            raise _CannotListen(cannot_listen(args.host, args.port, exc)) from None
+    return _spread(args, count, EnvSetup(config, spec, (judge.config, judge.prompt) if judge else None,
+                                         dict(os.environ), os.getcwd()), limits, settings), \
+        "" if given else token
+
+
+def _spread(args: argparse.Namespace, count: int, setup: Any, limits: Any, settings: Any) -> Any:
+    """The server over `count` worker processes: the port is taken first (a port that cannot be
+    had starts no worker), then the workers, then the pool is handed to the server."""
+    from lis_tui.rl.pool import EnvPool  # noqa: PLC0415
+    from lis_tui.rl.server import EnvServer  # noqa: PLC0415
+    from lis_tui.rl.workers import EnvWorkers  # noqa: PLC0415
+
     try:
-        server = EnvServer((args.host, args.port), pool,
-                           ServerConfig(token, tasks, allow, args.max_body << 20, judge is not None,
-                                        args.read_timeout, connections))
+        server = EnvServer((args.host, args.port), None, settings)
     except OSError as exc:
         raise _CannotListen(cannot_listen(args.host, args.port, exc)) from None
-    return server, "" if given else token
+    try:
+        workers = EnvWorkers(count, setup)
+    except BaseException:
+        server.server_close()
+        raise
+    server.pool = workers.pool = EnvPool(workers.make_env, limits)
+    server.workers = workers
+    return server
 
 
 class _CannotListen(Exception):

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from lis_tui.rl.env import EnvClosed, SandboxEnv, StepResult
 
 log = logging.getLogger(__name__)
-REAPED_REMEMBERED = 10_000  # ids of reaped environments kept to say "reaped" rather than "unknown"
+GONE_REMEMBERED = 10_000  # ids of reaped (or lost) environments kept to say why rather than "unknown"
 
 
 class PoolError(Exception):
@@ -63,7 +63,7 @@ class EnvPool:
         self._slots: dict[str, _Slot] = {}
         self._starting = 0
         self._lock = threading.Lock()
-        self._reaped: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self._gone: collections.OrderedDict[str, str] = collections.OrderedDict()  # id -> why (410)
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap_loop, name="lis-env-reaper", daemon=True)
         self._reaper.start()
@@ -110,6 +110,10 @@ class EnvPool:
         try:
             return slot.env.step(assistant)
         except EnvClosed as exc:
+            with self._lock:  # not closed by a call here: its worker process died under it
+                if self._slots.get(env_id) is slot:
+                    del self._slots[env_id]
+                    self._remember(env_id, f"environment {env_id}: {exc}")
             raise EnvGone(f"environment {env_id}: {exc}") from None
         finally:
             slot.used = time.monotonic()
@@ -137,12 +141,30 @@ class EnvPool:
                     if now - s.used > self.config.idle_timeout and not s.busy.locked()]
             slots = [self._slots.pop(i) for i in idle]
             for env_id in idle:
-                self._reaped[env_id] = now
-            while len(self._reaped) > REAPED_REMEMBERED:
-                self._reaped.popitem(last=False)
+                self._remember(env_id, f"environment {env_id} was closed after "
+                                       f"{self.config.idle_timeout:g} s without a call (raise "
+                                       "--idle-timeout if episodes pause that long)")
         for slot in slots:
             _close_quietly(slot.env)
         return len(slots)
+
+    def drop(self, lost: Callable[[Any], bool], why: str) -> int:
+        """Forget the environments for which `lost(env)` holds (a dead worker's): their calls
+        answer 410 with `environment ID {why}`; returns how many."""
+        with self._lock:
+            ids = [i for i, s in self._slots.items() if lost(s.env)]
+            slots = [self._slots.pop(i) for i in ids]
+            for env_id in ids:
+                self._remember(env_id, f"environment {env_id} {why}; POST /envs starts another")
+        for slot in slots:
+            _close_quietly(slot.env)
+        return len(slots)
+
+    def _remember(self, env_id: str, why: str) -> None:
+        """Under the lock: `env_id` is gone, and why."""
+        self._gone[env_id] = why
+        while len(self._gone) > GONE_REMEMBERED:
+            self._gone.popitem(last=False)
 
     def _slot(self, env_id: str, take: bool = False) -> _Slot:
         """The live slot `env_id`; `take`: its busy lock too, taken under the pool's lock, so the
@@ -154,10 +176,9 @@ class EnvPool:
                     raise EnvBusy(f"environment {env_id} is still running a step; send one step at a time")
                 slot.used = time.monotonic()
                 return slot
-            reaped = env_id in self._reaped
-        if reaped:
-            raise EnvGone(f"environment {env_id} was closed after {self.config.idle_timeout:g} s "
-                          "without a call (raise --idle-timeout if episodes pause that long)")
+            why = self._gone.get(env_id)
+        if why is not None:
+            raise EnvGone(why)
         raise EnvNotFound(f"no environment {env_id[:64]!r}: it was closed, or never existed")
 
     def _reap_loop(self) -> None:

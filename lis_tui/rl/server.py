@@ -75,15 +75,18 @@ class EnvServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # hundreds of trainers' workers connect at once
 
-    def __init__(self, address: tuple[str, int], pool: EnvPool, config: ServerConfig) -> None:
+    def __init__(self, address: tuple[str, int], pool: EnvPool | None, config: ServerConfig) -> None:
         # Set before binding: a port that cannot be had closes the server at once (server_close).
         self.pool, self.settings = pool, config
+        self.workers: Any = None
+        """The worker processes that hold the environments (lis_tui.rl.workers), or None: here."""
         super().__init__(address, _Handler)
         self._open, self._open_lock, self._full = 0, threading.Lock(), False
 
     def server_close(self) -> None:
         super().server_close()
-        self.pool.close_all()
+        if self.pool is not None:
+            self.pool.close_all()
 
     # A thread per connection: without a cap, connections that send nothing would take threads and
     # descriptors until sandboxes could not start; the read timeout ends each one in bounded time.
