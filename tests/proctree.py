@@ -48,3 +48,43 @@ def pss_kib(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def fork_servers(root: int) -> list[int]:
+    """The multiprocessing fork servers `root` started (the parents of its worker processes)."""
+    return [p for p in descendants(root) if _ppid(p) == root and b"forkserver" in b" ".join(_cmdline(p))]
+
+
+def worker_processes(root: int) -> list[int]:
+    """The worker processes of `root` (bench, rollout or env serve --workers): the children of
+    the fork servers it started."""
+    servers = set(fork_servers(root))
+    return sorted(p for p in descendants(root) if _ppid(p) in servers)
+
+
+def run_sandboxes(root: int) -> list[int]:
+    """The sandbox processes of `root` and of each of its worker processes (under their spawn
+    helpers), without the workers and multiprocessing's own (fork server, resource tracker)."""
+    workers = worker_processes(root)
+    skip = set(workers) | set(fork_servers(root))
+    found = [p for owner in (root, *workers) for p in sandbox_processes(owner)]
+    return [p for p in dict.fromkeys(found) if p not in skip
+            and b"multiprocessing.resource_tracker" not in b" ".join(_cmdline(p))]
+
+
+def spawn_helpers(*owners: int) -> list[int]:
+    """The spawn helpers (and their zygotes) that name one of `owners` as theirs."""
+    names = {str(o).encode() for o in owners}
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        cmdline = _cmdline(int(proc.name))
+        if any(w.endswith(b"spawn/helper.py") for w in cmdline) and cmdline[-2:-1] and cmdline[-2] in names:
+            found.append(int(proc.name))
+    return found

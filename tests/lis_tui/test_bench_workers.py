@@ -18,7 +18,7 @@ from lis_tui.bench.tasks import Task
 from lis_tui.bench.workers import default_workers
 from lis_tui.config import load_config
 from lis_tui.rl import rollout
-from proctree import descendants, sandbox_processes
+from proctree import sandbox_processes, worker_processes
 
 pytestmark = pytest.mark.sandbox
 
@@ -102,21 +102,6 @@ def test_default_workers_follow_the_cores_and_the_concurrency():
     assert default_workers(1, cores=1) == 1
 
 
-def _ppid(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError):
-        return -1
-
-
-def _workers_of(pid: int) -> list[int]:
-    """The worker processes: children of the multiprocessing fork server that `pid` started."""
-    below = descendants(pid)
-    servers = {p for p in below if _ppid(p) == pid
-               and b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()}
-    return [p for p in below if _ppid(p) in servers]
-
-
 def _alive(pids: dict[int, str]) -> list[int]:
     """The pids still running the process they were (start time checked: pids are reused)."""
     live = []
@@ -157,8 +142,8 @@ def test_a_worker_killed_mid_run_loses_nothing_leaves_nothing_and_resume_complet
         deadline = time.monotonic() + 60
         while len(arrived) < seen and time.monotonic() < deadline:
             time.sleep(0.02)
-        victim = next(p for p in _workers_of(me) if p not in known)
-        known.update(_workers_of(me))
+        victim = next(p for p in worker_processes(me) if p not in known)
+        known.update(worker_processes(me))
         killed[victim] = _stamps([victim, *sandbox_processes(victim)])
         os.kill(victim, signal.SIGKILL)
 
@@ -177,7 +162,7 @@ def test_a_worker_killed_mid_run_loses_nothing_leaves_nothing_and_resume_complet
         crashed = [r for r in outcome.results if r["crashed"]]
         assert crashed and all("lost 2 times" in r["message"] for r in crashed)
         assert all(r["correct"] for r in outcome.results if not r["crashed"])
-        assert not _workers_of(me)  # no worker left, and no sandbox of the killed ones
+        assert not worker_processes(me)  # no worker left, and no sandbox of the killed ones
         # A dead worker's sandboxes end with it (their pid 1 reads its pipe; its spawn helper
         # kills the rest), in bounded time, not in the same instant.
         stamps = {p: s for found in killed.values() for p, s in found.items()}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lis_tui.rl import SandboxEnv
-from proctree import sandbox_processes
+from proctree import run_sandboxes, sandbox_processes
 from lis_tui.rl.client import EnvClient, EnvServerError
 from lis_tui.rl.env import EnvError
 
@@ -72,7 +72,10 @@ class Served:
 
 @contextlib.contextmanager
 def serve(tmp_path: Path, *flags: str):
+    """The real CLI's server on a free port; in this process alone (--workers 1) unless `flags`
+    name --workers (the default, from the cores, differs from machine to machine)."""
     env = {**os.environ, "LIS_ENV_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)}
+    flags = flags if "--workers" in flags else (*flags, "--workers", "1")
     proc = subprocess.Popen([sys.executable, "-m", "lis_tui.cli", "env", "serve", "--port", "0", *flags],
                             cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
@@ -251,16 +254,17 @@ def test_generated_token_is_printed_and_demanded(tmp_path):
         assert proc.wait(30) == 0
 
 
-def test_the_cap_and_idle_reaping(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_cap_and_idle_reaping(tmp_path, workers):
     # An idle timeout of seconds, not one: a loaded machine may take most of a second per step,
-    # and b must never look idle while it is stepped.
-    with serve(tmp_path, "--max-envs", "2", "--idle-timeout", "3") as served:
+    # and b must never look idle while it is stepped. With 2 workers the cap is the server's.
+    with serve(tmp_path, "--max-envs", "2", "--idle-timeout", "3", "--workers", workers) as served:
         a, _ = served.client.reset(task(5))
         b, _ = served.client.reset(task(6))
         with pytest.raises(EnvServerError) as err:
             served.client.reset(task(7))
         assert err.value.status == 503 and "--max-envs" in str(err.value)
-        sandboxes = sandbox_processes(served.proc.pid)
+        sandboxes = run_sandboxes(served.proc.pid)
         served.client.close(a)
         c, _ = served.client.reset(task(7))  # a closed one frees its place
         idle_since = time.monotonic()
@@ -272,7 +276,7 @@ def test_the_cap_and_idle_reaping(tmp_path):
         assert err.value.status == 410 and "--idle-timeout" in str(err.value)
         assert served.client.health()["live"] == 1
         assert wait_until(lambda: served.client.health()["live"] == 0, 15)
-        assert wait_until(lambda: not alive(sandboxes), 10) and sandbox_processes(served.proc.pid) == []
+        assert wait_until(lambda: not alive(sandboxes), 10) and run_sandboxes(served.proc.pid) == []
 
 
 def test_http_tasks_bring_files_by_content_not_host_paths(tmp_path):
@@ -310,12 +314,13 @@ def test_http_tasks_bring_files_by_content_not_host_paths(tmp_path):
         assert "--tasks" in str(err.value)
 
 
-def test_sigterm_closes_every_sandbox(tmp_path):
-    with serve(tmp_path) as served:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_sigterm_closes_every_sandbox(tmp_path, workers):
+    with serve(tmp_path, "--workers", workers) as served:
         ids = [served.client.reset(task(i))[0] for i in range(3)]
         for env_id in ids:
             served.client.step(env_id, bash("sleep 300 &"))
-        sandboxes = sandbox_processes(served.proc.pid)
+        sandboxes = run_sandboxes(served.proc.pid)
         assert len(sandboxes) >= 3
         served.proc.send_signal(signal.SIGTERM)
         assert served.proc.wait(30) == 0

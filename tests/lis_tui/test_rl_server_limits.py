@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lis_tui.rl.client import EnvClient, EnvServerError
-from proctree import sandbox_processes
+from proctree import run_sandboxes
 from test_rl_env import TOKEN, alive, bash, serve, task, wait_until
 
 pytestmark = pytest.mark.sandbox
@@ -110,12 +110,13 @@ def edit(path: str, text: str) -> str:
     return f"<tool_call>{json.dumps(call)}</tool_call>"
 
 
-def test_a_close_during_a_step_fails_the_step_and_its_editor_writes_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_close_during_a_step_fails_the_step_and_its_editor_writes_nothing(tmp_path, monkeypatch, workers):
     """DELETE while a step's command runs: the command is cut, and the editor call after it in
     the same reply must not write into the sandbox being torn down, nor be reported as done."""
     scratch = tmp_path / "scratch"
     monkeypatch.setenv("LIS_SCRATCH", str(scratch))  # this server's sandboxes only
-    with serve(tmp_path) as served:
+    with serve(tmp_path, "--workers", workers) as served:
         env_id, _ = served.client.reset(task(3))
         answer: dict = {}
 
@@ -128,7 +129,7 @@ def test_a_close_during_a_step_fails_the_step_and_its_editor_writes_nothing(tmp_
         stepping = threading.Thread(target=step)
         stepping.start()
         assert wait_until(lambda: _running(served.proc.pid, b"sleep\x00300"), 30), "the step never began"
-        sandboxes = sandbox_processes(served.proc.pid)
+        sandboxes = run_sandboxes(served.proc.pid)
         served.client.close(env_id)
         stepping.join(PATIENCE)
         assert not stepping.is_alive()
@@ -147,7 +148,7 @@ def test_a_close_during_a_step_fails_the_step_and_its_editor_writes_nothing(tmp_
 
 
 def _running(server_pid: int, cmdline: bytes) -> bool:
-    for pid in sandbox_processes(server_pid):
+    for pid in run_sandboxes(server_pid):
         try:
             if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(cmdline):
                 return True
