@@ -13,11 +13,21 @@ fastest), since a shared 2-core machine varies by a fifth from one run to the ne
 
 Memory per live episode: with --live N episodes held open at once (the server holds each
 episode's second reply, as a model that takes its time would), in --live-workers processes, the
-proportional set size (PSS, so shared libraries are split fairly) of this process, every process
-under it and the sandbox processes of it and its workers (under their spawn helpers), minus the
-idle baseline, divided by the live sandboxes; measured once the sandboxes' zygotes have left
-(they do after IDLE seconds without work; while one lives, it adds about 0.85 MiB to its
-episode).
+proportional set size (PSS, so shared libraries are split fairly) of lis-tui's processes: this
+process, every process under it but the scripted model server, and the sandbox processes of it
+and its workers (under their spawn helpers), minus the idle baseline, divided by the live
+sandboxes; measured once the sandboxes' zygotes have left (they do after IDLE seconds without
+work; while one lives, it adds about 0.85 MiB to its episode). The model server stands in for
+a model that runs elsewhere, so it is no cost of an episode; the total that counted it (as
+before) is printed beside.
+
+The same for `lis-tui env serve --workers N` (each N of --live-workers): the server in a process
+of its own, --live environments reset over HTTP and each stepped once (`true`, so its shell
+runs), then the same quiet; PSS of the server, its workers and their sandboxes, minus the
+server's own process idle (so the workers' interpreters count, once), per live environment.
+`--live-only` skips the throughput rounds:
+
+    bench_throughput.py --live 1000 --live-workers 1,2 --live-only
 Issue target: >= 100 agent steps/s and >= 30 episodes/s at concurrency 32 on a 2-core machine.
 
 Where episodes run, compared in one run (rounds alternate, so drift hits each alike):
@@ -48,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from isolation import SandboxSpec  # noqa: E402
+from lis_tui.rl.client import EnvClient  # noqa: E402
 from isolation.spawn.helper import IDLE  # noqa: E402
 from lis_tui.bench.runner import BenchOptions, BenchRunner  # noqa: E402
 from lis_tui.bench.tasks import Task  # noqa: E402
@@ -126,12 +137,13 @@ def _cmdline(pid: int) -> list[bytes]:
         return []
 
 
-def run_pss_kib(root: int) -> tuple[int, int, int]:
-    """(PSS in KiB, processes, live sandboxes) of the whole run: `root`, its descendants, and
-    the sandbox processes of `root` and of each worker process under it, with their spawn
-    helpers (a helper is no child of its owner: isolation.spawn); sandboxes are counted by the
-    marker their bwrap and pid 1 carry."""
-    mine = [root, *descendants(root)]
+def run_pss_kib(root: int, leave_out: tuple[int, ...] = ()) -> tuple[int, int, int]:
+    """(PSS in KiB, processes, live sandboxes) of the whole run: `root`, its descendants but
+    `leave_out` and theirs, and the sandbox processes of `root` and of each worker process under
+    it, with their spawn helpers (a helper is no child of its owner: isolation.spawn); sandboxes
+    are counted by the marker their bwrap and pid 1 carry."""
+    skip = {*leave_out, *descendants(*leave_out)} if leave_out else set()
+    mine = [p for p in [root, *descendants(root)] if p not in skip]
     owners = mine  # this process and its workers
     helpers = [int(d.name) for d in Path("/proc").glob("[0-9]*")
                if (c := _cmdline(int(d.name))) and any(w.endswith(b"spawn/helper.py") for w in c)
@@ -141,11 +153,12 @@ def run_pss_kib(root: int) -> tuple[int, int, int]:
     return sum(pss_kib(pid) for pid in pids), len(pids), len(marks)
 
 
-def memory_per_live_episode(live: int, rootfs: str, tmp: Path, workers: int = 1) -> tuple[float, int, float]:
-    """(MiB and processes per live episode, episodes live at once) with `live` held open, in
-    `workers` processes (their interpreters count once, in the total)."""
+def memory_per_live_episode(live: int, rootfs: str, tmp: Path, workers: int = 1) -> tuple[float, int, float, float]:
+    """(MiB and processes per live episode, episodes live at once, MiB per episode with the
+    scripted model server counted as before) with `live` held open, in `workers` processes
+    (their interpreters count once, in the total)."""
     baseline, base_procs, _ = run_pss_kib(os.getpid())
-    peak = {"kib": 0, "live": 0, "procs": 0}
+    peak = {"kib": 0, "live": 0, "procs": 0, "old": 0}
     with scripted_server(hold=120.0) as (url, server):
         def watch(runner):
             deadline = time.monotonic() + 100
@@ -156,8 +169,9 @@ def memory_per_live_episode(live: int, rootfs: str, tmp: Path, workers: int = 1)
                     # Let the last shells settle, and each sandbox's zygote leave as it does while
                     # an episode waits on its model (isolation/spawn: IDLE seconds without work).
                     time.sleep(1.0 + IDLE)
-                    kib, procs, n = run_pss_kib(os.getpid())
-                    peak.update(kib=kib - baseline, procs=procs - base_procs, live=n)
+                    kib, procs, n = run_pss_kib(os.getpid(), leave_out=(server.pid,))
+                    old = run_pss_kib(os.getpid())[0]
+                    peak.update(kib=kib - baseline, procs=procs - base_procs, live=n, old=old - baseline)
                     server.stdin.write("go\n")
                     server.stdin.flush()
                     return
@@ -166,7 +180,45 @@ def memory_per_live_episode(live: int, rootfs: str, tmp: Path, workers: int = 1)
     if failed:
         print(f"{len(failed)} held episodes failed, e.g. {failed[0]}", file=sys.stderr)
     n = max(peak["live"], 1)
-    return peak["kib"] / 1024 / n, peak["live"], peak["procs"] / n
+    return peak["kib"] / 1024 / n, peak["live"], peak["procs"] / n, peak["old"] / 1024 / n
+
+
+def memory_per_live_env(live: int, rootfs: str, tmp: Path, workers: int) -> tuple[float, int, float]:
+    """(MiB and processes per live environment, environments live) of `lis-tui env serve
+    --workers N` with `live` environments reset and stepped once over HTTP."""
+    token = "bench-token"
+    proc = subprocess.Popen([sys.executable, "-m", "lis_tui.cli", "env", "serve", "--port", "0",
+                             "--workers", str(workers), "--max-envs", str(live), "--idle-timeout", "3600",
+                             "--rootfs", rootfs], cwd=tmp, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "LIS_ENV_TOKEN": token, "PYTHONPATH": str(ROOT)})
+    try:
+        while "serving on" not in (line := proc.stderr.readline()):
+            if not line:
+                raise RuntimeError("env serve did not start")
+        url = line.split("serving on ")[1].split()[0]
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # never let its pipe fill
+        baseline = pss_kib(proc.pid)  # the server's own process, idle; its workers count in full
+        local = threading.local()
+
+        def one(i: int) -> None:
+            if not hasattr(local, "client"):
+                local.client = EnvClient(url, token)
+            env_id, _ = local.client.reset({"id": f"t{i}", "problem_statement": "What is 6 * 7?",
+                                            "ground_truth": "42"})
+            local.client.step(env_id, {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "c", "type": "function",
+                "function": {"name": "execute_bash", "arguments": '{"command": "true"}'}}]})
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(one, range(live)))
+        time.sleep(1.0 + IDLE)
+        kib, procs, n = run_pss_kib(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(300)
+    n = max(n, 1)
+    return (kib - baseline) / 1024 / n, n, (procs - 1) / n
 
 
 def main() -> None:
@@ -178,13 +230,18 @@ def main() -> None:
     parser.add_argument("--ray", action="store_true", help="also run on a Ray cluster of this machine")
     parser.add_argument("--live", type=int, default=256, help="episodes held open for the memory "
                         "measurement (0 skips it; the paper reports 512 Docker sandboxes at ~200 MB)")
-    parser.add_argument("--live-workers", type=int, default=1, help="worker processes that hold "
-                        "the --live episodes (their interpreters count once)")
+    parser.add_argument("--live-workers", default="1", help="worker processes that hold the --live "
+                        "episodes (their interpreters count once); a list (1,2) measures each, and "
+                        "env serve with as many workers")
+    parser.add_argument("--live-only", action="store_true", help="measure memory per live episode "
+                        "(bench and env serve) only, no throughput rounds")
     parser.add_argument("--rootfs", default="host")
     parser.add_argument("--paper", action="store_true", help="also run each round in paper mode "
                         "(a fresh bash -c per command, the package's editor), alternating with "
                         "the default mode, and print both")
     args = parser.parse_args()
+    if args.live_only or "," in args.live_workers:
+        return compare_live(args)
     if args.workers or args.ray or "," in args.concurrency:
         return compare_places(args)
     args.concurrency = int(args.concurrency)
@@ -214,9 +271,11 @@ def main() -> None:
                 ("mean episode wall time",
                  f"{sum(r['wall_time'] for r in results) / len(results) * 1000:.0f} ms")]
         if args.live:
-            mib, seen, procs = memory_per_live_episode(args.live, args.rootfs, Path(tmp), args.live_workers)
+            mib, seen, procs, old = memory_per_live_episode(args.live, args.rootfs, Path(tmp),
+                                                            int(args.live_workers))
             rows.append((f"memory per live episode ({seen} live, {args.live_workers} worker(s), PSS)",
                          f"{mib:.2f} MiB"))
+            rows.append(("the same with the scripted model server counted (as before)", f"{old:.2f} MiB"))
             rows.append(("processes per live episode", f"{procs:.1f}"))
     width = max(len(k) for k, _ in rows)
     print(f"\nlis-tui bench throughput ({args.rootfs} rootfs, 3-step episodes)\n")
@@ -224,6 +283,25 @@ def main() -> None:
     for key, value in rows:
         print(f"| {key:<{width}} | {value} |")
     print(json.dumps(dict(rows)), file=sys.stderr)
+
+
+def compare_live(args) -> None:
+    """Memory per live episode, bench and env serve, for each --live-workers count."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="lis-bench-") as tmp:
+        for n in (int(w) for w in args.live_workers.split(",")):
+            mib, seen, procs, old = memory_per_live_episode(args.live, args.rootfs, Path(tmp) / f"b{n}", n)
+            rows.append(("bench", n, seen, mib, procs, f"{old:.2f}"))
+            (Path(tmp) / f"s{n}").mkdir()
+            mib, seen, procs = memory_per_live_env(args.live, args.rootfs, Path(tmp) / f"s{n}", n)
+            rows.append(("env serve", n, seen, mib, procs, "(no model server)"))
+    print(f"\nmemory per live episode ({args.rootfs} rootfs, {len(os.sched_getaffinity(0))} cores; "
+          "PSS of lis-tui's processes: parent, workers, sandboxes; the parent's idle baseline "
+          "taken off)\n")
+    print("| runs in | workers | live | MiB per live episode | vs first row | processes per episode "
+          "| MiB with the scripted model server (as before) |\n|---|---|---|---|---|---|---|")
+    for what, n, seen, mib, procs, old in rows:
+        print(f"| {what} | {n} | {seen} | {mib:.2f} | {mib / rows[0][3]:.2f}x | {procs:.1f} | {old} |")
 
 
 def compare_places(args) -> None:
