@@ -58,7 +58,12 @@ class _Worker:
         self._lock = threading.Lock()  # _calls, why, sending and closing the descriptor
         self._reader = threading.Thread(target=self._read, name=f"lis-env-{label}", daemon=True)
         self._reader.start()
-        self.pid = self.call("prepare", setup)
+        try:
+            self.pid = self.call("prepare", setup)
+        except BaseException:
+            self.stop()  # a worker that cannot build environments is none of ours
+            self.wait(5.0)
+            raise
 
     def call(self, method: str, *args: Any) -> Any:
         """Send one call and wait for its answer; raises the worker's error, or _Died."""

@@ -188,3 +188,12 @@ def test_ctrl_c_stops_every_worker_and_sandbox(tmp_path):
         assert wait_until(lambda: not _alive(everything), 15), \
             [Path(f"/proc/{p}/cmdline").read_bytes() for p in _alive(everything)]
     assert "every sandbox closed" in "".join(served.stderr)
+
+
+def test_a_negative_workers_count_says_what_is_allowed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    from lis_tui.cli import main
+
+    assert main(["env", "serve", "--port", "0", "--workers", "-1"]) == 2
+    assert "--workers 0 (one per 2 cores) or more" in capsys.readouterr().err
