@@ -121,10 +121,10 @@ def _build(args: argparse.Namespace) -> tuple[Any, str]:
     """The server, listening, and the token made for it ("" when one was given)."""
     from lis_tui.bench.rewards import parse_reward  # noqa: PLC0415 (keep --help fast)
     from lis_tui.bench.tasks import TaskError, load_tasks  # noqa: PLC0415
+    from lis_tui.bench.workers import default_workers  # noqa: PLC0415
     from lis_tui.config import ConfigError, configured_rootfs, load_config  # noqa: PLC0415
     from lis_tui.rl.env import SandboxEnv  # noqa: PLC0415
     from lis_tui.rl.pool import EnvPool, PoolConfig  # noqa: PLC0415
-    from lis_tui.bench.workers import default_workers  # noqa: PLC0415
     from lis_tui.rl.server import EnvServer, ServerConfig  # noqa: PLC0415
     from lis_tui.rl.worker_main import EnvSetup  # noqa: PLC0415
 
