@@ -22,7 +22,7 @@ itself before it joins the namespaces (spawn/helper.py); commands are the zygote
 close the cgroup is killed (cgroup.kill) and removed; what a crash left is removed at the next start.
 
 Found once per process (`delegation`), so a machine without a delegated hierarchy pays one cached
-call per sandbox. RLIMITs stay the floor everywhere (sandbox._rlimits).
+call per sandbox. RLIMITs stay the floor everywhere (sandbox/pid1.py: _rlimits).
 """
 from __future__ import annotations
 

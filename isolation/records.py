@@ -13,8 +13,8 @@ the caller's path (rmdir on a busy ext4 waits for its journal); the record stays
 done, so an owner that dies meanwhile leaves a record the sweep takes, `.gone` included. At
 interpreter exit the reaper is waited for.
 
-A process sweeps once, at its first start (sandbox.py), and again when a start fails: never per
-start, so a start costs the same with 10,000 sandboxes live as with none.
+A process sweeps once, at its first start (sandbox/starting.py), and again when a start fails:
+never per start, so a start costs the same with 10,000 sandboxes live as with none.
 """
 from __future__ import annotations
 

@@ -444,17 +444,18 @@ def test_an_owner_killed_after_its_children_while_bwrap_waits_leaves_nothing():
 def test_a_start_that_fails_part_way_leaves_no_process(monkeypatch, where):
     """bwrap's child waits on its block fds while we set pid 1's limits, mount the layers and wait
     for it to say it runs: killing bwrap then left the child waiting, reparented, forever."""
-    from isolation import sandbox as module, spawn
+    from isolation import spawn
+    from isolation.sandbox import launch, pid1
 
     def fail(*_args, **_kwargs):
         raise spawn.SpawnError(5, "failed on purpose")
 
     if where == "limits":
-        monkeypatch.setattr(module, "_bound_pid_1", fail)
+        monkeypatch.setattr(pid1, "_bound_pid_1", fail)
     elif where == "layers":
         monkeypatch.setattr(spawn.Zygote, "join_early", fail)
     else:  # pid 1 never says it runs (a start past its timeout)
-        monkeypatch.setattr(module, "START_TIMEOUT", 0.5)
+        monkeypatch.setattr(launch, "START_TIMEOUT", 0.5)
         monkeypatch.setattr(spawn.Zygote, "join_early", lambda *_a, **_k: os.open("/", os.O_PATH))
     before = set(_ours_marked("lis-sandbox-"))
     with pytest.raises((SandboxError, spawn.SpawnError)):

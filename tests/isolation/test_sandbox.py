@@ -106,7 +106,7 @@ def file_io(request, sandbox, monkeypatch):
     """The sandbox, its files read and written through openat2, or through a joined shell as on
     kernels without openat2."""
     if request.param == "process":
-        from isolation import sandbox as sandbox_module
+        from isolation.sandbox import files as sandbox_module  # where the reads and writes look them up
         from isolation.inroot import InRootUnavailable
 
         def no_openat2(*args):

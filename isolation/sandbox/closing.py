@@ -1,0 +1,150 @@
+"""Ending a sandbox: close() (every process killed, pid 1 reaped by bwrap, the zygote, cgroup,
+record and scratch let go, a kept session's layers saved first), the close at the wall time, and
+the stop a limit makes (every process killed, the sandbox kept readable until close)."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+from typing import TYPE_CHECKING
+
+from .. import budget, capacity, diskcap, memcap, session_layers, spawn
+from ..output import ready
+from ..spec import SandboxError
+
+if TYPE_CHECKING:
+    from . import Sandbox
+
+BWRAP_EXIT_WAIT = 2.0  # seconds close() gives bwrap to reap the killed pid 1 and exit, before killing it
+FILE_OPS_WAIT = 10.0  # seconds close() waits for host-side file operations under way (each takes ms)
+log = logging.getLogger(__name__)
+
+
+def close(sandbox: Sandbox) -> None:
+    """Kill every process of the sandbox and remove its scratch; safe to call twice, from any thread."""
+    with sandbox._file_ops:  # no file operation starts now; those under way end before the teardown
+        sandbox._closing = True
+        sandbox._file_ops.wait_for(lambda: sandbox._file_ops_running == 0, FILE_OPS_WAIT)
+    with sandbox._close_lock:
+        unsaved = sandbox._close()
+    if unsaved:
+        raise SandboxError(unsaved)
+
+
+def _close(sandbox: Sandbox) -> str | None:
+    """The teardown; returns why a kept session's layers could not be saved, else None."""
+    unsaved = None
+    diskcap.unwatch(sandbox)
+    memcap.unwatch(sandbox)
+    budget.untrack(sandbox)
+    if sandbox._timer and sandbox._timer is not threading.current_thread():
+        sandbox._timer.cancel()
+    if sandbox.network is not None:
+        sandbox.network.detach()
+        sandbox.network = None
+    if sandbox._proc is not None:
+        # Killing the pid namespace's init takes every process in it down, and bwrap only exits
+        # once that init is gone: after the wait, nothing of the sandbox runs. (No pidfd: pid 1
+        # is gone already, or dies of bwrap's death, its parent-death signal.)
+        pidfd = sandbox._pid_1_fd()
+        if pidfd is not None:
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        # bwrap reaps pid 1 and exits: killed first, it would leave pid 1 a zombie for the host's
+        # init to reap, whenever that gets to it (dozens at once under load, seen with a slow init)
+        if pidfd is not None:
+            _exited(sandbox._proc, BWRAP_EXIT_WAIT)
+        if sandbox._proc.poll() is None:  # not reaped yet: its group's number is still its own
+            try:
+                os.killpg(sandbox._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            sandbox._proc.wait()
+        if pidfd is not None:
+            ready([pidfd], 10)  # init exits only after every process in it is gone
+            os.close(pidfd)
+    if sandbox._zygote is not None:
+        sandbox._zygote.close()
+        sandbox._zygote = None
+    if sandbox._rw_fd is not None:  # the last hold on the layers' tmpfs: its memory goes back now
+        if sandbox._session is not None and sandbox._counted:  # a kept session that ran: to disk first
+            unsaved = sandbox._save_session()
+        os.close(sandbox._rw_fd)
+        sandbox._rw_fd = None
+    if sandbox._cgroup is not None:
+        sandbox._cgroup.remove()
+        sandbox._cgroup = None
+    if sandbox._err_fd is not None:
+        os.close(sandbox._err_fd)
+        sandbox._err_fd = None
+    if sandbox._record is not None:
+        if sandbox._proc is not None:
+            spawn.end_with_us(sandbox._record.marker, live=False)
+        sandbox._record.release()
+        sandbox._record = None
+    if sandbox._session is not None:
+        sandbox._session.release()
+        sandbox._session = None
+    if sandbox._counted:
+        capacity.closed()
+        sandbox._counted = False
+    sandbox.pid = None
+    return unsaved
+
+
+def _close_at_wall_time(sandbox: Sandbox) -> None:
+    with contextlib.suppress(SandboxError):  # an unsaved session: logged, and no caller to raise to
+        sandbox.close()
+
+
+def _save_session(sandbox: Sandbox) -> str | None:
+    """Copy a kept session's layers to its folder (session_layers.save); on failure, why."""
+    try:
+        session_layers.save(sandbox._session.dir, sandbox._rw_fd)
+    except (OSError, SandboxError) as exc:
+        why = session_layers.unsaved(sandbox._session.dir, exc)
+        log.warning("%s", why)
+        return why
+    return None
+
+
+def _stop(sandbox: Sandbox, why: str) -> None:
+    """Kill every process of the sandbox, pid 1 included, and say why from now on: to the
+    next command's caller once (disk_note), and in the error of every later one. close()
+    still has to be called."""
+    with sandbox._close_lock:
+        if sandbox.pid is None or sandbox._stopped:
+            return
+        sandbox._stopped = why
+        sandbox._disk_note = f"the sandbox was stopped: {why}."
+        pidfd = sandbox._pid_1_fd()
+        if pidfd is None:  # gone already
+            return
+        try:  # the pid namespace's init: the kernel takes every other process in it along
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        finally:
+            os.close(pidfd)
+
+
+def _exited(proc: subprocess.Popen, timeout: float) -> bool:
+    """Whether our child `proc` has exited (and is reaped) within `timeout`, woken by a pidfd the
+    moment it exits: Popen.wait(timeout) polls, with sleeps that double from 0.5 ms, and lost a
+    millisecond or two of every close."""
+    if proc.poll() is not None:
+        return True
+    try:
+        fd = os.pidfd_open(proc.pid)  # not reaped: the pid is still our child's
+    except OSError:
+        return proc.poll() is not None
+    try:
+        ready([fd], timeout)
+    finally:
+        os.close(fd)
+    return proc.poll() is not None

@@ -1,0 +1,115 @@
+"""The sandbox's pid 1: the limits it and every command get (rlimits, the user namespace's
+sysctls), set on it from here before it execs, with its cgroup; and how we reach it later, by pid
+only (no descriptor is kept per idle sandbox), each time checked to be bwrap's child."""
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+from typing import TYPE_CHECKING
+
+from .. import idmap
+from ..spec import Limits, SandboxError
+
+if TYPE_CHECKING:
+    from . import Sandbox
+
+
+def _rlimits(limits: Limits) -> list[tuple[int, int]]:
+    """(resource, value) pairs for every limit set; soft and hard alike, so nothing inside raises them."""
+    pairs = [(resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_DATA, limits.memory),
+             (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NPROC, limits.processes),
+             (resource.RLIMIT_SIGPENDING, limits.pending_signals), (resource.RLIMIT_MSGQUEUE, limits.message_queues)]
+    return [(res, value) for res, value in pairs if value]
+
+
+def _sysctls(limits: Limits) -> list[tuple[str, int]]:
+    """The sandbox's user namespace's own caps on per-user kernel counters (/proc/sys/user/)."""
+    pairs = [("max_inotify_instances", limits.inotify_instances), ("max_inotify_watches", limits.inotify_watches)]
+    return [(name, value) for name, value in pairs if value]
+
+
+def _bound_pid_1(pid: int, rlimits: list[tuple[int, int]]) -> None:
+    """Give bwrap's child, pid 1 to be, the limits every command gets, before it execs (bwrap
+    waits on --block-fd): set from here, since no code of ours runs in it. (A pidfd checked it
+    is bwrap's child, which bwrap has not reaped: the pid is still its own.)"""
+    try:
+        for res, value in rlimits:
+            _, hard = resource.getrlimit(res)  # its own, inherited from us through bwrap
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.prlimit(pid, res, (value, value))
+    except OSError as exc:
+        raise SandboxError(f"could not set the sandbox's limits on its pid 1: {exc.strerror}. "
+                           "Run `lis-tui doctor`.") from None
+
+
+def _admit_pid_1(sandbox: Sandbox, rlimits: list[tuple[int, int]], pidfd: int) -> None:
+    """Before bwrap's child executes anything (it waits on --block-fd): every command's limits,
+    and its cgroup where there is one. On failure bwrap is killed first, so that pid 1 never
+    goes on without them."""
+    try:
+        with idmap.acting_as(idmap.mapped()):  # a root caller's pid 1 is its subordinate id's
+            _bound_pid_1(sandbox.pid, rlimits)
+        if sandbox._cgroup is not None:
+            sandbox._cgroup.admit(sandbox.pid)
+    except BaseException:
+        sandbox._abandon_start(pidfd)
+        raise
+
+
+def _checked_pidfd(pid: int, bwrap: subprocess.Popen) -> int | None:
+    """A new pidfd of `pid` if it is bwrap's child (the sandbox's pid 1, or pid 1 to be), else None.
+
+    A pidfd names one process and no later one that reuses its pid, and tells when it is gone.
+    Opened by pid, it is checked to name bwrap's child: /proc's parent is bwrap, whose pid is
+    still its own (our child, not reaped), which forks no other, and the pidfd's process was
+    alive after that read, so the read was its own."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+        signal.pidfd_send_signal(pidfd, 0)  # alive now, so the stat read was its own
+    except (OSError, ValueError, IndexError):
+        parent = None
+    if parent != bwrap.pid or bwrap.returncode is not None:
+        os.close(pidfd)
+        return None
+    return pidfd
+
+
+def _open_pid_1(sandbox: Sandbox) -> tuple[int, int]:
+    """New descriptors of the sandbox's pid 1 (a pidfd) and of its /; none is kept between
+    uses: one descriptor less per idle sandbox. The pidfd is checked to name bwrap's child
+    (_checked_pidfd), and the root, opened by pid, is its own since pid 1 was alive after."""
+    pidfd = sandbox._pid_1_fd()
+    if pidfd is None:
+        raise SandboxError(sandbox._not_running())
+    try:
+        root = os.open(f"/proc/{sandbox.pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        os.close(pidfd)
+        raise SandboxError(sandbox._not_running()) from None
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+    except OSError:
+        os.close(pidfd)
+        os.close(root)
+        raise SandboxError(sandbox._not_running()) from None
+    return pidfd, root
+
+
+def _pid_1_fd(sandbox: Sandbox) -> int | None:
+    """A new pidfd of the sandbox's pid 1, checked (_checked_pidfd); None when it has none (not
+    started, or gone)."""
+    return _checked_pidfd(sandbox.pid, sandbox._proc) if sandbox.pid is not None and sandbox._proc is not None else None
+
+
+def _open_root(sandbox: Sandbox) -> int:
+    """A new descriptor of the sandbox's / (see _open_pid_1)."""
+    pidfd, root = sandbox._open_pid_1()
+    os.close(pidfd)
+    return root

@@ -1,0 +1,127 @@
+"""Starting a sandbox: the admission (capacity, the memory budget), its record and session, the
+plan of its mounts, its cgroup, the launch (launch.py), then the network, the watchers and the
+wall-time timer; a failing start closes what it made, and sweeps dead owners' leftovers."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import resource
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import budget, bwrap, capacity, cgroup, diskcap, memcap, records, session_layers, sessions, workspace
+from ..spec import SandboxError, default_disk
+from .disk import RW
+
+if TYPE_CHECKING:
+    from . import Sandbox
+
+log = logging.getLogger(__name__)
+SWEEP_AFTER_FAILURE = 60.0  # seconds: a failing start sweeps again at most this often
+_swept = 0.0  # time.monotonic() of this process's last sweep; 0: none yet
+_sweep_lock = threading.Lock()
+
+
+def _sweep(first: bool) -> None:
+    """Dead owners' leftovers: swept at this process's first start, then after a failed start (at
+    most every SWEEP_AFTER_FAILURE seconds); never per start, whose cost would grow with the
+    records there are."""
+    global _swept
+    with _sweep_lock:
+        if first and _swept:
+            return
+        if not first and time.monotonic() - _swept < SWEEP_AFTER_FAILURE:
+            return
+        _swept = time.monotonic()
+        if first:
+            # Each live sandbox holds a few descriptors; hundreds at once outgrow the usual soft limit of 1024.
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            if soft < hard:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        records.sweep()
+    except OSError as exc:  # a scratch we cannot list: the start says what is wrong, not the sweep
+        log.warning("could not sweep the scratch: %s", exc)
+
+
+def start(sandbox: Sandbox) -> Sandbox:
+    if sandbox._proc is not None:
+        raise SandboxError("this sandbox was already started")
+    info = bwrap.find_bwrap()
+    _sweep(first=True)
+    capacity.check_headroom()  # a clear refusal, naming the limit, before any is hit
+    limits = budget.admit(sandbox.spec.limits, diskcap.on_tmpfs(sandbox.spec), default_disk())
+    if limits is not sandbox.spec.limits:  # a smaller disk: what the memory budget has room for
+        sandbox.spec = dataclasses.replace(sandbox.spec, limits=limits)
+    from ..layout import plan  # noqa: PLC0415 (layout imports the rootfs store, which is heavier)
+
+    try:
+        sandbox._record = records.Record()
+        sandbox._open_session()
+        trust = sandbox._prepare_credentials()
+        scratch, sandbox._on_tmpfs = sandbox.layers, diskcap.on_tmpfs(sandbox.spec)
+        if sandbox._on_tmpfs:  # the layers go in a tmpfs, mounted on this folder inside
+            scratch = sandbox.layers / RW
+            scratch.mkdir(exist_ok=True)
+        sandbox._root = plan(sandbox.spec, scratch, info, trust=trust)
+        if not sandbox._on_tmpfs:
+            for folder, mode in sandbox._root.folders:
+                with contextlib.suppress(FileExistsError):  # a kept session's
+                    os.mkdir(scratch / folder, mode)
+        sandbox._cgroup = cgroup.for_sandbox(sandbox._record.id, sandbox.spec.limits)
+        sandbox._launch(info)
+    except BaseException as exc:
+        making = sandbox._record is None  # any failure to make the record is the scratch's
+        sandbox.close()
+        _sweep(first=False)
+        if isinstance(exc, OSError):  # a file's ENOSPC is a full scratch; a process limit is capacity's
+            full = records.scratch_error(exc, making=making) if exc.errno not in capacity.PROCESS_ERRNOS else None
+            if full is not None:
+                raise full from None
+            if exc.errno in capacity.LIMIT_ERRNOS:
+                raise SandboxError(capacity.explain(exc)) from None
+        raise
+    capacity.started()
+    sandbox._counted = True
+    budget.track(sandbox)
+    sandbox.env = sandbox._root.environment(sandbox.spec)
+    if sandbox._network_policy().mode != "off":
+        try:
+            sandbox._open_network()
+        except BaseException:
+            sandbox.close()
+            raise
+    if (sandbox.spec.limits.disk or sandbox.spec.limits.inode_limit()) and not sandbox._on_tmpfs:
+        diskcap.watch(sandbox)  # the walk: a kept session's layers, on disk
+    if memcap.applies(sandbox):  # no cgroup holds its memory: a watcher sums its processes
+        memcap.watch(sandbox)
+    if sandbox.spec.limits.wall_time:
+        sandbox._timer = threading.Timer(sandbox.spec.limits.wall_time, sandbox._close_at_wall_time)
+        sandbox._timer.daemon = True
+        sandbox._timer.start()
+    return sandbox
+
+
+def _open_session(sandbox: Sandbox) -> None:
+    if sandbox.spec.git_writable and sandbox.spec.workspace is not None:
+        from ..gitbundle import head_commit  # noqa: PLC0415
+
+        sandbox.git_base = head_commit(Path(sandbox.spec.workspace).expanduser().resolve())
+    if not sandbox.spec.session:
+        if sandbox.spec.workspace is not None:
+            sandbox._before = workspace.snapshot(Path(sandbox.spec.workspace).expanduser().resolve())
+        return
+    sandbox._session = sessions.Session(sandbox.spec.session)
+    saved = sandbox._session.load_spec()
+    if saved is not None and (saved.rootfs, saved.workspace) != (sandbox.spec.rootfs, sandbox.spec.workspace):
+        raise SandboxError(f"session {sandbox.spec.session} was made with rootfs {saved.rootfs!r} and workspace "
+                           f"{saved.workspace!r}; resume it with the same ones (or leave them out)")
+    session_layers.prepare(sandbox._session.dir, sandbox.spec.session, sandbox.spec.limits, diskcap.on_tmpfs(sandbox.spec))
+    sandbox._before = sandbox._session.snapshot()
+    if sandbox._before is None and sandbox.spec.workspace is not None:
+        sandbox._before = workspace.snapshot(Path(sandbox.spec.workspace).expanduser().resolve())
+    sandbox._session.save(sandbox.spec, sandbox._before)
