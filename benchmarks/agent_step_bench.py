@@ -28,11 +28,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from fakes.openai_server import FakeOpenAI, call, reply  # noqa: E402
 from isolation import Sandbox  # noqa: E402
-from lis_tui import events  # noqa: E402
-from lis_tui.agent import Agent  # noqa: E402
-from lis_tui.config import AgentConfig, ModelConfig  # noqa: E402
-from lis_tui.model import ModelClient  # noqa: E402
-from lis_tui.trajectory import TrajectoryWriter  # noqa: E402
+from lis_tui.agent import events  # noqa: E402
+from lis_tui.agent.loop import Agent  # noqa: E402
+from lis_tui.config.settings import AgentConfig, ModelConfig  # noqa: E402
+from lis_tui.model.client import ModelClient  # noqa: E402
+from lis_tui.agent.trajectory import TrajectoryWriter  # noqa: E402
 from tools import TOOL_SCHEMAS, Toolbox  # noqa: E402
 from tools.shell import Shell  # noqa: E402
 

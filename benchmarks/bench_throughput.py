@@ -62,7 +62,7 @@ from lis_tui.rl.client import EnvClient  # noqa: E402
 from isolation.spawn.helper import IDLE  # noqa: E402
 from lis_tui.bench.runner import BenchOptions, BenchRunner  # noqa: E402
 from lis_tui.bench.tasks import Task  # noqa: E402
-from lis_tui.config import load_config  # noqa: E402
+from lis_tui.config.settings import load_config  # noqa: E402
 from proctree import descendants, pss_kib  # noqa: E402
 
 SERVER = """

@@ -1,4 +1,4 @@
-"""How long until the person sees something: `lis-tui --version`, the CPU that `import lis_tui.app`
+"""How long until the person sees something: `lis-tui --version`, the CPU that `import lis_tui.app.tui`
 costs, and the app's first frame (launch until tmux's capture-pane shows the welcome), in wall time
 and in the app's own CPU time by then: on a loaded machine the wall time is mostly waiting for a
 core, and the CPU time is what an idle one would take.
@@ -48,8 +48,8 @@ def time_version(tree: Path, home: Path) -> float:
 
 
 def import_cpu(tree: Path, home: Path) -> float:
-    """CPU seconds (user + system) of `import lis_tui.app` in a fresh interpreter."""
-    code = ("import time; t = time.process_time(); import lis_tui.app; "
+    """CPU seconds (user + system) of `import lis_tui.app.tui` in a fresh interpreter."""
+    code = ("import time; t = time.process_time(); import lis_tui.app.tui; "
             "print(time.process_time() - t)")
     done = subprocess.run([python_of(tree), "-c", code], check=True, capture_output=True, text=True,
                           env=env_for(tree, home), cwd=home)
@@ -110,7 +110,7 @@ def main() -> None:
     if shutil.which("tmux") is None:
         sys.exit("first_paint needs tmux")
     probes = {("lis-tui --version (s)",): lambda t, h: (time_version(t, h),),
-              ("import lis_tui.app (CPU s)",): lambda t, h: (import_cpu(t, h),)}
+              ("import lis_tui.app.tui (CPU s)",): lambda t, h: (import_cpu(t, h),)}
     for width, height in ((80, 24), (120, 35)):
         probes[(f"first frame {width}x{height} (s)", f"first frame {width}x{height} (CPU s)")] = \
             lambda t, h, size=(width, height): time_first_frame(t, h, size)

@@ -3,7 +3,7 @@ under 2 s on the 2-core machine.
 
     .venv/bin/python benchmarks/held_back_bench.py [--files 20000] [--rounds 5]
 
-`isolation.heldback.hold_reasons` over a real git repository (its config read, its ignore rules
+`isolation.changes.heldback.hold_reasons` over a real git repository (its config read, its ignore rules
 asked in one `git check-ignore`), against today's rule in the same run: the ten name patterns of
 before issue 34, matched one by one per path. The change lists are this checkout's own .venv
 (a real venv's layout) as made in the sandbox, the same with pyvenv.cfg on the host, and as many
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
-from isolation.heldback import _matches, hold_reasons  # noqa: E402
+from isolation.changes.heldback import _matches, hold_reasons  # noqa: E402
 
 TODAY = (".git/**", "lis-tui.toml", ".lis-tui/**", ".envrc", ".env*", ".vscode/**", ".idea/**",
          ".devcontainer/**", ".github/workflows/**", "*.pth")

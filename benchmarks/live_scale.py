@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
-from isolation import Sandbox, capacity, records, spawn  # noqa: E402
+from isolation import Sandbox, records, spawn
+from isolation.limits import capacity  # noqa: E402
 from isolation.spawn.helper import IDLE  # noqa: E402
 from isolation.spec import SandboxError  # noqa: E402
 from proctree import pss_kib, sandbox_processes  # noqa: E402

@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from isolation import Limits, Sandbox, SandboxSpec, budget  # noqa: E402
+from isolation import Limits, Sandbox, SandboxSpec
+from isolation.limits import budget  # noqa: E402
 
 GiB, MiB = 1 << 30, 1 << 20
 

@@ -47,7 +47,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests")]
 from bench_throughput import scripted_server, tasks  # noqa: E402
 from isolation import SandboxSpec  # noqa: E402
 from lis_tui.bench.runner import BenchOptions, BenchRunner  # noqa: E402
-from lis_tui.config import load_config  # noqa: E402
+from lis_tui.config.settings import load_config  # noqa: E402
 from lis_tui.ray import RayOptions  # noqa: E402
 from lis_tui.ray import cluster as ray_cluster  # noqa: E402
 

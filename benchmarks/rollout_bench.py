@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_throughput import run, scripted_server, tasks  # noqa: E402
 
 from isolation import SandboxSpec  # noqa: E402
-from lis_tui.config import load_config  # noqa: E402
+from lis_tui.config.settings import load_config  # noqa: E402
 from lis_tui.rl.runner import RolloutOptions, RolloutRunner  # noqa: E402
 
 

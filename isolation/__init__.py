@@ -1,8 +1,18 @@
-"""Rootless sandboxes: bubblewrap namespaces over a read-only root, no daemon, no root."""
+"""Rootless sandboxes: bubblewrap namespaces over a read-only root, no daemon, no root.
+
+Packages by concern: sandbox/ (the `Sandbox` users hold, its concerns one module each),
+limits/ (what a sandbox may use of the host), host/ (host-side work on trees a sandbox made),
+changes/ (what comes back from a workspace), spawn/ (commands started inside), net/ (the egress
+proxy), rootfs/ (the store of root filesystems); beside them spec, layout, bwrap, idmap, output,
+records, sessions, session_layers, doctor, extras.
+
+May import: the standard library, and an optional extra's library only where its feature is
+used. Never tools, lis_tui, textual or openai: this package works alone.
+"""
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
 
 __all__ = ["Sandbox", "SandboxSpec", "Limits", "ExecResult", "SandboxError", "NotARegularFile"]
-_LAZY = {"Sandbox": "sandbox", "NotARegularFile": "inroot"}
+_LAZY = {"Sandbox": "sandbox", "NotARegularFile": "host.inroot"}
 """Loaded when first asked for: `from isolation import SandboxSpec` (a CLI's flags, the app's
 first screen) does not pay for the sandbox's own imports (about 80 ms of CPU)."""
 

@@ -160,7 +160,7 @@ def check_containment() -> list[Check]:
 
 def check_limits() -> Check:
     """What each sandbox may use unless [sandbox] in the config or flags say otherwise."""
-    from .diskcap import on_tmpfs  # noqa: PLC0415
+    from .limits.diskcap import on_tmpfs  # noqa: PLC0415
     from .spec import Limits, SandboxSpec, tmpfs_sizes  # noqa: PLC0415
 
     limits = Limits()
@@ -180,7 +180,7 @@ def check_limits() -> Check:
 
 def check_budget() -> Check:
     """The memory budget of every sandbox's tmpfs, the floor, and what the user's sandboxes hold now."""
-    from . import budget  # noqa: PLC0415
+    from .limits import budget  # noqa: PLC0415
 
     try:
         now = budget.status()
@@ -206,7 +206,7 @@ def _size(n: int | None) -> str:
 def check_counters() -> Check:
     """Each sandbox's share of the per-user kernel counters it charges to this user (counters.py),
     and the sysctl or limit that raises the host's."""
-    from . import counters  # noqa: PLC0415
+    from .limits import counters  # noqa: PLC0415
 
     found = counters.host_counters()
     shares = ", ".join(f"{_count(c.name, c.share)} of {_count(c.name, c.host) if c.host else 'unlimited'} {c.what}"
@@ -230,7 +230,7 @@ def _count(name: str, n: int) -> str:
 
 def check_capacity() -> Check:
     """How many sandboxes one lis-tui process of this user can hold live here, and which limit binds first."""
-    from . import capacity  # noqa: PLC0415
+    from .limits import capacity  # noqa: PLC0415
 
     found = capacity.bounds()
     first, then = found[0], found[1] if len(found) > 1 else None
@@ -244,7 +244,7 @@ def check_capacity() -> Check:
 
 def check_cgroups() -> Check:
     """Whether each sandbox gets a cgroup of its own (memory.max, pids.max), or rlimits and the memory watcher."""
-    from . import cgroup  # noqa: PLC0415
+    from .limits import cgroup  # noqa: PLC0415
 
     found = cgroup.delegation()
     return Check("cgroups", "ok" if found.usable else "warn", found.describe(), found.fix)

@@ -10,7 +10,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import bwrap, hostnodes
+from . import bwrap
+from .host import nodes as hostnodes
 from .bwrap import Bind, Mount, Overlay, Special
 from .spec import SandboxError, SandboxSpec, tmpfs_inodes, tmpfs_sizes
 

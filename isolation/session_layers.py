@@ -35,7 +35,7 @@ import stat
 from pathlib import Path
 
 from . import idmap, records
-from .hostwalk import chmod_at, data_extents, remove_tree, tree_usage
+from .host.walk import chmod_at, data_extents, remove_tree, tree_usage
 from .spec import DISK_PER_INODE, SandboxError
 
 LAYERS = ("root", "testbed", "upper", "ws-upper", "agent")  # the writable layers, as layout.plan names them

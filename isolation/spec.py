@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import counters
+from .limits import counters
 
 NETWORK_MODES = ("off", "ask", "on")
 GiB = 1 << 30
@@ -165,7 +165,7 @@ class SandboxSpec:
     so `git commit` fails and no hook or git config can be written there."""
     held_back: tuple[str, ...] = ()
     """Patterns of paths that `apply()` writes to the host only when named, on top of the built-in
-    behavioural rules, which they cannot turn off (see isolation.heldback)."""
+    behavioural rules, which they cannot turn off (see isolation.changes.heldback)."""
 
     def __post_init__(self) -> None:
         if self.network not in NETWORK_MODES:

@@ -22,20 +22,20 @@ from typing import Any
 
 from isolation import Sandbox, SandboxError, SandboxSpec
 from lis_tui import __version__
-from lis_tui.agent import Agent, CommandApproval
-from lis_tui.allow_words import RUN as RUN_WORDS, allow_words
-from lis_tui.config import Config, configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: F401 (configured_rootfs: callers import it from here)
-from lis_tui.events import (LIMIT_REASONS, InstructionsRead, Listeners, ResumeNote, RunFinished, RunUsage,
-                             network_listener)
-from lis_tui.instructions import Instructions, read_instructions
-from lis_tui.model import ModelClient
+from lis_tui.agent.loop import Agent, CommandApproval
+from lis_tui.agent.allow_words import RUN as RUN_WORDS, allow_words
+from lis_tui.config.settings import Config, configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: F401 (configured_rootfs: callers import it from here)
+from lis_tui.agent.events import (LIMIT_REASONS, InstructionsRead, Listeners, ResumeNote, RunFinished, RunUsage,
+                                  network_listener)
+from lis_tui.agent.instructions import Instructions, read_instructions
+from lis_tui.model.client import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
 from lis_tui.prompts.environment import environment_note
-from lis_tui.resume import FollowUpAgent
-from lis_tui.run_changes import save_changes
-from lis_tui.runs import app_runs_dir, remember
-from lis_tui.trajectory import TrajectoryWriter, export_output
-from lis_tui.workspace_config import workspace_options
+from lis_tui.runs.resume import FollowUpAgent
+from lis_tui.runs.changes import save_changes
+from lis_tui.runs.store import app_runs_dir, remember
+from lis_tui.agent.trajectory import TrajectoryWriter, export_output
+from lis_tui.config.workspace import workspace_options
 
 EXIT_CODES = {"submitted": 0, "error": 1, "cancelled": 130, **{r: 3 for r in LIMIT_REASONS}}
 NETWORK_NOTES = {
@@ -64,7 +64,7 @@ class RunResult:
     files: list[str] = field(default_factory=list)
     """Files copied from /testbed/output into `output_dir/files`."""
     changes: Any = None
-    """With a workspace: what was saved of its changes (run_changes.SavedChanges), else None."""
+    """With a workspace: what was saved of its changes (runs/changes.py's SavedChanges), else None."""
 
     @property
     def trajectory_path(self) -> Path:
@@ -87,7 +87,7 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
 
     Settings come from `config` if given (else the config files and environment, with `profile`),
     with the keyword arguments that are not None on top; `spec` replaces the sandbox arguments.
-    `resume` (a lis_tui.resume.Resumable): `task` is a follow-up to that run's conversation, in a
+    `resume` (a lis_tui.runs.resume.Resumable): `task` is a follow-up to that run's conversation, in a
     sandbox with its work put back.
     """
     overrides = {"model.model": model, "model.base_url": base_url, "agent.max_steps": max_steps,

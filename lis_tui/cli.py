@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
 
-    from .config import ConfigError  # noqa: PLC0415
+    from .config.settings import ConfigError  # noqa: PLC0415
 
     try:
         return args.func(args) or 0

@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from isolation import SandboxError, SandboxSpec
 from isolation.spec import places_of
-from lis_tui.agent import Agent
-from lis_tui.allow_words import APP as APP_WORDS, allow_words
-from lis_tui.config import Config, save_network_allow
-from lis_tui.events import (Listeners, ResumeNote, RunFinished, RunStarted, RunUsage, ToolFinished,
-                             ToolOutput, ToolStarted, network_listener)
-from lis_tui.instructions import read_instructions
-from lis_tui.model import ModelClient
+from lis_tui.agent.loop import Agent
+from lis_tui.agent.allow_words import APP as APP_WORDS, allow_words
+from lis_tui.config.settings import Config, save_network_allow
+from lis_tui.agent.events import (Listeners, ResumeNote, RunFinished, RunStarted, RunUsage, ToolFinished,
+                                  ToolOutput, ToolStarted, network_listener)
+from lis_tui.agent.instructions import read_instructions
+from lis_tui.model.client import ModelClient
 from lis_tui.prompts import Prompts
-from lis_tui.resume import FOLLOW_UP, FollowUpAgent, Resumable  # noqa: F401 (FOLLOW_UP: imported from here before)
-from lis_tui.runs import app_runs_dir
-from lis_tui.trajectory import TrajectoryWriter, export_output
+from lis_tui.runs.resume import FOLLOW_UP, FollowUpAgent, Resumable  # noqa: F401 (FOLLOW_UP: imported from here before)
+from lis_tui.runs.store import app_runs_dir
+from lis_tui.agent.trajectory import TrajectoryWriter, export_output
 
-if TYPE_CHECKING:  # the sandbox, the shell, api and run_changes load with the first task (or
+if TYPE_CHECKING:  # the sandbox, the shell, api and runs/changes.py load with the first task (or
     from isolation import Sandbox  # the close that saves changes): the app's first frame needs none
 
 
@@ -213,7 +213,7 @@ class Conversation:
             if self._writer is not None:
                 self._writer.update(files=files.get("files", []))
             if self._sandbox.spec.workspace is not None:  # what was not applied stays: lis-tui apply RUN
-                from lis_tui.run_changes import save_changes  # noqa: PLC0415 (see the top)
+                from lis_tui.runs.changes import save_changes  # noqa: PLC0415 (see the top)
 
                 _quietly(save_changes, self._sandbox, self.out)
         self._close_parts()

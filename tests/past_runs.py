@@ -22,7 +22,7 @@ def past_run(tmp_path: Path, monkeypatch, script: list, task: str, settings: dic
     """A submitted run's folder, as `lis-tui run` in tmp_path would leave it. `settings`: config
     overrides; `where`: run_task's sandbox arguments (workspace=, spec=)."""
     from lis_tui.api import run_task
-    from lis_tui.config import load_config
+    from lis_tui.config.settings import load_config
 
     for name, value in env_for(tmp_path).items():
         if name.startswith("XDG_"):

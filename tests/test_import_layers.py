@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("isolation", "tools", "lis_tui")
 LAYERS = {"isolation": 0, "tools": 1, "lis_tui": 2, "benchmarks": 3}
-TUI = ("lis_tui/app.py", "lis_tui/screens/", "lis_tui/widgets/")
+TUI = ("lis_tui/app/",)
 
 
 def modules() -> dict[str, Path]:

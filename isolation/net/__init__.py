@@ -12,6 +12,9 @@ The parts: policy (rules, modes, approval), refusal (what a refusal says), addr 
 machine), http (heads), conn (one connection), relay (bytes both ways), proxy (the loop).
 Credentials the proxy adds for named hosts: credentials (config and secrets), ca (the sandbox CA),
 tls (TLS over the proxy's sockets), intercept (requests inside a TLS session the proxy ended).
+
+May import: isolation.spec, isolation.records, isolation.extras. Not the sandbox: the proxy
+is attached to a sandbox it is given.
 """
 from __future__ import annotations
 

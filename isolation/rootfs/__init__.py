@@ -4,6 +4,8 @@ Layout: ROOT/NAME/root/ is the tree, ROOT/NAME/meta.json says where it came from
 names the default. New trees are made in ROOT/.tmp-NAME-PID-* and renamed into place only when
 complete, so Ctrl-C, a failed download or a corrupt tarball never leave a half rootfs under a
 real name; leftovers of killed processes are swept by the next write.
+
+May import: isolation.spec, isolation.host (trees written through descriptors).
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..hostwalk import remove_tree, tree_size, tree_usage  # noqa: F401 (re-exported: one walk for every tree)
+from ..host.walk import remove_tree, tree_size, tree_usage  # noqa: F401 (re-exported: one walk for every tree)
 from .errors import UnsafeArchive
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

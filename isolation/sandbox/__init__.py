@@ -7,7 +7,13 @@ keeper, the layers' tmpfs), lifeline.py (what ties a sandbox to this process's l
 (pid 1's limits, and reaching it by pid), closing.py (close, the wall time, a limit's stop),
 commands.py (exec, popen, spawn_pty, listen), files.py (host-side reads and writes, export),
 review.py (the workspace's changes, apply, patches, commits), disk.py (the disk cap's usage and
-notes) and network.py (the policy, the proxy, credentials)."""
+notes) and network.py (the policy, the proxy, credentials).
+
+May import: every other part of isolation (it is the one place they meet: limits/, host/,
+changes/, spawn/, net/, rootfs/, spec, layout, bwrap); nothing of isolation imports the sandbox
+but the package's top (`from isolation import Sandbox`) and doctor (a trial start). Its
+modules import each other, never this `__init__` but for type hints.
+"""
 from __future__ import annotations
 
 import subprocess
@@ -15,7 +21,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import cgroup, records, sessions, spawn
+from ..limits import cgroup
+from .. import records, sessions, spawn
 from ..spec import SandboxSpec
 from . import closing, commands, disk, files, launch, network, pid1, review, starting
 from .pid1 import _checked_pidfd  # noqa: F401 (tests import it from here)

@@ -11,7 +11,8 @@ import subprocess
 import threading
 from typing import TYPE_CHECKING
 
-from .. import budget, capacity, diskcap, memcap, session_layers, spawn
+from ..limits import budget, capacity, diskcap, memcap
+from .. import session_layers, spawn
 from ..output import ready
 from ..spec import SandboxError
 

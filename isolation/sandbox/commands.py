@@ -12,7 +12,7 @@ import termios
 from typing import TYPE_CHECKING
 
 from .. import spawn
-from ..inroot import InRootUnavailable, open_pty_in_root
+from ..host.inroot import InRootUnavailable, open_pty_in_root
 from ..output import collect
 from ..spec import ExecResult, SandboxError
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from .. import budget, diskcap, session_layers
+from ..limits import budget, diskcap
+from .. import session_layers
 from ..rootfs.safe import tree_usage
 from ..spec import SandboxError
 

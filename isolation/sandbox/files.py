@@ -11,8 +11,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from ..inroot import (SHELL_READ, SHELL_WRITE, InRootUnavailable, raise_shell_file_error, read_ends_in_root,
-                      read_in_root, write_in_root)
+from ..host.inroot import (
+    SHELL_READ,
+    SHELL_WRITE,
+    InRootUnavailable,
+    raise_shell_file_error,
+    read_ends_in_root,
+    read_in_root,
+    write_in_root,
+)
 from ..spec import SandboxError
 
 if TYPE_CHECKING:
@@ -69,8 +76,8 @@ def export(sandbox: Sandbox, src: str, host_dir: Path | str, force: bool = False
     at most `limit` bytes of data are written (default: `Limits.export_bytes()`, the export cap,
     else the disk limit, else 4 GiB). What is refused comes in hostwalk.RefusedPaths once the
     rest is copied."""
-    from ..copyout import copy_out  # noqa: PLC0415
-    from ..hostwalk import RefusedPaths  # noqa: PLC0415
+    from ..host.copyout import copy_out  # noqa: PLC0415
+    from ..host.walk import RefusedPaths  # noqa: PLC0415
 
     dest = Path(host_dir)
     with sandbox._readable(src) as (root, inside):

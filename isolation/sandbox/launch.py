@@ -12,7 +12,8 @@ import signal
 import subprocess
 from typing import TYPE_CHECKING
 
-from .. import bwrap, capacity, idmap, session_layers, spawn
+from .. import bwrap, idmap, session_layers, spawn
+from ..limits import capacity
 from ..output import ready
 from ..spawn import seccomp
 from ..spec import SandboxError

@@ -10,7 +10,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, ContextManager
 
-from .. import hostnodes
+from ..host import nodes as hostnodes
 
 _lifeline_fds: tuple[int, int, int] | None = None  # (read end, write end, the pid that made them)
 _lifeline_lock = threading.Lock()
@@ -39,7 +39,7 @@ def _popen_from_lasting_thread(argv: list[str], prepare: Callable[[], ContextMan
     handler, a Textual or anyio worker, a trainer's pool) would be killed when that thread ends.
 
     A caller that owns the host's device nodes (root) always hops: the launching threads see them
-    read-only (hostnodes.py), and the main thread keeps the host's view; so does one with a
+    read-only (host/nodes.py), and the main thread keeps the host's view; so does one with a
     `prepare`, a context to start bwrap in there (as a subordinate id, for a root caller: idmap.py)."""
     global _launcher
     if threading.current_thread() is threading.main_thread() and not _host_nodes_exposed() and prepare is None:

@@ -8,11 +8,11 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from .. import workspace
+from ..changes import workspace
 from ..spec import SandboxError
 
 if TYPE_CHECKING:
-    from ..gitpatch import SavedPatch
+    from ..changes.gitpatch import SavedPatch
     from . import Sandbox
 
 
@@ -48,7 +48,7 @@ def diff(sandbox: Sandbox) -> str:
 
 def apply(sandbox: Sandbox, paths: list[str] | None = None, allow_outside_links: bool = False) -> list[workspace.Change]:
     """Write the changes (or just `paths`) back to the host workspace, refusing host-side conflicts;
-    held-back changes (what would configure or run something on the host: isolation.heldback;
+    held-back changes (what would configure or run something on the host: isolation.changes.heldback;
     links the sandbox made, new executable bits) only when named, links out of the workspace only when allowed, no mode wider
     than the umask (see workspace.apply; what is refused comes in hostwalk.RefusedPaths, with
     `held_back` naming why, once the rest is written)."""
@@ -61,9 +61,9 @@ def apply(sandbox: Sandbox, paths: list[str] | None = None, allow_outside_links:
 
 def save_changes(sandbox: Sandbox, out) -> SavedPatch:
     """Write what the sandbox changed in its workspace to binary file `out` as a patch that
-    `git apply` takes; returns isolation.gitpatch.SavedPatch (the paths, and which of them the
+    `git apply` takes; returns isolation.changes.gitpatch.SavedPatch (the paths, and which of them the
     host changed while the sandbox ran)."""
-    from ..gitpatch import write_patch  # noqa: PLC0415
+    from ..changes.gitpatch import write_patch  # noqa: PLC0415
 
     if sandbox.spec.workspace is None:
         raise SandboxError("this sandbox has no workspace, so it has no changes to save; use export()")
@@ -73,14 +73,14 @@ def save_changes(sandbox: Sandbox, out) -> SavedPatch:
 
 def new_commits(sandbox: Sandbox) -> int:
     """How many commits the sandbox made on the workspace's HEAD since it started (with `git_writable`)."""
-    from ..gitbundle import count_commits  # noqa: PLC0415
+    from ..changes.gitbundle import count_commits  # noqa: PLC0415
 
     return 0 if sandbox.git_base is None else count_commits(sandbox, sandbox.git_base)
 
 
 def bundle_commits(sandbox: Sandbox) -> tuple[bytes, int] | None:
     """The sandbox's new commits as a git bundle made inside, read out within the export cap, and
-    their count; None when there are none (isolation.gitbundle)."""
-    from ..gitbundle import make_bundle  # noqa: PLC0415
+    their count; None when there are none (isolation.changes.gitbundle)."""
+    from ..changes.gitbundle import make_bundle  # noqa: PLC0415
 
     return None if sandbox.git_base is None else make_bundle(sandbox, sandbox.git_base, sandbox.spec.limits.export_bytes())

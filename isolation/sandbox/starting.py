@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import budget, bwrap, capacity, cgroup, diskcap, memcap, records, session_layers, sessions, workspace
+from ..limits import budget, capacity, cgroup, diskcap, memcap
+from .. import bwrap, records, session_layers, sessions
+from ..changes import workspace
 from ..spec import SandboxError, default_disk
 from .disk import RW
 
@@ -108,7 +110,7 @@ def start(sandbox: Sandbox) -> Sandbox:
 
 def _open_session(sandbox: Sandbox) -> None:
     if sandbox.spec.git_writable and sandbox.spec.workspace is not None:
-        from ..gitbundle import head_commit  # noqa: PLC0415
+        from ..changes.gitbundle import head_commit  # noqa: PLC0415
 
         sandbox.git_base = head_commit(Path(sandbox.spec.workspace).expanduser().resolve())
     if not sandbox.spec.session:

@@ -6,6 +6,9 @@ with an empty environment) for a process joined to the sandbox and confined as i
 `subprocess.Popen` that lis-tui uses (pid, stdin/stdout/stderr, poll, wait, kill, send_signal,
 returncode). The helper ends when we close our end of its socket or die; a zygote when its
 sandbox closes it.
+
+May import: isolation.output. helper.py and linux.py use the standard library only: the
+helper loads them by path, before anything of ours.
 """
 from __future__ import annotations
 

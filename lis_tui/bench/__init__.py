@@ -6,6 +6,9 @@
 
 The runner (`lis_tui.bench.runner.BenchRunner`) and the reports (`lis_tui.bench.report`) are
 imported from their modules; this package stays light.
+
+May import: isolation, tools, lis_tui.agent, .model, .config, .prompts, .runs, lis_tui.api;
+lis_tui.ray only when --ray is given (lazily).
 """
 from lis_tui.bench.rewards import REWARD_NAMES, RewardError
 from lis_tui.bench.scoring import score

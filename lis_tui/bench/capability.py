@@ -128,7 +128,7 @@ class CapabilityCounter:
         self.steps = 0
 
     def on_event(self, event: Any) -> None:
-        from lis_tui.events import StepFinished  # noqa: PLC0415
+        from lis_tui.agent.events import StepFinished  # noqa: PLC0415
 
         if isinstance(event, StepFinished):
             self.steps += 1

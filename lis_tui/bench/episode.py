@@ -18,17 +18,17 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from isolation import Sandbox, SandboxSpec
-from lis_tui.agent import ANSWER_LIMIT, INPUT_DIR, OUTPUT_DIR, Agent
+from lis_tui.agent.loop import ANSWER_LIMIT, INPUT_DIR, OUTPUT_DIR, Agent
 from lis_tui.bench.answers import final_answer
 from lis_tui.bench.capability import KINDS, CapabilityCounter
 from lis_tui.bench.rewards import MATH_REWARDS, math_verify_missing, parse_reward
 from lis_tui.bench.scoring import score
 from lis_tui.bench.tasks import Task
-from lis_tui.config import Config
-from lis_tui.events import Listeners, RunFinished
-from lis_tui.model import ModelClient
+from lis_tui.config.settings import Config
+from lis_tui.agent.events import Listeners, RunFinished
+from lis_tui.model.client import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
-from lis_tui.trajectory import TrajectoryWriter
+from lis_tui.agent.trajectory import TrajectoryWriter
 
 DOCUMENTS_DIR = "/testbed/documents"
 LLM_SUFFIX = ("\n\nEnd your reply with `ANSWER:` followed by your final answer only: on the same "

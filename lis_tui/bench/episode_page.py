@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lis_tui.bench.charts import _e, _outside, page
-from lis_tui.replay import load_trajectory
+from lis_tui.runs.replay import load_trajectory
 
 OUTPUT_SHOWN = 20_000
 """Characters of one text shown (a tool's output is about that long at most already)."""

@@ -6,8 +6,8 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lis_tui.config import ModelConfig
-from lis_tui.model import ModelClient, ModelError
+from lis_tui.config.settings import ModelConfig
+from lis_tui.model.client import ModelClient, ModelError
 
 DEFAULT_PROMPT = """\
 You grade answers to a task against a reference answer.

@@ -22,7 +22,7 @@ from isolation import SandboxSpec
 from lis_tui.bench.episode import Episode, EpisodeContext, dumps, run_episode
 from lis_tui.bench.progress import Progress
 from lis_tui.bench.tasks import Task
-from lis_tui.config import Config
+from lis_tui.config.settings import Config
 
 MODES = ("sandbox", "llm")
 

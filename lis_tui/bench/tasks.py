@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lis_tui.bench.rewards import RewardError, parse_reward
-from lis_tui.config import ConfigError, parse_toml
+from lis_tui.config.settings import ConfigError, parse_toml
 
 SETS_DIR = Path(__file__).with_name("sets")
 BUILTIN_SETS = ("demo", "smoke")

@@ -5,7 +5,7 @@ share their pages instead of each copying them."""
 import gc
 
 import lis_tui.bench.worker_main  # noqa: F401
-import lis_tui.model  # noqa: F401
+import lis_tui.model.client  # noqa: F401
 import lis_tui.rl.worker_main  # noqa: F401
 import openai  # noqa: F401
 import tools.shell  # noqa: F401

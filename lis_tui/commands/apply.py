@@ -30,10 +30,10 @@ def add_parsers(sub) -> None:
 def cmd_apply(args: argparse.Namespace) -> int:
     from pathlib import Path  # noqa: PLC0415
 
-    from lis_tui.config import ConfigError, load_config  # noqa: PLC0415
-    from lis_tui.run_changes import ApplyRefused, apply_run, listing  # noqa: PLC0415
-    from lis_tui.runs import find_run  # noqa: PLC0415
-    from lis_tui.workspace_config import workspace_options  # noqa: PLC0415
+    from lis_tui.config.settings import ConfigError, load_config  # noqa: PLC0415
+    from lis_tui.runs.changes import ApplyRefused, apply_run, listing  # noqa: PLC0415
+    from lis_tui.runs.store import find_run  # noqa: PLC0415
+    from lis_tui.config.workspace import workspace_options  # noqa: PLC0415
     from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
 
     def say(text: str) -> None:  # paths and reasons are the model's names

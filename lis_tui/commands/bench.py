@@ -92,7 +92,7 @@ def add_parsers(sub) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from lis_tui.bench.tasks import TaskError  # noqa: PLC0415 (keep --help fast)
-    from lis_tui.config import ConfigError  # noqa: PLC0415
+    from lis_tui.config.settings import ConfigError  # noqa: PLC0415
 
     if args.tasks == "paper:all":
         from lis_tui.commands.bench_all import cmd_paper_all  # noqa: PLC0415

@@ -94,7 +94,7 @@ def _write(args: argparse.Namespace, out: Path, records: list, settings: list,
     from lis_tui.bench.paper.table import main_table  # noqa: PLC0415
     from lis_tui.bench.report import markdown, run_info, write_reports  # noqa: PLC0415
     from lis_tui.bench.summary import summarize  # noqa: PLC0415
-    from lis_tui.config import load_config  # noqa: PLC0415
+    from lis_tui.config.settings import load_config  # noqa: PLC0415
 
     out.mkdir(parents=True, exist_ok=True)
     model = load_config(args.profile, {"model.model": args.model,

@@ -36,7 +36,7 @@ def build_run(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from lis_tui.api import configured_rootfs  # noqa: PLC0415
     from lis_tui.bench.runner import BenchOptions, BenchRunner  # noqa: PLC0415
     from lis_tui.bench.tasks import load_tasks  # noqa: PLC0415
-    from lis_tui.config import load_config  # noqa: PLC0415
+    from lis_tui.config.settings import load_config  # noqa: PLC0415
 
     if args.workspace or args.input_dir or getattr(args, "session", None):
         raise ValueError("--workspace, --input-dir and --session do not apply to bench: each "
@@ -125,7 +125,7 @@ def _judge(args: argparse.Namespace, config: Any, tasks: list) -> Any:
 
     from lis_tui.bench.judge import Judge  # noqa: PLC0415
     from lis_tui.bench.rewards import parse_reward  # noqa: PLC0415
-    from lis_tui.config import check_base_url  # noqa: PLC0415
+    from lis_tui.config.settings import check_base_url  # noqa: PLC0415
 
     if args.judge_base_url:
         check_base_url(args.judge_base_url, "--judge-base-url")
@@ -158,7 +158,7 @@ def server_unreachable(config: Any) -> str:
     episodes does not spend its retries, episode after episode, on a server that is down)."""
     from dataclasses import replace  # noqa: PLC0415
 
-    from lis_tui.model import ModelClient, ModelError  # noqa: PLC0415
+    from lis_tui.model.client import ModelClient, ModelError  # noqa: PLC0415
 
     with ModelClient(replace(config.model, max_retries=0, timeout=10.0)) as client:
         try:

@@ -17,8 +17,8 @@ def add_parsers(sub) -> None:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from lis_tui.config import ConfigError, load_config  # noqa: PLC0415
-    from lis_tui.trust import parent_note  # noqa: PLC0415
+    from lis_tui.config.settings import ConfigError, load_config  # noqa: PLC0415
+    from lis_tui.config.trust import parent_note  # noqa: PLC0415
     from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
 
     try:

@@ -122,7 +122,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, str]:
     from lis_tui.bench.rewards import parse_reward  # noqa: PLC0415 (keep --help fast)
     from lis_tui.bench.tasks import TaskError, load_tasks  # noqa: PLC0415
     from lis_tui.bench.workers import default_workers  # noqa: PLC0415
-    from lis_tui.config import ConfigError, configured_rootfs, load_config  # noqa: PLC0415
+    from lis_tui.config.settings import ConfigError, configured_rootfs, load_config  # noqa: PLC0415
     from lis_tui.rl.env import SandboxEnv  # noqa: PLC0415
     from lis_tui.rl.pool import EnvPool, PoolConfig  # noqa: PLC0415
     from lis_tui.rl.server import EnvServer, ServerConfig  # noqa: PLC0415

@@ -34,7 +34,7 @@ def add_parsers(sub) -> None:
 
 def scripted_turn(request):
     """The next reply of an episode, from how many tool results its conversation holds."""
-    from lis_tui.scripted_server import call, reply  # noqa: PLC0415
+    from lis_tui.servers.scripted import call, reply  # noqa: PLC0415
 
     if "execute_bash" not in request.tool_names:  # no sandbox: one plain reply
         return reply(ANSWER)
@@ -59,7 +59,7 @@ def _output_dir(request) -> str:
 
 
 def cmd_fake_server(args: argparse.Namespace) -> int:
-    from lis_tui.scripted_server import FakeOpenAI  # noqa: PLC0415
+    from lis_tui.servers.scripted import FakeOpenAI  # noqa: PLC0415
 
     server = FakeOpenAI(default=scripted_turn, model=args.model, port=args.port)
     try:

@@ -40,7 +40,7 @@ def add_parsers(sub) -> None:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     from lis_tui.commands.sandbox import spec_from_args  # noqa: PLC0415
-    from lis_tui.mcp_server import SandboxTools, serve_http, serve_stdio  # noqa: PLC0415
+    from lis_tui.servers.mcp import SandboxTools, serve_http, serve_stdio  # noqa: PLC0415
 
     if args.allow_apply and not args.workspace:
         raise SystemExit("lis-tui mcp: --allow-apply needs --workspace DIR, the host directory to apply to")

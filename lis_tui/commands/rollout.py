@@ -58,7 +58,7 @@ def add_parsers(sub) -> None:
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     from lis_tui.bench.tasks import TaskError  # noqa: PLC0415 (keep --help fast)
-    from lis_tui.config import ConfigError  # noqa: PLC0415
+    from lis_tui.config.settings import ConfigError  # noqa: PLC0415
 
     try:
         runner = build_run(args)
@@ -99,7 +99,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 def build_run(args: argparse.Namespace):
     from lis_tui.api import configured_rootfs  # noqa: PLC0415
     from lis_tui.bench.tasks import load_tasks  # noqa: PLC0415
-    from lis_tui.config import load_config  # noqa: PLC0415
+    from lis_tui.config.settings import load_config  # noqa: PLC0415
     from lis_tui.rl.runner import RolloutOptions, RolloutRunner  # noqa: PLC0415
 
     if args.workspace or args.input_dir or getattr(args, "session", None):

@@ -49,7 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if task is None:
         return 2
     from lis_tui.api import configured_rootfs, run_task  # noqa: PLC0415 (keep --help fast)
-    from lis_tui.config import ConfigError, load_config  # noqa: PLC0415
+    from lis_tui.config.settings import ConfigError, load_config  # noqa: PLC0415
 
     resumed = _resumed(args)
     if resumed is False:
@@ -93,7 +93,7 @@ def _resumed(args: argparse.Namespace) -> Any:
     when it cannot be continued; None without --resume."""
     if not args.resume:
         return None
-    from lis_tui.resume import load_resumable  # noqa: PLC0415
+    from lis_tui.runs.resume import load_resumable  # noqa: PLC0415
 
     try:
         resumed = load_resumable(args.resume)
@@ -108,7 +108,7 @@ def _resumed(args: argparse.Namespace) -> Any:
 
 def _changes(result: Any, apply: bool, spec: Any) -> int:
     """Say where the workspace's changes were saved; with --apply, apply them. A failed apply's code."""
-    from lis_tui.run_changes import ApplyRefused, apply_run  # noqa: PLC0415
+    from lis_tui.runs.changes import ApplyRefused, apply_run  # noqa: PLC0415
 
     saved = result.changes
     if saved is None:
@@ -164,7 +164,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def _summary(result: Any, out: TextIO) -> None:
-    from lis_tui.events import LIMIT_REASONS  # noqa: PLC0415
+    from lis_tui.agent.events import LIMIT_REASONS  # noqa: PLC0415
 
     u = result.usage
     if result.finish_reason == "error":
@@ -192,7 +192,7 @@ class StepLog:
         self.live = LiveLine(out)
 
     def on_event(self, event: Any) -> None:
-        from lis_tui import events  # noqa: PLC0415
+        from lis_tui.agent import events  # noqa: PLC0415
         from lis_tui.commands.live import running_text  # noqa: PLC0415
 
         if isinstance(event, events.ModelRequest):
@@ -233,7 +233,7 @@ def step_line(step: Any) -> str:
 
 
 def _tool_summary(tool: Any) -> str:
-    from lis_tui.agent import decode_arguments  # noqa: PLC0415
+    from lis_tui.agent.loop import decode_arguments  # noqa: PLC0415
 
     args = decode_arguments(tool.arguments) or {}
     if tool.name == "execute_bash":

@@ -33,7 +33,7 @@ def add_parsers(sub) -> None:
 def cmd_runs(args: argparse.Namespace) -> int:
     from pathlib import Path  # noqa: PLC0415
 
-    from lis_tui.runs import default_places, list_runs  # noqa: PLC0415
+    from lis_tui.runs.store import default_places, list_runs  # noqa: PLC0415
 
     given = [Path(d).expanduser().absolute() for d in args.dir]
     for place in given:

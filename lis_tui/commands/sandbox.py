@@ -133,8 +133,8 @@ def spec_from_args(args: argparse.Namespace, config=None):
     """The SandboxSpec the flags ask for; [network] allow/deny come from `config` (loaded if None)."""
     from isolation import SandboxSpec  # noqa: PLC0415 (keep `lis-tui --help` fast)
 
-    from lis_tui.config import configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: PLC0415
-    from lis_tui.workspace_config import workspace_options  # noqa: PLC0415
+    from lis_tui.config.settings import configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: PLC0415
+    from lis_tui.config.workspace import workspace_options  # noqa: PLC0415
 
     _check_host_dirs(args)
     if config is None:
@@ -196,7 +196,7 @@ def _resumed_limits(saved, args: argparse.Namespace, config):
     session has outgrown its disk."""
     from dataclasses import replace  # noqa: PLC0415
 
-    from lis_tui.config import sandbox_limits  # noqa: PLC0415
+    from lis_tui.config.settings import sandbox_limits  # noqa: PLC0415
 
     given = {key: getattr(args, key, None) for key in ("disk", "disk_on")}
     if all(value is None for value in given.values()):
@@ -261,7 +261,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def _on_pty(sb, argv: list[str], args: argparse.Namespace) -> int:
-    from lis_tui.ptyrelay import relay  # noqa: PLC0415
+    from lis_tui.app.ptyrelay import relay  # noqa: PLC0415
 
     size = shutil.get_terminal_size()
     # Only the streams that are our terminal go to the pty: `exec ... 2>log` keeps its stderr apart.
@@ -303,7 +303,7 @@ def interactive_shell(spec) -> int:
     """An interactive bash (or sh) in a fresh sandbox, relayed to this terminal; its exit code.
     The sandbox is removed when the shell exits. The setup screen of the app calls this too."""
     from isolation import Sandbox  # noqa: PLC0415
-    from lis_tui.ptyrelay import relay  # noqa: PLC0415
+    from lis_tui.app.ptyrelay import relay  # noqa: PLC0415
 
     with Sandbox(spec) as sb:
         print(shell_banner(spec), file=sys.stderr, flush=True)
@@ -331,7 +331,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
         return cluster_doctor(args.ray)
 
-    from lis_tui.config import ConfigError, load_config, sandbox_limits  # noqa: PLC0415
+    from lis_tui.config.settings import ConfigError, load_config, sandbox_limits  # noqa: PLC0415
 
     try:  # the config's memory budget, which doctor shows
         sandbox_limits(load_config())

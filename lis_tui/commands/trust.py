@@ -32,7 +32,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_trust(args: argparse.Namespace) -> int:
-    from lis_tui import trust  # noqa: PLC0415
+    from lis_tui.config import trust  # noqa: PLC0415
     from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
 
     given = Path(args.dir)
@@ -53,7 +53,7 @@ def cmd_trust(args: argparse.Namespace) -> int:
 
 
 def _trust(trust, directory: Path) -> list[str]:
-    from lis_tui.config import file_settings  # noqa: PLC0415
+    from lis_tui.config.settings import file_settings  # noqa: PLC0415
 
     before = trust.check(directory)
     read: list = []  # a file lis-tui could not use is not trusted: its error is shown instead
@@ -72,7 +72,7 @@ def _trust(trust, directory: Path) -> list[str]:
 
 
 def _value(settings, dotted: str) -> str:
-    from lis_tui.config import toml_value  # noqa: PLC0415
+    from lis_tui.config.settings import toml_value  # noqa: PLC0415
 
     parts = dotted.split(".")
     if parts[0] == "models":

@@ -61,7 +61,7 @@ def _resumed(args: argparse.Namespace) -> object:
     ref, command = getattr(args, "run", None), "resume" if getattr(args, "run", None) else "--continue"
     if ref is None and not args.continue_last:
         return None
-    from lis_tui.resume import last_here, load_resumable  # noqa: PLC0415
+    from lis_tui.runs.resume import last_here, load_resumable  # noqa: PLC0415
     from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
 
     try:
@@ -84,7 +84,7 @@ def needs_terminal(command: str) -> int | None:
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
-    from lis_tui.config import ConfigError, configured_rootfs, load_config  # noqa: PLC0415
+    from lis_tui.config.settings import ConfigError, configured_rootfs, load_config  # noqa: PLC0415
 
     resumed = _resumed(args)  # a wrong id is said before the terminal is needed
     if resumed is False:
@@ -110,7 +110,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
         args.rootfs = args.rootfs or configured_rootfs(config)
         args.network = args.network or config.network.mode
         spec = spec_from_args(args)
-    from lis_tui.app import create_app  # noqa: PLC0415 (textual loads only for the app)
+    from lis_tui.app.tui import create_app  # noqa: PLC0415 (textual loads only for the app)
 
     app = create_app(config, spec, output_dir=args.output_dir, task=args.task,
                      command_approval=args.approve, stream=not args.no_stream,
@@ -120,8 +120,8 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from lis_tui.replay import load_trajectory  # noqa: PLC0415
-    from lis_tui.runs import find_run  # noqa: PLC0415
+    from lis_tui.runs.replay import load_trajectory  # noqa: PLC0415
+    from lis_tui.runs.store import find_run  # noqa: PLC0415
 
     try:
         doc = load_trajectory(find_run(args.trajectory))
@@ -132,7 +132,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 2
     if (refused := needs_terminal("replay")) is not None:
         return refused
-    from lis_tui.app import create_app  # noqa: PLC0415
+    from lis_tui.app.tui import create_app  # noqa: PLC0415
 
     create_app(replay=doc, log_path=log_to_file()).run()
     return 0

@@ -1,4 +1,7 @@
-"""The prompts: the built-in ones in `default.toml`; a TOML file of the same shape replaces any."""
+"""The prompts: the built-in ones in `default.toml`; a TOML file of the same shape replaces any.
+
+May import: isolation (the rootfs facts a prompt states), lis_tui.config.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from lis_tui.config import ConfigError, parse_toml
+from lis_tui.config.settings import ConfigError, parse_toml
 
 DEFAULT_FILE = Path(__file__).with_name("default.toml")
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -30,7 +33,7 @@ class Prompts:
     workspace_instance: str = ""
     """First user message of a run over a workspace; empty: `instance`."""
     instructions: str = ""
-    """Standing instructions (AGENTS.md: lis_tui.instructions) added to the system prompt as they
+    """Standing instructions (AGENTS.md: lis_tui.agent.instructions) added to the system prompt as they
     are, never filled in as a template; no prompts file sets them."""
 
     def for_workspace(self) -> Prompts:

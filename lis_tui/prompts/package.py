@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from lis_tui.config_file import ConfigError
+from lis_tui.config.toml_text import ConfigError
 
 PREFIX = "llm-in-sandbox:"
 INSTALL = "pip install llm-in-sandbox"

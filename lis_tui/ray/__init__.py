@@ -7,6 +7,8 @@ Each node gets long-lived actors (`worker.EpisodeWorker`, one per `worker_cpus` 
 holding a pool of episodes, each in a sandbox of that node; the driver only schedules, writes results.jsonl and shows progress
 (`cluster.run_on_cluster`). A directory rootfs travels by content hash (`parcel`). Nothing here
 is imported unless --ray (or `ray=`) is given, and Ray itself only then.
+
+May import: isolation, tools, lis_tui.config, lis_tui.bench (the episodes its workers run).
 """
 from __future__ import annotations
 

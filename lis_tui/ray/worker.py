@@ -21,7 +21,7 @@ import ray
 
 from isolation import SandboxSpec
 from lis_tui.bench.episode import Episode, EpisodeContext, run_episode
-from lis_tui.config import Config
+from lis_tui.config.settings import Config
 from lis_tui.ray.parcel import RootfsParcel, pack_folder, unpack_rootfs, unpack_task
 
 

@@ -1,5 +1,9 @@
 """Reinforcement learning on sandbox episodes: task sets whose context is files, group rollouts,
-and environments (`SandboxEnv`, served by `lis-tui env serve`) for trainers that generate themselves."""
+and environments (`SandboxEnv`, served by `lis-tui env serve`) for trainers that generate themselves.
+
+May import: isolation, tools, lis_tui.agent, .model, .config, lis_tui.bench (its episodes and
+worker processes).
+"""
 from __future__ import annotations
 
 from typing import Any

@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from isolation import Sandbox, SandboxError, SandboxSpec
-from lis_tui.agent import ANSWER_LIMIT, OUTPUT_DIR, Agent
-from lis_tui.agent_errors import Terminating
+from lis_tui.agent.loop import ANSWER_LIMIT, OUTPUT_DIR, Agent
+from lis_tui.agent.errors import Terminating
 from lis_tui.bench.episode import stage_files, task_prompt_values
 from lis_tui.bench.rewards import parse_reward
 from lis_tui.bench.scoring import score
 from lis_tui.bench.tasks import Task, tasks_from_items
-from lis_tui.config import Config, load_config
-from lis_tui.model_reply import ModelReply
-from lis_tui.textcalls import parse_assistant
+from lis_tui.config.settings import Config, load_config
+from lis_tui.model.reply import ModelReply
+from lis_tui.model.textcalls import parse_assistant
 
 
 @dataclass

@@ -32,9 +32,9 @@ from isolation import SandboxSpec
 from lis_tui.bench.episode import EndTrajectory, Episode, EpisodeContext, dumps, run_episode
 from lis_tui.bench.runner import BenchOptions, BenchRunner, cut_torn_tail
 from lis_tui.bench.tasks import Task, load_tasks
-from lis_tui.config import Config, load_config
+from lis_tui.config.settings import Config, load_config
 from lis_tui.rl.turns import TOKEN_REQUEST, RecordingModel, missing_tokens, sequence, turns_from
-from lis_tui.trajectory import write_atomic
+from lis_tui.agent.trajectory import write_atomic
 
 EPS = 1e-6
 # Where a rollouts.jsonl line leaves the advantage for train.jsonl. A JSON string cannot hold it

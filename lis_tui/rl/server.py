@@ -33,7 +33,7 @@ from lis_tui.bench.rewards import parse_reward
 from lis_tui.bench.tasks import Task, TaskError, tasks_from_items
 from lis_tui.rl.env import EnvError
 from lis_tui.rl.pool import EnvPool, PoolError
-from lis_tui.textcalls import AssistantError
+from lis_tui.model.textcalls import AssistantError
 from tools.terminal_text import safe_terminal_text
 
 log = logging.getLogger(__name__)

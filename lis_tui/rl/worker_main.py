@@ -22,7 +22,7 @@ from typing import Any
 
 from lis_tui.rl.env import EnvClosed, EnvError, SandboxEnv
 from lis_tui.rl.pool import PoolError
-from lis_tui.textcalls import AssistantError
+from lis_tui.model.textcalls import AssistantError
 
 log = logging.getLogger(__name__)
 PASSED_ON = (PoolError, EnvError, AssistantError)

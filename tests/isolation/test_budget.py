@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from isolation import Limits, Sandbox, SandboxError, SandboxSpec, budget, diskcap, ledger
+from isolation import Limits, Sandbox, SandboxError, SandboxSpec
+from isolation.limits import budget, diskcap, ledger
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(300)]
 MiB = 1 << 20

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from isolation import Sandbox, SandboxError, cgroup, idmap
+from isolation import Sandbox, SandboxError, idmap
+from isolation.limits import cgroup
 from isolation.spec import Limits, SandboxSpec
 
 SCOPE = "user.slice/user-1000.slice/user@1000.service/app.slice/run-lis.scope"
@@ -206,7 +207,8 @@ except OSError as exc:
 LIS_TUI = """
 import json, os, signal, subprocess, sys
 from pathlib import Path
-from isolation import Sandbox, cgroup
+from isolation import Sandbox
+from isolation.limits import cgroup
 from isolation.spec import SandboxSpec
 scope, controllers, mode = Path(sys.argv[1]), tuple(sys.argv[2].split()), sys.argv[3]
 (scope / "cgroup.procs").write_text(str(os.getpid()))  # as `systemd-run --scope` puts it

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from isolation import Limits, Sandbox, counters
+from isolation import Limits, Sandbox
+from isolation.limits import counters
 
 pytestmark = pytest.mark.sandbox
 

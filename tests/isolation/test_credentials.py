@@ -184,7 +184,7 @@ def test_run_logs_each_request_that_got_a_credential_never_the_value(tmp_path, s
     (tmp_path / "lis-tui.toml").write_text(
         f'[model]\nmodel = "m"\n[network]\nmode = "on"\nallow = ["{plain.hostport}"]\n'
         f'[network.credentials."{plain.hostport}"]\nheader = "X-Api-Key"\nvalue = "${{env:{ENV}}}"\nhttp = true\n')
-    from lis_tui import trust  # noqa: PLC0415
+    from lis_tui.config import trust  # noqa: PLC0415
 
     trust.trust(tmp_path, env={"XDG_STATE_HOME": str(tmp_path / "state")})  # the person wrote it
     command = f"curl -sS {plain.url}/hello {plain.url}/hello"

@@ -70,7 +70,7 @@ def test_without_cryptography_credentials_stop_the_start_with_the_pip_line(tmp_p
     (tmp_path / "c.toml").write_text('[network.credentials."api.github.com"]\nheader = "Authorization"\n'
                                      'value = "Bearer ${env:TOK}"\n')
     code = ("import sys; sys.modules['cryptography'] = None\n"  # as if the extra were not installed
-            "from lis_tui.config import ConfigError, load_config, network_credentials\n"
+            "from lis_tui.config.settings import ConfigError, load_config, network_credentials\n"
             f"config = load_config(env={{}}, paths=[{str(tmp_path / 'c.toml')!r}])\n"
             "try:\n    network_credentials(config)\nexcept ConfigError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"TOK": "x", "PATH": "/usr/bin"},

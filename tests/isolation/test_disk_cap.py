@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from isolation import Limits, Sandbox, SandboxError, SandboxSpec, diskcap
-from isolation.hostwalk import RefusedPaths
+from isolation import Limits, Sandbox, SandboxError, SandboxSpec
+from isolation.limits import diskcap
+from isolation.host.walk import RefusedPaths
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(300)]
 MiB = 1 << 20

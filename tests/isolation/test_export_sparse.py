@@ -13,8 +13,8 @@ import os
 import pytest
 
 from isolation import Limits, Sandbox, SandboxSpec
-from isolation.hostwalk import RefusedPaths
-from lis_tui.trajectory import export_output
+from isolation.host.walk import RefusedPaths
+from lis_tui.agent.trajectory import export_output
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(300)]
 GiB, MiB = 1 << 30, 1 << 20

@@ -1,5 +1,5 @@
 """Sandbox.save_changes: a patch real `git apply` takes that rebuilds the sandbox's /testbed exactly,
-and isolation.patchapply applying it (real bwrap, real git)."""
+and isolation.changes.patchapply applying it (real bwrap, real git)."""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from isolation import Sandbox, SandboxSpec
-from isolation.patchapply import PatchConflict, apply_patch, held_back, kind_of, read_patch
+from isolation.changes.patchapply import PatchConflict, apply_patch, held_back, kind_of, read_patch
 
 pytestmark = pytest.mark.sandbox
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from isolation import Sandbox, SandboxSpec
-from isolation.heldback import GIT, IGNORED, PYTHON, REPO, TOOLS, YOURS, held_kind
-from isolation.hostwalk import RefusedPaths
+from isolation.changes.heldback import GIT, IGNORED, PYTHON, REPO, TOOLS, YOURS, held_kind
+from isolation.host.walk import RefusedPaths
 
 pytestmark = pytest.mark.sandbox
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",

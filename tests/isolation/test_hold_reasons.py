@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from isolation.heldback import GIT, IGNORED, KINDS, LINKS, PYTHON, REPO, TOOLS, YOURS, held_kind, hold_reasons
+from isolation.changes.heldback import GIT, IGNORED, KINDS, LINKS, PYTHON, REPO, TOOLS, YOURS, held_kind, hold_reasons
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_NOSYSTEM": "1"}
@@ -139,7 +139,7 @@ def test_each_reason_names_its_kind_and_the_walks_own_reasons_are_links_and_exec
 
 
 def test_the_quick_name_matching_agrees_with_the_patterns_as_documented(tmp_path):
-    from isolation.heldback import HELD_BACK, matches
+    from isolation.changes.heldback import HELD_BACK, matches
 
     samples = [f"{pre}{name}{post}" for pre in ("", "a/", "a/b/") for post in ("", "/x", "/x/y.py")
                for name in ("site-packages", "node_modules", ".github", ".husky", "x.pth", ".envrc", ".env.local",

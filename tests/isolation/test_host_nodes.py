@@ -14,7 +14,7 @@ import time
 import pytest
 
 from isolation import Sandbox, SandboxSpec
-from isolation.hostnodes import NODES
+from isolation.host.nodes import NODES
 
 from test_containment import inside_python
 

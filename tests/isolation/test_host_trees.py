@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from isolation import Sandbox, SandboxSpec
-from isolation.hostwalk import Cursor, RefusedPaths, TreeChanged, files_below, remove_tree
-from isolation.workspace import OPAQUE
-from lis_tui.trajectory import export_output
+from isolation.host.walk import Cursor, RefusedPaths, TreeChanged, files_below, remove_tree
+from isolation.changes.workspace import OPAQUE
+from lis_tui.agent.trajectory import export_output
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]

@@ -356,7 +356,7 @@ def test_a_file_write_under_way_when_close_begins_ends_before_the_teardown():
     live sandbox, never in a scratch being removed, nor through the root descriptor's number once
     freed and taken by the next sandbox. A trace hook holds the write between its descriptor and
     its first openat2, the window the race needs."""
-    from isolation import inroot
+    from isolation.host import inroot
 
     a = Sandbox().start()
     at_write, go = threading.Event(), threading.Event()

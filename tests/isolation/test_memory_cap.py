@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from isolation import Limits, Sandbox, SandboxError, SandboxSpec, memcap
+from isolation import Limits, Sandbox, SandboxError, SandboxSpec
+from isolation.limits import memcap
 
 pytestmark = pytest.mark.sandbox
 MiB = 1 << 20

@@ -107,7 +107,7 @@ def file_io(request, sandbox, monkeypatch):
     kernels without openat2."""
     if request.param == "process":
         from isolation.sandbox import files as sandbox_module  # where the reads and writes look them up
-        from isolation.inroot import InRootUnavailable
+        from isolation.host.inroot import InRootUnavailable
 
         def no_openat2(*args):
             raise InRootUnavailable("Function not implemented")

@@ -66,7 +66,8 @@ def test_an_idle_sandbox_holds_one_descriptor_in_this_process_or_none(disk, most
 # it: records, scratch directories and marked processes are only the live sandboxes' own.
 AT_A_LOW_LIMIT = textwrap.dedent("""
     import json, os, resource, sys
-    from isolation import Sandbox, capacity, records
+    from isolation import Sandbox, records
+    from isolation.limits import capacity
     from isolation.spec import SandboxError
     if sys.argv[1] == "kernel":  # no preflight margin: the start runs into EMFILE itself
         capacity.START_FDS = 0

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from isolation import Sandbox, SandboxError, SandboxSpec, sessions, tmpfs
+from isolation import Sandbox, SandboxError, SandboxSpec, sessions
+from isolation.limits import tmpfs
 from isolation.spec import Limits
 
 pytestmark = pytest.mark.sandbox

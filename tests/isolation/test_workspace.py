@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from isolation import Sandbox, SandboxSpec
-from isolation.hostwalk import RefusedPaths
-from isolation.workspace import WorkspaceConflict
+from isolation.host.walk import RefusedPaths
+from isolation.changes.workspace import WorkspaceConflict
 
 pytestmark = pytest.mark.sandbox
 

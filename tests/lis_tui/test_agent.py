@@ -9,10 +9,11 @@ import pytest
 
 from fakes.openai_server import FakeOpenAI, call, error, reply, submit
 from isolation import Sandbox
-from lis_tui import events, run_task
-from lis_tui.agent import Agent
-from lis_tui.config import ConfigError, load_config
-from lis_tui.model import ModelClient
+from lis_tui.agent import events
+from lis_tui import run_task
+from lis_tui.agent.loop import Agent
+from lis_tui.config.settings import ConfigError, load_config
+from lis_tui.model.client import ModelClient
 from tools import TOOL_SCHEMAS, Toolbox
 
 pytestmark = pytest.mark.sandbox
@@ -283,7 +284,7 @@ def test_streaming_sends_deltas(tmp_path):
 
 
 def test_streaming_without_usage_counts_tokens_as_an_estimate(tmp_path):
-    from lis_tui.widgets.status import Status, status_text  # what the app's status line shows
+    from lis_tui.app.widgets.status import Status, status_text  # what the app's status line shows
 
     result, _, trajectory = run([reply("looking", [bash("echo hi")]), submit()], tmp_path,
                                 stream=True, send_usage=False)
@@ -334,7 +335,7 @@ def test_an_output_dir_in_use_is_refused(tmp_path):
 
 
 def test_the_agent_core_does_not_load_textual():
-    code = ("import sys, lis_tui.agent, lis_tui.api, lis_tui.trajectory, lis_tui.events, "
+    code = ("import sys, lis_tui.agent.loop, lis_tui.api, lis_tui.agent.trajectory, lis_tui.agent.events, "
             "lis_tui.commands.run; sys.exit('textual' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 

@@ -7,10 +7,11 @@ import json
 import pytest
 
 from fakes.openai_server import FakeOpenAI, call, error, reply
-from lis_tui import events, run_task
+from lis_tui.agent import events
+from lis_tui import run_task
 from lis_tui.commands.run import StepLog
-from lis_tui.config import load_config
-from lis_tui.textcalls import MAX_BLOCK
+from lis_tui.config.settings import load_config
+from lis_tui.model.textcalls import MAX_BLOCK
 
 pytestmark = pytest.mark.sandbox
 ANSWER = "/testbed/output/answer.txt"

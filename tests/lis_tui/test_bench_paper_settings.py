@@ -344,7 +344,7 @@ def test_paper_suites_use_the_packages_prompts_when_it_is_here_and_say_so_when_n
     ("max_tokens must be at least 1", 65536, None),  # no "exceed", "limit" or "maximum"
 ])
 def test_the_packages_rule_for_lowering_max_tokens(message, tried, then):
-    from lis_tui.agent import shrunk_max_tokens
+    from lis_tui.agent.loop import shrunk_max_tokens
     assert shrunk_max_tokens(message, tried) == then
 
 

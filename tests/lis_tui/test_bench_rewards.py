@@ -8,7 +8,7 @@ from lis_tui.bench.judge import Judge, JudgeError, verdict
 from lis_tui.bench.rewards import REWARD_NAMES, RewardError, parse_reward
 from lis_tui.bench.scoring import score
 from lis_tui.bench.tasks import Task
-from lis_tui.config import ModelConfig
+from lis_tui.config.settings import ModelConfig
 
 
 def graded(reward, truth, answer, **extra):

@@ -16,7 +16,7 @@ from fakes.openai_server import FakeOpenAI, call, delay, error, reply, submit
 from lis_tui.bench import load_tasks
 from lis_tui.bench.runner import BenchOptions, BenchRunner
 from lis_tui.bench.tasks import Task
-from lis_tui.config import load_config
+from lis_tui.config.settings import load_config
 
 pytestmark = pytest.mark.sandbox
 ROOT = Path(__file__).resolve().parents[2]

@@ -148,7 +148,7 @@ def test_tool_calls_and_steps_are_counted():
             self.record = type("R", (), {"tool_calls": [dict(name=n, arguments=json.dumps(a))
                                                         for n, a in calls]})()
 
-    from lis_tui.events import StepFinished
+    from lis_tui.agent.events import StepFinished
     counter = CapabilityCounter()
     for step in (Step(("execute_bash", {"command": "ls"}), ("execute_bash", {"command": "ls -l"})),
                  Step(("execute_bash", {"command": "python3 x.py"})), Step(("submit", {}))):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from lis_tui.config import (
+from lis_tui.config.settings import (
     SECTIONS, ConfigError, ModelConfig, field_docs, load_config,
     save_model_setup, save_network_allow, save_settings, user_config_path,
 )
@@ -225,7 +225,7 @@ def test_the_export_cap_and_inode_limit_come_from_sandbox_and_the_flag(home):
     import argparse
 
     from lis_tui.commands.sandbox import add_sandbox_flags, spec_from_args
-    from lis_tui.config import sandbox_limits
+    from lis_tui.config.settings import sandbox_limits
 
     user, _, _ = home
     limits = sandbox_limits(load(home))
@@ -245,9 +245,9 @@ def test_the_export_cap_and_inode_limit_come_from_sandbox_and_the_flag(home):
 def test_the_memory_budget_and_where_the_files_live_come_from_sandbox_and_the_flag(home):
     import argparse
 
-    from isolation import budget
+    from isolation.limits import budget
     from lis_tui.commands.sandbox import add_sandbox_flags, spec_from_args
-    from lis_tui.config import ConfigError, sandbox_limits
+    from lis_tui.config.settings import ConfigError, sandbox_limits
 
     user, _, _ = home
     user.write_text('[sandbox]\ntmpfs_budget = "300M"\ntmpfs_floor = "200M"\n')

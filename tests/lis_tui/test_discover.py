@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from fakes.openai_server import FakeOpenAI
-from lis_tui.discover import KNOWN_PORTS, find_servers
+from lis_tui.model.discover import KNOWN_PORTS, find_servers
 
 
 def free_port() -> int:

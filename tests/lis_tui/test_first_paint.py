@@ -8,8 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LAZY = ("openai", "httpx", "pygments", "rich.syntax", "markdown_it", "textual.widgets._markdown",
-        "lis_tui.screens.review", "lis_tui.screens.approve_command", "lis_tui.screens.files", "lis_tui.bench",
-        "isolation.sandbox", "isolation.records", "tools.shell", "lis_tui.api", "lis_tui.run_changes")
+        "lis_tui.app.screens.review", "lis_tui.app.screens.approve_command", "lis_tui.app.screens.files", "lis_tui.bench",
+        "isolation.sandbox", "isolation.records", "tools.shell", "lis_tui.api", "lis_tui.runs.changes")
 """Loaded with the first model call (the welcome's server check: after the first frame), the first
 command or edit shown, the first reply drawn as Markdown, the key that opens the screen, or the
 first task (the sandbox, its shell, the run's folder; the changes saved when a session closes)."""
@@ -24,7 +24,7 @@ def loaded_after(code: str) -> set[str]:
 
 
 def test_importing_the_app_leaves_out_what_its_first_frame_does_not_need():
-    loaded = loaded_after("import lis_tui.app")
+    loaded = loaded_after("import lis_tui.app.tui")
     assert "textual.app" in loaded  # the probe saw the app's imports
     assert sorted(m for m in loaded if m.split(".")[0] in {n.split(".")[0] for n in LAZY}
                   and any(m == n or m.startswith(f"{n}.") for n in LAZY)) == []

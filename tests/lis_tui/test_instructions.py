@@ -11,8 +11,8 @@ import pytest
 
 from fakes.openai_server import FakeOpenAI, call, reply, submit
 from isolation import SandboxSpec
-from lis_tui.config import load_config
-from lis_tui.instructions import MAX_BYTES, read_instructions
+from lis_tui.config.settings import load_config
+from lis_tui.agent.instructions import MAX_BYTES, read_instructions
 from test_run_cli import env_for
 
 PROJECT_RULE = "Always run `make lint` before you submit. Format: {output_dir} stays {as written}."
@@ -148,7 +148,7 @@ def test_a_hostile_project_name_is_shown_safely_on_run_s_first_line(tmp_path):
     import io
 
     from lis_tui.commands.run import StepLog
-    from lis_tui.events import InstructionsRead
+    from lis_tui.agent.events import InstructionsRead
 
     out = io.StringIO()
     StepLog(out).on_event(InstructionsRead("read /tmp/\x1b]0;owned\x07/AGENTS.md"))

@@ -206,7 +206,7 @@ def test_a_reaped_session_id_makes_no_new_sandbox_and_a_begun_request_is_never_r
     from types import SimpleNamespace
 
     from isolation import SandboxSpec
-    from lis_tui.mcp_server import SandboxTools, Sessions
+    from lis_tui.servers.mcp import SandboxTools, Sessions
 
     made: list[SandboxTools] = []
 

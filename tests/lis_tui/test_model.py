@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from fakes.openai_server import FakeOpenAI, call, delay, error, hangup, reply
-from lis_tui.config import ModelConfig
-from lis_tui.model import (
+from lis_tui.config.settings import ModelConfig
+from lis_tui.model.client import (
     PLACEHOLDER_KEY, ModelCancelled, ModelClient, ModelError, ToolCall, Usage,
 )
 
@@ -269,7 +269,7 @@ def test_cancel_during_backoff():
 
 
 def test_core_modules_do_not_load_textual():
-    code = "import sys, lis_tui.model, lis_tui.config; sys.exit('textual' in sys.modules)"
+    code = "import sys, lis_tui.model.client, lis_tui.config.settings; sys.exit('textual' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 

@@ -1,7 +1,7 @@
 """The paper's observation frame, case by case (what llm-in-sandbox 0.2.0's harness sends)."""
 import pytest
 
-from lis_tui.observation import paper_observation, steps_remaining
+from lis_tui.agent.observation import paper_observation, steps_remaining
 from tools import ToolResult
 
 LONG = "\n".join(f"l{i}" for i in range(1, 101))

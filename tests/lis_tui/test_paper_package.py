@@ -23,7 +23,7 @@ from fakes.openai_server import FakeOpenAI, reply
 from lis_tui.bench.judge import Judge
 from lis_tui.bench.paper import instructions, load_suite
 from lis_tui.bench.scoring import score
-from lis_tui.config import ModelConfig
+from lis_tui.config.settings import ModelConfig
 from paper_package_cases import JUDGED_SUITES, cases
 
 pytestmark = pytest.mark.paper_package

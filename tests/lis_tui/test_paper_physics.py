@@ -13,7 +13,7 @@ from lis_tui.bench.paper import load_suite
 from lis_tui.bench.paper.lenient import physics
 from lis_tui.bench.scoring import score
 from lis_tui.bench.tasks import Task, TaskError
-from lis_tui.config import ModelConfig
+from lis_tui.config.settings import ModelConfig
 
 ROW = {"id": "p", "problem_statement": "Free-fall acceleration at sea level, in m/s^2?",
        "ground_truth": "9.81"}

@@ -16,8 +16,8 @@ from isolation import SandboxSpec
 from lis_tui.api import run_task
 from lis_tui.bench.paper import SUITES, load_suite
 from lis_tui.bench.runner import BenchOptions, BenchRunner
-from lis_tui.config import load_config
-from lis_tui.mcp_server import SandboxTools
+from lis_tui.config.settings import load_config
+from lis_tui.servers.mcp import SandboxTools
 from test_paper_instructions import nltk_data  # noqa: F401 (a fixture: instruct_follow's scorer needs it)
 
 pytestmark = pytest.mark.sandbox

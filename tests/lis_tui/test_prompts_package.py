@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fakes.openai_server import FakeOpenAI, call, reply, submit
-from lis_tui.config_file import ConfigError
+from lis_tui.config.toml_text import ConfigError
 from lis_tui.prompts import load_prompts
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from lis_tui.ptyfilter import EscapeStringFilter
+from lis_tui.app.ptyfilter import EscapeStringFilter
 
 ESC = b"\x1b"
 ATTACKS = {

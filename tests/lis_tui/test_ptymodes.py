@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lis_tui.ptymodes import HELD, ScreenGuard
+from lis_tui.app.ptymodes import HELD, ScreenGuard
 
 ESC = b"\x1b"
 CSI = ESC + b"["

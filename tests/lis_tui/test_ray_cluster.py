@@ -28,7 +28,7 @@ ray = pytest.importorskip("ray")
 from fakes.openai_server import FakeOpenAI, call, delay, reply, submit  # noqa: E402
 from lis_tui.bench.runner import BenchOptions, BenchRunner  # noqa: E402
 from lis_tui.bench.tasks import load_tasks  # noqa: E402
-from lis_tui.config import load_config  # noqa: E402
+from lis_tui.config.settings import load_config  # noqa: E402
 from lis_tui.ray import RayOptions  # noqa: E402
 
 pytestmark = pytest.mark.sandbox

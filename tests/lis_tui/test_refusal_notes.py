@@ -94,7 +94,7 @@ def test_run_tells_its_model_in_its_own_flags_and_paper_mode_stays_as_it_was(tmp
 def test_the_app_tells_its_model_the_key(tmp_path, monkeypatch):
     from fakes.openai_server import FakeOpenAI, call, reply, submit
     from isolation import SandboxSpec
-    from lis_tui.config import load_config
+    from lis_tui.config.settings import load_config
     from lis_tui.conversation import Conversation
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))

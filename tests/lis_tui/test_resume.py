@@ -69,8 +69,8 @@ def test_run_resume_sends_the_conversation_and_puts_the_work_back_inside_the_new
     assert doc["resumed_sandbox"].startswith(f"put back from {run1.name}: 1 changed file")
     assert doc["agent"]["max_context_tokens"] == 90000  # the run's limits hold again
     assert doc["sandbox"]["workspace"] == str(project)
-    from lis_tui.events import RunStarted
-    from lis_tui.resume import chain_events  # what the replay and the resumed app draw: both runs
+    from lis_tui.agent.events import RunStarted
+    from lis_tui.runs.resume import chain_events  # what the replay and the resumed app draw: both runs
     assert [e.task for e in chain_events(doc) if isinstance(e, RunStarted)] == ["make things", "again"]
 
 
@@ -83,7 +83,7 @@ def test_what_cannot_be_resumed_is_refused_with_where_to_look(tmp_path):
 
 
 def test_bench_and_paper_episodes_are_refused_and_a_context_limit_is_said(tmp_path, monkeypatch):
-    from lis_tui.resume import load_resumable
+    from lis_tui.runs.resume import load_resumable
 
     def saved(name: str, **doc) -> str:
         folder = tmp_path / name

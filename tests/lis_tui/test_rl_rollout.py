@@ -18,7 +18,7 @@ import pytest
 from fakes.openai_server import FakeOpenAI, call, delay, reply, submit, token_ids
 from lis_tui.bench.episode import dumps
 from lis_tui.bench.tasks import load_tasks
-from lis_tui.config import load_config
+from lis_tui.config.settings import load_config
 from lis_tui.rl import rollout
 from lis_tui.rl.runner import advantages
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lis_tui.textcalls import NO_CALL, AssistantError, parse_assistant
+from lis_tui.model.textcalls import NO_CALL, AssistantError, parse_assistant
 
 
 def calls(reply):

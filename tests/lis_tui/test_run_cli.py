@@ -14,7 +14,7 @@ import pytest
 
 from fakes.hostile import HOSTILE, SHOWN, TITLE, raw_in
 from fakes.openai_server import FakeOpenAI, call, error, reply, submit
-from lis_tui import trust
+from lis_tui.config import trust
 
 pytestmark = pytest.mark.sandbox
 

@@ -11,10 +11,10 @@ import pytest
 
 from fakes.hostile import HOSTILE, SHOWN, raw_in
 from fakes.openai_server import FakeOpenAI, error, reply
-from lis_tui.events import RunFinished, RunStarted, RunUsage, StepFinished, StepRecord
-from lis_tui import trust
-from lis_tui.runs import find_run, list_runs, read_summary
-from lis_tui.trajectory import TrajectoryWriter
+from lis_tui.agent.events import RunFinished, RunStarted, RunUsage, StepFinished, StepRecord
+from lis_tui.config import trust
+from lis_tui.runs.store import find_run, list_runs, read_summary
+from lis_tui.agent.trajectory import TrajectoryWriter
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = '[model]\nmodel = "tiny-model"\nmax_retries = 1\nretry_base_delay = 0.001\nretry_max_delay = 0.01\n'

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lis_tui import trust
-from lis_tui.config import ConfigError, load_config
+from lis_tui.config import trust
+from lis_tui.config.settings import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 PLANT = '[model]\nbase_url = "http://127.0.0.1:9/v1"\napi_key_env = "HOST_SECRET"\n' \
@@ -193,7 +193,7 @@ def test_a_parent_folders_file_is_never_read_and_trust_says_so(where, monkeypatc
 def test_a_file_lis_tui_cannot_use_is_not_trusted(where):
     project, env = where
     (project / "lis-tui.toml").write_text('[model]\nbase_urll = "x"\n')
-    from lis_tui.config import file_settings
+    from lis_tui.config.settings import file_settings
 
     with pytest.raises(ConfigError, match='did you mean "base_url"'):
         trust.trust(project, env, validate=lambda f: file_settings(f.path, f.text))

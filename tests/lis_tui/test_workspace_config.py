@@ -5,7 +5,7 @@ import argparse
 import pytest
 
 from lis_tui.commands.sandbox import add_sandbox_flags, spec_from_args
-from lis_tui.config import ConfigError, load_config
+from lis_tui.config.settings import ConfigError, load_config
 
 
 @pytest.fixture

@@ -17,13 +17,13 @@ from rich.console import Console
 
 from fakes.openai_server import FakeOpenAI, call, reply, submit
 from isolation import SandboxSpec
-from lis_tui.app import create_app
-from lis_tui.config import load_config
-from lis_tui.replay import load_trajectory
-from lis_tui.widgets.blocks import AnswerBlock, NoticeBlock, TaskBlock
-from lis_tui.widgets.prompt import PromptInput
-from lis_tui.widgets.status import StatusBar
-from lis_tui.widgets.tool_block import OutputView, ToolBlock
+from lis_tui.app.tui import create_app
+from lis_tui.config.settings import load_config
+from lis_tui.runs.replay import load_trajectory
+from lis_tui.app.widgets.blocks import AnswerBlock, NoticeBlock, TaskBlock
+from lis_tui.app.widgets.prompt import PromptInput
+from lis_tui.app.widgets.status import StatusBar
+from lis_tui.app.widgets.tool_block import OutputView, ToolBlock
 
 SIZE = (100, 40)
 
@@ -597,7 +597,7 @@ def test_each_request_that_got_a_credential_is_a_line_in_the_transcript(tmp_path
 
 
 def test_an_ignored_project_config_is_a_notice_in_the_app(tmp_path, monkeypatch):
-    from lis_tui import trust
+    from lis_tui.config import trust
 
     (tmp_path / "lis-tui.toml").write_text('[network]\nmode = "on"\n')
     monkeypatch.chdir(tmp_path)

@@ -40,8 +40,8 @@ def test_the_app_takes_the_tool_format_max_tokens_and_temperature_of_run(tmp_pat
 
 
 def test_the_transcript_says_when_auto_switched_and_the_first_text_call_ran(tmp_path):
-    from lis_tui.widgets.blocks import AnswerBlock, NoticeBlock
-    from lis_tui.widgets.tool_block import ToolBlock
+    from lis_tui.app.widgets.blocks import AnswerBlock, NoticeBlock
+    from lis_tui.app.widgets.tool_block import ToolBlock
     from test_app import app_for, run, texts, wait_for
 
     script = [reply('<tool_call>\n{"name": "execute_bash", "arguments": {"command": '

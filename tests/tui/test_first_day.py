@@ -10,12 +10,12 @@ import pytest
 
 from fakes.openai_server import FakeOpenAI, reply, submit
 from isolation.rootfs import RootfsStore
-from lis_tui.app import create_app
-from lis_tui.replay import load_trajectory
-from lis_tui.rootfs_offer import RootfsOffer
-from lis_tui.widgets.blocks import AnswerBlock, NoticeBlock
-from lis_tui.widgets.status import StatusBar
-from lis_tui.widgets.welcome import Welcome
+from lis_tui.app.tui import create_app
+from lis_tui.runs.replay import load_trajectory
+from lis_tui.app.rootfs_offer import RootfsOffer
+from lis_tui.app.widgets.blocks import AnswerBlock, NoticeBlock
+from lis_tui.app.widgets.status import StatusBar
+from lis_tui.app.widgets.welcome import Welcome
 
 from test_app import app_for, bash, run, texts, wait_for
 from test_first_hour import live_app, quick_offer, tiny_tarball

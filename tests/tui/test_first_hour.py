@@ -17,14 +17,14 @@ from fakes.hostile import HOSTILE, SHOWN, raw_in
 from fakes.openai_server import FakeOpenAI, call, reply, submit
 from isolation import SandboxSpec
 from isolation.rootfs import RootfsError, RootfsStore
-from lis_tui.app import create_app
-from lis_tui.config import load_config
-from lis_tui.rootfs_offer import RootfsOffer
-from lis_tui.screens.files import empty_text
-from lis_tui.widgets.blocks import AnswerBlock, NoticeBlock
-from lis_tui.widgets.prompt import PromptInput
-from lis_tui.widgets.status import StatusBar
-from lis_tui.widgets.welcome import Welcome
+from lis_tui.app.tui import create_app
+from lis_tui.config.settings import load_config
+from lis_tui.app.rootfs_offer import RootfsOffer
+from lis_tui.app.screens.files import empty_text
+from lis_tui.app.widgets.blocks import AnswerBlock, NoticeBlock
+from lis_tui.app.widgets.prompt import PromptInput
+from lis_tui.app.widgets.status import StatusBar
+from lis_tui.app.widgets.welcome import Welcome
 
 from test_app import run, texts, wait_for
 
@@ -368,7 +368,7 @@ def test_the_welcome_says_the_workspace_and_what_a_trusted_project_config_sets(t
 
     from rich.console import Console
 
-    from lis_tui.widgets.welcome import welcome_text
+    from lis_tui.app.widgets.welcome import welcome_text
 
     project = tmp_path / "project"
     project.mkdir()
@@ -432,8 +432,8 @@ def test_the_welcome_asks_the_server_without_waiting_and_names_the_model_it_serv
 
 
 def test_the_welcome_says_when_the_server_lists_no_model_or_not_the_one_set():
-    from lis_tui.discover import ServerCheck
-    from lis_tui.widgets.welcome import server_text
+    from lis_tui.model.discover import ServerCheck
+    from lis_tui.app.widgets.welcome import server_text
 
     unlisted = server_text(f"m{HOSTILE_TITLE}", ServerCheck(models=("a", "b", "c", "d"))).plain
     assert unlisted.startswith("\n⚠ it answers, but does not list m\\x1b]2;pwned\\x07")

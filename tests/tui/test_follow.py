@@ -10,9 +10,9 @@ import asyncio
 from textual.app import App, ComposeResult
 from textual.widgets import Static
 
-from lis_tui import events as ev
-from lis_tui.widgets import transcript as transcript_module
-from lis_tui.widgets.transcript import Transcript
+from lis_tui.agent import events as ev
+from lis_tui.app.widgets import transcript as transcript_module
+from lis_tui.app.widgets.transcript import Transcript
 
 
 class TranscriptOnly(App):

@@ -14,9 +14,9 @@ import pytest
 
 from fakes.hostile import HOSTILE, MARKUP, SHOWN, TITLE, raw_in
 from fakes.openai_server import FakeOpenAI, call, error, reply, submit
-from lis_tui.app import create_app
-from lis_tui.replay import load_trajectory
-from lis_tui.widgets.blocks import AnswerBlock, NoticeBlock
+from lis_tui.app.tui import create_app
+from lis_tui.runs.replay import load_trajectory
+from lis_tui.app.widgets.blocks import AnswerBlock, NoticeBlock
 from test_app import app_for, bash, modal_ready, run, texts, wait_for, web  # noqa: F401 (fixture)
 
 BIG = (220, 100)  # room for the whole transcript: nothing scrolled away

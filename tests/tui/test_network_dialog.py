@@ -12,8 +12,8 @@ import time
 import pytest
 
 from fakes.openai_server import FakeOpenAI, reply, submit
-from lis_tui.widgets.blocks import AnswerBlock, NoticeBlock
-from lis_tui.widgets.status import StatusBar
+from lis_tui.app.widgets.blocks import AnswerBlock, NoticeBlock
+from lis_tui.app.widgets.status import StatusBar
 from test_app import SIZE, app_for, bash, modal_ready, run, texts, wait_for, web  # noqa: F401 (web: a fixture)
 from test_tmux import Tmux, lis_tui_command, wait_gone
 

@@ -7,9 +7,9 @@ import pytest
 from fakes.openai_server import FakeOpenAI, reply, submit
 from isolation import Limits, SandboxSpec
 from isolation.net import NetworkRequest
-from lis_tui.app import create_app
-from lis_tui.config import load_config
-from lis_tui.widgets.blocks import AnswerBlock
+from lis_tui.app.tui import create_app
+from lis_tui.config.settings import load_config
+from lis_tui.app.widgets.blocks import AnswerBlock
 from test_app import bash, modal_ready, run, texts, wait_for
 
 EDIT = ("echo new > /testbed/a.txt && echo hi > /testbed/b.txt"

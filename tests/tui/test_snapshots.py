@@ -18,10 +18,10 @@ pytest.importorskip("pytest_textual_snapshot")
 
 from isolation import Sandbox, SandboxSpec  # noqa: E402
 from isolation.net import NetworkRequest  # noqa: E402
-from lis_tui.app import create_app  # noqa: E402
-from lis_tui.screens.approve_command import CommandApprovalScreen  # noqa: E402
-from lis_tui.screens.approve_network import NetworkApprovalScreen  # noqa: E402
-from lis_tui.screens.review import ReviewScreen  # noqa: E402
+from lis_tui.app.tui import create_app  # noqa: E402
+from lis_tui.app.screens.approve_command import CommandApprovalScreen  # noqa: E402
+from lis_tui.app.screens.approve_network import NetworkApprovalScreen  # noqa: E402
+from lis_tui.app.screens.review import ReviewScreen  # noqa: E402
 
 SIZE = (80, 24)
 
@@ -49,7 +49,7 @@ def mid_run() -> dict:
 async def _replayed(pilot) -> None:
     """The replay is drawn and scrolled to its end before a modal goes over it: on a loaded
     machine (CI) the scroll can come late, and a snapshot taken before it shows the top."""
-    from lis_tui.widgets.transcript import Transcript
+    from lis_tui.app.widgets.transcript import Transcript
 
     for _ in range(300):
         await pilot.pause(0.01)
@@ -136,8 +136,8 @@ def test_help_at_100x30(snap_compare):
 
 def _live(monkeypatch, model: str = "qwen3-4b"):
     """A live app whose server refuses the welcome's check (fixed URL and places)."""
-    from lis_tui.config import load_config
-    from lis_tui.rootfs_offer import RootfsOffer
+    from lis_tui.config.settings import load_config
+    from lis_tui.app.rootfs_offer import RootfsOffer
 
     monkeypatch.setenv("XDG_STATE_HOME", "/srv/state")  # outside any home: shown as written
     monkeypatch.setenv("XDG_DATA_HOME", "/srv/share")  # where the runs go
@@ -164,8 +164,8 @@ def test_welcome_at_100x30(snap_compare, monkeypatch):
 
 
 def test_setup_at_100x30(snap_compare, monkeypatch):
-    from lis_tui.config import load_config
-    from lis_tui.rootfs_offer import RootfsOffer
+    from lis_tui.config.settings import load_config
+    from lis_tui.app.rootfs_offer import RootfsOffer
 
     async def searched(pilot):  # port 9 (discard) has no server on loopback: "none found"
         for _ in range(500):

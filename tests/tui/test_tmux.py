@@ -269,7 +269,7 @@ def test_setup_then_tab_keeps_the_draft_and_goes_prompt_transcript_prompt(tmp_pa
     # Issue 27 item 10: with no server found, typing on the setup screen went nowhere; every
     # output block was a Tab stop; tabbing back into the prompt selected the draft, so the
     # next key replaced it.
-    from lis_tui.discover import KNOWN_PORTS, find_servers
+    from lis_tui.model.discover import KNOWN_PORTS, find_servers
     if find_servers(KNOWN_PORTS):
         pytest.skip("a model server runs on this machine: the setup screen offers it instead")
     long = "seq 1 40; echo listed"

@@ -6,7 +6,7 @@ Read from llm-in-sandbox 0.2.0: `cli.run_benchmark`'s defaults (temperature from
 `max_response_len` 65,536 for its LLM mode; `max_token_limit` 65,536 for the whole trajectory,
 131,072 for long_context as that suite's README runs it), its agent (only a reply's first tool
 call runs; replies without one are answered and counted as steps, never a reason to stop; the
-observation frame of `lis_tui.observation`; a tool call whose arguments are not JSON taken as
+observation frame of `lis_tui.agent.observation`; a tool call whose arguments are not JSON taken as
 no call; a prompt too long for the server asked again with a lower max_tokens; the suite's own
 prompts from the installed package, else ours and the settings say so), its container's
 network (on; here through lis-tui's proxy, which reaches public addresses only) and its LLM mode
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lis_tui.config import Config, ConfigError
+from lis_tui.config.settings import Config, ConfigError
 from lis_tui.prompts.package import PREFIX, install_line, package_prompts
 
 PACKAGE = "llm-in-sandbox 0.2.0"

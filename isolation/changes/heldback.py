@@ -1,0 +1,241 @@
+"""What of a sandbox's changes would configure or run something on the host once applied: those
+are held back, applied only when a person names them (`Change.held` says why).
+
+The rule is behaviour, not a list of names a hostile model can step around. Before applying, it
+finds what the host would run and holds those paths back:
+- what the host repository's effective git config makes git run or read (isolation.changes.hostgit): the
+  hooks folder (`core.hooksPath`, else `.git/hooks`) whatever the modes in it, the file named by
+  `core.fsmonitor`, the files `include.path` and `includeIf.*.path` name;
+- anything git would take for a repository: a `.git` file or folder, or a folder holding HEAD with
+  objects/ and refs/ (or commondir), in the change or on the host, and all of it; in a workspace
+  that is a subfolder of a repository, every change at its top (git would take the workspace
+  itself for a repository once it held HEAD, objects/ and refs/);
+- virtual environments (a folder holding `pyvenv.cfg`, in the change or on the host: all of it),
+  and the names of `BUILT_IN`: what Python imports at start-up, installed packages, git hooks
+  managers, CI, editor and tool configs that load on their own;
+- the paths the host repository ignores (build outputs, caches, venvs): not reviewable source.
+The person's `[workspace] held_back` patterns add to these; they never turn one off. Links the
+sandbox made and new executable bits are held back too (isolation.changes.workspace: they need the walk's
+stat data). A reason reads "KIND: why", KIND one of `KINDS` (`held_kind` takes it back out).
+
+A pattern is matched against a path's '/'-separated names: `*`, `?` and `[...]` within one name,
+`**` for any number of names (none included: `.git/**` is `.git` itself too). It matches at any
+depth (`*.pth` is `lib/site-packages/x.pth` too) unless it starts with `/`, which anchors it to
+the top of the workspace.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+from fnmatch import fnmatchcase, translate
+from pathlib import Path
+from typing import Iterable
+
+from . import hostgit
+
+GIT, REPO, PYTHON, TOOLS = "git hooks & config", "nested repository", "venv & packages", "CI & tool config"
+IGNORED, LINKS, YOURS = "ignored path", "link or exec bit", "your pattern"
+KINDS = (GIT, REPO, PYTHON, TOOLS, IGNORED, LINKS, YOURS)
+"""The kinds of held-back changes, in the order the review lists them."""
+
+BUILT_IN: dict[str, tuple[str, str]] = {
+    ".husky/**": (GIT, "husky's hooks: git runs them through core.hooksPath=.husky/_, whatever their mode"),
+    ".pre-commit-config.yaml": (GIT, "the pre-commit hook runs what it names"),
+    "site-packages/**": (PYTHON, "Python imports installed packages from it"),
+    "*.pth": (PYTHON, "Python runs .pth lines at every start"),
+    "sitecustomize.py": (PYTHON, "Python imports it at every start"),
+    "usercustomize.py": (PYTHON, "Python imports it at every start"),
+    "node_modules/**": (PYTHON, "node and npm scripts run what is installed there"),
+    ".github/**": (TOOLS, "CI runs it (GitHub Actions: workflows and actions)"),
+    ".gitlab-ci.yml": (TOOLS, "CI runs it"), ".circleci/**": (TOOLS, "CI runs it"),
+    ".forgejo/**": (TOOLS, "CI runs it"), ".gitea/**": (TOOLS, "CI runs it"), "Jenkinsfile": (TOOLS, "CI runs it"),
+    ".envrc": (TOOLS, "direnv runs it"), ".env*": (TOOLS, "tools load it into the environment"),
+    "mise.toml": (TOOLS, "mise runs its tasks and hooks"), ".mise.toml": (TOOLS, "mise runs its tasks and hooks"),
+    ".tool-versions": (TOOLS, "asdf and mise install and run what it names"),
+    ".vscode/**": (TOOLS, "the editor runs tasks from it"), "*.code-workspace": (TOOLS, "the editor runs tasks from it"),
+    ".zed/**": (TOOLS, "the editor runs tasks from it"), ".idea/**": (TOOLS, "the IDE runs tasks from it"),
+    ".exrc": (TOOLS, "vim runs it (exrc)"), ".nvim.lua": (TOOLS, "neovim runs it (exrc)"),
+    ".devcontainer/**": (TOOLS, "it configures a container the editor builds"),
+    "lis-tui.toml": (TOOLS, "lis-tui's own settings"), ".lis-tui/**": (TOOLS, "lis-tui's own settings"),
+}
+"""Names held back at any depth: pattern -> (kind, what runs it)."""
+HELD_BACK: tuple[str, ...] = tuple(BUILT_IN)
+
+
+def hold_reasons(project: Path, changes: Iterable[tuple[str, str]], patterns: tuple[str, ...] = ()) -> dict[str, str]:
+    """path -> why, for each change that would configure or run something on the host once applied.
+    `project`: the host workspace folder; `changes`: (path, kind) as in workspace.Change (relative,
+    '/'-separated, directories end with '/'; kind added/modified/deleted/mode/type);
+    `patterns`: the user's extra held-back patterns (added to the built-in rules, never replacing them)."""
+    paths = [path for path, _ in changes]
+    repo = hostgit.host_repo(project)
+    tree = _Tree(project, paths)
+    names, yours = _Names(BUILT_IN), _Names({p: (YOURS, "a held-back pattern of your config") for p in patterns})
+    reasons: dict[str, str] = {}
+    for path in paths:
+        why = (_git_reason(path, repo) if repo else "") or tree.reason(path) or names.reason(path) \
+            or yours.reason(path)
+        if why:
+            reasons[path] = why
+    if repo:
+        asked = [p for p in paths if p not in reasons and not tree.below_link(p)]
+        for path, rule in hostgit.ignored(project, asked).items():
+            reasons[path] = f"{IGNORED}: the repository ignores it ({rule}), so it is no source to review"
+    return reasons
+
+
+def held_kind(why: str) -> str:
+    """The kind (one of KINDS) of a held-back change's reason."""
+    head = why.partition(": ")[0]
+    return head if head in KINDS else LINKS  # the walk's own reasons: links and executable bits
+
+
+def _git_reason(path: str, repo: hostgit.HostRepo) -> str:
+    key = path.rstrip("/")
+    for where, why in repo.runs.items():
+        if not where or key == where or key.startswith(f"{where}/"):
+            return f"{GIT}: {why}"
+    if repo.prefix and "/" not in key:
+        return (f"{REPO}: at the top of a workspace inside the repository {repo.top}, where git would take "
+                "the workspace itself for a repository (and obey its config) once it held HEAD, objects/ "
+                "and refs/")
+    return ""
+
+
+class _Tree:
+    """The folders the changes are in, with what git and Python would take them for, from the
+    change list and from the host (never through a host link: what lies beyond is not the workspace)."""
+
+    def __init__(self, project: Path, paths: list[str]) -> None:
+        self.root = os.fspath(project)
+        self.named = {p.rstrip("/") for p in paths}
+        folders = {""} | {p.rstrip("/") for p in paths if p.endswith("/")}
+        for path in self.named:
+            while "/" in path:
+                path = path.rpartition("/")[0]
+                if path in folders:
+                    break
+                folders.add(path)
+        self.within = self.named | folders  # everything the change has, folders it implies included
+        self.linked: set[str] = set()
+        for folder in sorted(folders):  # a parent sorts before its children
+            parent = folder.rpartition("/")[0]
+            if folder and (parent in self.linked or self._host_is_link(folder)):
+                self.linked.add(folder)
+        self.repos = {f for f in folders if self._is_repo(f)}
+        self.venvs = {f for f in folders if self._has(f, "pyvenv.cfg")}
+
+    def reason(self, path: str) -> str:
+        key = path.rstrip("/")
+        names = key.split("/")
+        # the outermost reason wins: (depth of the folder it is about, then .git before repo before venv);
+        # found from the few repositories and venvs, not by joining every prefix (a 2,500-level tree)
+        found = [(names.index(".git"), 0, f"{REPO}: git takes the folder holding a .git for a repository "
+                  "and obeys its config and hooks")] if ".git" in names else []
+        for order, folders in ((1, self.repos), (2, self.venvs)):
+            found += [(folder.count("/") + 1 if folder else 0, order, folder) for folder in folders
+                      if not folder or key.startswith(f"{folder}/")]
+        if found:
+            _, order, folder = min(found)
+            if order == 0:
+                return folder  # the .git text
+            if order == 1:
+                return (f"{REPO}: in {folder or 'the workspace'}/, which git takes for a repository (HEAD, "
+                        "objects/, refs/): git obeys its config and runs its hooks in there")
+            return (f"{PYTHON}: in the virtual environment {folder or '.'}/ (it holds pyvenv.cfg): its "
+                    "python, scripts and activate run as you")
+        if key in self.repos:
+            return f"{REPO}: git takes it for a repository (HEAD, objects/, refs/) and obeys its config"
+        if key in self.venvs:
+            return f"{PYTHON}: a virtual environment (it holds pyvenv.cfg): its python and scripts run as you"
+        return ""
+
+    def below_link(self, path: str) -> bool:
+        parent = path.rstrip("/").rpartition("/")[0]
+        return parent in self.linked
+
+    def _is_repo(self, folder: str) -> bool:
+        if not self._has(folder, "HEAD"):
+            return False
+        return (self._has(folder, "objects") and self._has(folder, "refs")) or self._has(folder, "commondir")
+
+    def _has(self, folder: str, name: str) -> bool:
+        path = f"{folder}/{name}" if folder else name
+        if path in self.within:
+            return True
+        return folder not in self.linked and os.path.lexists(os.path.join(self.root, path))
+
+    def _host_is_link(self, folder: str) -> bool:
+        try:
+            return stat.S_ISLNK(os.lstat(os.path.join(self.root, folder)).st_mode)
+        except OSError:
+            return False
+
+
+class _Names:
+    """Patterns matched quickly: `NAME/**` by a set of names, a plain name by a set of last names,
+    a name with wildcards by one regular expression; the rest one by one."""
+
+    def __init__(self, rules: dict[str, tuple[str, str]]) -> None:
+        self.rules = rules
+        self.folders, self.leaves, self.globs, self.general = {}, {}, [], []
+        for pattern in rules:
+            head, _, tail = pattern.partition("/")
+            if tail == "**" and head and not _wild(head):
+                self.folders.setdefault(head, pattern)
+            elif "/" not in pattern and not _wild(pattern):
+                self.leaves.setdefault(pattern, pattern)
+            elif "/" not in pattern:
+                self.globs.append(pattern)
+            else:
+                self.general.append(pattern)
+        self.glob = re.compile("|".join(f"(?:{translate(g)})" for g in self.globs)) if self.globs else None
+
+    def reason(self, path: str) -> str:
+        names = path.strip("/").split("/")
+        pattern = next((self.folders[n] for n in names if n in self.folders), None) \
+            or self.leaves.get(names[-1])
+        if pattern is None and self.glob is not None and self.glob.fullmatch(names[-1]):
+            pattern = next(g for g in self.globs if fnmatchcase(names[-1], g))
+        if pattern is None:
+            slashed = f"/{'/'.join(names)}/"
+            pattern = next((p for p in self.general if _matches(names, slashed, p)), None)
+        if pattern is None:
+            return ""
+        kind, why = self.rules[pattern]
+        return f"{kind}: matches {pattern!r} ({why})"
+
+
+def _wild(name: str) -> bool:
+    return any(c in name for c in "*?[")
+
+
+def matches(path: str, pattern: str) -> bool:
+    """Whether `path` (relative, '/'-separated) matches `pattern` (see the module's docstring)."""
+    return _matches(path.strip("/").split("/"), f"/{path.strip('/')}/", pattern)
+
+
+def _matches(names: list[str], slashed: str, pattern: str) -> bool:
+    want = [n for n in pattern.split("/") if n]
+    if not want:
+        return False
+    if pattern.startswith("/") or want[0] == "**":
+        return _match(names, 0, want, 0)
+    if "**" not in want:  # then only one start can fit: the last len(want) names
+        return len(names) >= len(want) and _match(names, len(names) - len(want), want, 0)
+    first = None if any(c in want[0] for c in "*?[") else want[0]
+    if first is not None and f"/{first}/" not in slashed:  # a deep tree is scanned once, in C
+        return False
+    return any(_match(names, i, want, 0) for i in range(len(names)) if first is None or names[i] == first)
+
+
+def _match(names: list[str], i: int, want: list[str], j: int) -> bool:
+    """Whether names[i:] matches want[j:]."""
+    while j < len(want):
+        if want[j] == "**":
+            return j == len(want) - 1 or any(_match(names, k, want, j + 1) for k in range(i, len(names) + 1))
+        if i >= len(names) or not fnmatchcase(names[i], want[j]):
+            return False
+        i, j = i + 1, j + 1
+    return i == len(names)

@@ -1,0 +1,64 @@
+"""Every key, in one place."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Label, Static
+
+from lis_tui.app.widgets.plain import plain
+
+KEYS = (
+    ("Enter", "start the task typed in the prompt, or send a follow-up after submit"),
+    ("Ctrl+J", "a new line in the prompt (Shift+Enter too, where the terminal tells them "
+               "apart); a paste is kept whole, every line"),
+    ("Esc", "interrupt the current step (stops the model call or sends the command SIGINT)"),
+    ("F2", "network mode: OFF → ASK → ON (live for the running sandbox)"),
+    ("F3", "command approvals on/off: Run / Edit / Skip before each command"),
+    ("F4", "the model (servers found on this machine, or a URL), and the recommended rootfs"),
+    ("F5", "files panel: /testbed (output first) with a preview of the selected file"),
+    ("F6", "review the sandbox's changes: a diff per file; a Apply all / f the file to the host "
+           "workspace · e Export the output folder · Esc Discard (close, nothing written)"),
+    ("Ctrl+N", "after a rootfs was built while a session ran: a new session on it"),
+    ("F1", "this help"),
+    ("Tab", "move between the transcript and the prompt"),
+    ("Ctrl+O", "in the transcript: expand every command's output, or clip it again (a click: "
+               "one; e too while the model works); what is typed there goes to the prompt"),
+    ("Ctrl+Q", "quit (asks first while a task runs)"),
+    ("Command approval", "Ctrl+R Run · F2 Edit (cursor at the end) · Esc Skip, or type a "
+                         "reason, Enter · r e s act only on a button"),
+    ("Model setup", "ctrl+t Test the connection · ctrl+s Save · ctrl+b Build the rootfs · "
+                           "ctrl+o a shell in a fresh sandbox (exit comes back) · Esc Later"),
+    ("Network approval", "o Allow once · s this session · a Always (saved) · d / Esc Deny"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    """The key list, and where this run and the log are; Esc, q or F1 closes it. The title and
+    the closing hint stay in view (docked) while the list scrolls on a short terminal."""
+
+    CSS_PATH = "help.tcss"
+    BINDINGS = [Binding("escape,q,f1", "app.pop_screen", "Close")]
+
+    def __init__(self, places: list[tuple[str, str]] | None = None) -> None:
+        super().__init__()
+        self.places = places or []
+        """(what, path) pairs: this run's directory, the log."""
+
+    def compose(self) -> ComposeResult:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold", no_wrap=True, max_width=16)
+        table.add_column()
+        for key, what in KEYS:
+            table.add_row(key, what)
+        if self.places:
+            table.add_row("", "")
+        for what, path in self.places:
+            table.add_row(what, plain(path))
+        with VerticalScroll(id="help"):
+            yield Label("lis-tui keys   (Esc closes this help; ↑↓ scroll)", classes="title")
+            yield Static(table, id="help-keys")
+            yield Label("Esc, q or F1 closes this help", classes="hint")

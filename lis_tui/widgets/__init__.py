@@ -1,1 +1,0 @@
-"""Small semantic widgets of the TUI."""
