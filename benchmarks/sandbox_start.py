@@ -1,6 +1,10 @@
 """Sandbox start cost, the cost of one command, idle memory and how many can live at once.
 
-    .venv/bin/python benchmarks/sandbox_start.py [--runs 200] [--many 1000]
+    .venv/bin/python benchmarks/sandbox_start.py [--runs 200] [--many 1000] [--against TREE]
+
+--against TREE (another checkout, e.g. `git worktree add /tmp/start-base main`): only the start,
+in blocks of 10 of raw bwrap, TREE's code and this tree's, interleaved in one run, each tree's
+sandboxes started by a process of its own (this script, importing that tree's `isolation`).
 
 Baselines, measured in the same run: a raw `bwrap ... bash -c true` with the same host mounts,
 launched from the same loop, in blocks of 10 alternating with the sandbox's (and with the
@@ -13,6 +17,7 @@ mounts, the layers' tmpfs), both ways.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import subprocess
@@ -21,6 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if len(sys.argv) == 3 and sys.argv[1] == "--worker":  # a tree's starts, for --against: its isolation
+    ROOT = Path(sys.argv[2]).resolve()
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from isolation import Sandbox, bwrap  # noqa: E402
@@ -201,11 +208,59 @@ def many_alive(count: int) -> tuple[int, float, float, float, float]:
             sb.close()
 
 
+def worker() -> None:
+    """--worker TREE: start TREE's sandboxes, a block at a time: read a count, answer their times."""
+    Sandbox().start().close()  # warm up: bwrap probe and sweep
+    print("ready", flush=True)
+    for line in sys.stdin:
+        print(json.dumps(time_sandbox(int(line))), flush=True)
+
+
+def against(tree: Path, runs: int) -> None:
+    """Raw bwrap, `tree`'s start and this tree's, in interleaved blocks of 10 (same run)."""
+    def spawn(path: Path) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, __file__, "--worker", str(path)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline() == "ready\n"
+        return proc
+
+    def block(proc: subprocess.Popen, count: int) -> list[float]:
+        proc.stdin.write(f"{count}\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())
+
+    base, this = spawn(tree), spawn(Path(__file__).resolve().parent.parent)
+    raw, before, ours = [], [], []
+    try:
+        for done in range(0, runs, 10):  # alternating blocks: a shared machine's load drifts
+            count = min(10, runs - done)
+            raw += time_raw_bwrap(count)
+            before += block(base, count)
+            ours += block(this, count)
+    finally:
+        for proc in (base, this):
+            proc.stdin.close()
+            proc.wait()
+    p50 = lambda v: percentile(v, .5) * 1000  # noqa: E731
+    p99 = lambda v: percentile(v, .99) * 1000  # noqa: E731
+    print(f"\nsandbox start on {os.cpu_count()} cores, {runs} runs each, uid {os.getuid()}, load "
+          f"{os.getloadavg()[0]:.1f}\n")
+    print("| Sandbox() + exec('true') + close() | p50 ms | p99 ms | ratio p50 vs raw | target |\n|---|---|---|---|---|")
+    print(f"| raw `bwrap ... bash -c true` (baseline) | {p50(raw):.1f} | {p99(raw):.1f} | 1.00 | |")
+    for label, values in ((f"{tree} (before)", before), ("this tree", ours)):
+        print(f"| {label} | {p50(values):.1f} | {p99(values):.1f} | {p50(values) / p50(raw):.2f} | <= 1.5 |")
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--worker"]:
+        return worker()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--many", type=int, default=1000)
+    parser.add_argument("--against", type=Path, help="another checkout: only the start, raw / it / this")
     args = parser.parse_args()
+    if args.against is not None:
+        return against(args.against, args.runs)
     Sandbox().start().close()  # warm up: bwrap probe and sweep
     raw, ours, on_disk = [], [], []
     for done in range(0, args.runs, 10):  # alternating blocks: a shared machine's load drifts

@@ -27,12 +27,12 @@ if TYPE_CHECKING:
 # pid 1 of the sandbox (bwrap --as-pid-1, so that no process of bwrap's, a host binary, is inside).
 # It says it runs on stdout (the readiness pipe), then reads stdin, a pipe whose write end only
 # our process holds (one for all our sandboxes: _lifeline), until EOF: when we die, it exits, and
-# the sandbox with it. bash, where the rootfs has it, also reaps the orphans pid 1 inherits (its
-# SIGCHLD handler waits for any child); cat does not, so there orphans stay zombies until the
-# sandbox closes.
+# the sandbox with it. It is `sh` (dash, ~1 ms less to start than bash, on every start's path),
+# whose trap on SIGCHLD has it reap the orphans pid 1 inherits; a signal ends `read` as EOF does
+# (status 1), so it stops only when no trap ran meanwhile (an EOF answers again at once).
 # Its $0 is the record's marker, which the sweep looks for (records.py).
-KEEPER = {"bash": ["bash", "-c", "printf x; exec >/dev/null 2>&1; while read -r _; do :; done"],
-          "sh": ["sh", "-c", "printf x; exec >/dev/null 2>&1; exec cat"]}
+KEEPER = dict.fromkeys(("bash", "sh"), ["sh", "-c", "trap c=1 CHLD; printf x; exec >/dev/null 2>&1; "
+                                        'while c=; do read -r _ && continue; [ "$c" ] || break; done'])
 START_TIMEOUT = 30.0
 
 

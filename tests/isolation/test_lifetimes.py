@@ -80,6 +80,19 @@ def test_close_leaves_no_zombie_pid_1_for_the_host_s_init():
     assert [pid for pid in pids if os.path.exists(f"/proc/{pid}")] == []
 
 
+def test_pid_1_reaps_the_orphans_it_inherits_and_outlives_their_signals():
+    """The keeper (sh, its trap on SIGCHLD) waits for the orphans the kernel hands it, and the
+    signal that ends its `read` does not end it: it stops at the lifeline's EOF only."""
+    with Sandbox() as sb:
+        assert sb.exec("for i in 1 2 3 4 5 6 7 8; do sleep 0.05 & done; exit 0").exit_code == 0
+        deadline = time.monotonic() + 10
+        left = "?"
+        while time.monotonic() < deadline and left:  # bounded: the orphans' sleeps end, then reaped
+            left = sb.exec("cat /proc/1/task/1/children").stdout.strip()
+        assert left == "", f"pid 1's children left: {left}"  # no zombie left to it
+        assert os.path.exists(f"/proc/{sb.pid}") and sb.exec("echo alive").stdout == "alive\n"
+
+
 def test_a_stopped_log_writer_cannot_hold_a_command_past_its_timeout():
     with Sandbox() as sb, Shell(sb, max_output=2000) as shell:
         # Enough output to need the log file; the log writer is a `cat` we started, which the
