@@ -235,8 +235,8 @@ def against(tree: Path, runs: int) -> None:
         for done in range(0, runs, 10):  # alternating blocks: a shared machine's load drifts
             count = min(10, runs - done)
             raw += time_raw_bwrap(count)
-            before += block(base, count)
-            ours += block(this, count)
+            for proc, times in ((base, before), (this, ours))[::1 if done % 20 else -1]:  # each first by turns
+                times += block(proc, count)
     finally:
         for proc in (base, this):
             proc.stdin.close()
