@@ -40,31 +40,74 @@ class SentTrajectory:
         return self.encoded
 
 
-class WorkerHost:
-    """The worker's side of the calls `lis_tui.bench.workers.LocalActor` makes."""
+class CallHost:
+    """The worker's side of a parent's calls on its end of a pipe: (call id, method, args) in,
+    (call id, "ok" | "error", value) out. Only `serve()`'s thread reads the pipe; answers go out
+    one at a time under a lock. When the parent's end closes (it died), `stop()` runs: nothing
+    of ours may outlive it. Each host names the call that ends it (`LAST`) and may run a call
+    on another thread (`dispatch`)."""
+
+    LAST = "close"
 
     def __init__(self, conn: Connection, label: str) -> None:
         self.conn, self.label = conn, label
-        self.ctx: Any = None
-        self.pool: cf.ThreadPoolExecutor | None = None
         self._send_lock = threading.Lock()
 
     def serve(self) -> None:
-        """Answer calls until `close` or the parent's end of the socket closes."""
+        """Answer calls until `LAST` or the parent's end of the pipe closes."""
         while True:
             try:
                 call_id, method, args = self.conn.recv()
             except (EOFError, OSError):
-                self._stop()  # the parent died: nothing of ours may outlive it
+                self.stop()  # the parent died: nothing of ours may outlive it
                 return
-            if method == "run":
-                assert self.pool is not None, "prepare() first"
-                self.pool.submit(self._answer, call_id, self.run, args)
-            elif method == "close":
-                self._answer(call_id, self._stop, ())
+            if method == self.LAST:
+                self._answer(call_id, self.stop, ())
                 return
-            else:
-                self._answer(call_id, getattr(self, method), args)
+            self.dispatch(call_id, method, args)
+
+    def dispatch(self, call_id: int, method: str, args: tuple) -> None:
+        self._answer(call_id, getattr(self, method, None) or self._unknown(method), args)
+
+    def stop(self) -> Any:
+        raise NotImplementedError
+
+    def error(self, exc: BaseException) -> Any:
+        """What the parent gets for a call that raised: its trace, as text."""
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return f"{type(exc).__name__}: {exc}\n\n{text}"
+
+    def _unknown(self, method: str) -> Any:
+        def refuse(*_: Any) -> None:
+            raise ValueError(f"{self.label} has no call {method!r}")
+        return refuse
+
+    def _answer(self, call_id: int, method: Any, args: tuple) -> None:
+        try:
+            reply = (call_id, "ok", method(*args))
+        except BaseException as exc:  # noqa: BLE001 (the parent answers it; the worker goes on)
+            reply = (call_id, "error", self.error(exc))
+        with self._send_lock:
+            try:
+                self.conn.send(reply)
+            except OSError:  # the parent is gone; serve() sees EOF and stops
+                pass
+
+
+class WorkerHost(CallHost):
+    """The worker's side of the calls `lis_tui.bench.workers.LocalActor` makes."""
+
+    def __init__(self, conn: Connection, label: str) -> None:
+        super().__init__(conn, label)
+        self.ctx: Any = None
+        self.pool: cf.ThreadPoolExecutor | None = None
+
+    def dispatch(self, call_id: int, method: str, args: tuple) -> None:
+        if method == "run":  # an episode: on the pool, so the next call is read meanwhile
+            assert self.pool is not None, "prepare() first"
+            self.pool.submit(self._answer, call_id, self.run, args)
+        else:
+            super().dispatch(call_id, method, args)
 
     def prepare(self, setup: Any, slots: int) -> dict[str, Any]:
         os.environ.clear()
@@ -101,25 +144,13 @@ class WorkerHost:
         if self.ctx is not None:
             self.ctx.cancel(hard)
 
-    def _stop(self) -> None:
+    def stop(self) -> None:
         if self.ctx is not None:
             self.ctx.cancel(hard=True)
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
         if self.ctx is not None:
             self.ctx.close()
-
-    def _answer(self, call_id: int, method: Any, args: tuple) -> None:
-        try:
-            reply = (call_id, "ok", method(*args))
-        except BaseException as exc:  # noqa: BLE001 (the parent records it; the worker goes on)
-            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            reply = (call_id, "error", f"{type(exc).__name__}: {exc}\n\n{text}")
-        with self._send_lock:
-            try:
-                self.conn.send(reply)
-            except OSError:  # the parent is gone; serve() sees EOF and stops
-                pass
 
 
 def serve_in_child(conn: Connection, label: str, host: type | None = None) -> None:

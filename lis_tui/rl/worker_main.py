@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from lis_tui.bench.worker_main import CallHost
 from lis_tui.rl.env import EnvClosed, EnvError, SandboxEnv
 from lis_tui.rl.pool import PoolError
 from lis_tui.model.textcalls import AssistantError
@@ -43,35 +44,24 @@ class EnvSetup:
     cwd: str = "."
 
 
-class EnvHost:
+class EnvHost(CallHost):
     """The worker's side of `lis_tui.rl.workers._Worker`'s calls."""
 
+    LAST = "stop"
+
     def __init__(self, conn: Connection, label: str) -> None:
-        self.conn, self.label = conn, label
+        super().__init__(conn, label)
         self.setup: EnvSetup | None = None
         self.judge: Any = None
         self.envs: dict[int, SandboxEnv] = {}
         self._lock = threading.Lock()  # self.envs
-        self._send_lock = threading.Lock()
 
-    def serve(self) -> None:
-        """Answer calls until `stop` or the parent's end of the pipe closes."""
-        while True:
-            try:
-                call_id, method, args = self.conn.recv()
-            except (EOFError, OSError):
-                self._close_all()  # the parent died: nothing of ours may outlive it
-                return
-            if method == "prepare":
-                self._answer(call_id, self.prepare, args)
-            elif method == "stop":
-                self._answer(call_id, self._close_all, ())
-                return
-            elif method in ("reset", "step", "close"):
-                threading.Thread(target=self._answer, args=(call_id, getattr(self, method), args),
-                                 name=f"lis-env-{method}", daemon=True).start()
-            else:
-                self._answer(call_id, self._unknown, (method,))
+    def dispatch(self, call_id: int, method: str, args: tuple) -> None:
+        if method in ("reset", "step", "close"):  # a step may take minutes: the next call is read meanwhile
+            threading.Thread(target=self._answer, args=(call_id, getattr(self, method), args),
+                             name=f"lis-env-{method}", daemon=True).start()
+        else:
+            super().dispatch(call_id, method, args)
 
     def prepare(self, setup: EnvSetup) -> int:
         if setup.env is not None:
@@ -111,7 +101,7 @@ class EnvHost:
         if env is not None:
             env.close()
 
-    def _close_all(self) -> int:
+    def stop(self) -> int:
         with self._lock:
             envs, self.envs = list(self.envs.values()), {}
         for env in envs:
@@ -121,21 +111,7 @@ class EnvHost:
                 log.exception("closing an environment failed")
         return len(envs)
 
-    def _unknown(self, method: str) -> None:
-        raise ValueError(f"{self.label} has no call {method!r}")
-
-    def _answer(self, call_id: int, method: Any, args: tuple) -> None:
-        try:
-            reply = (call_id, "ok", method(*args))
-        except BaseException as exc:  # noqa: BLE001 (the parent answers it; the worker goes on)
-            reply = (call_id, "error", self._portable(exc))
-        with self._send_lock:
-            try:
-                self.conn.send(reply)
-            except OSError:  # the parent is gone; serve() sees EOF and stops
-                pass
-
-    def _portable(self, exc: BaseException) -> Exception:
+    def error(self, exc: BaseException) -> Exception:
         """`exc` itself when the server answers it by its kind (409, 410, 400 ...) and it crosses
         the pipe intact; else a RuntimeError holding its trace, which the server logs (a 500)."""
         if isinstance(exc, PASSED_ON):
