@@ -306,7 +306,7 @@ def compare_live(args) -> None:
 
 def compare_places(args) -> None:
     """Episodes/s of each (place, concurrency), rounds alternating; median of each."""
-    from lis_tui.bench.workers import default_workers
+    from lis_tui.bench.workers.pool import default_workers
 
     levels = [int(c) for c in args.concurrency.split(",")]
     places = []

@@ -34,7 +34,7 @@ PARTS = (  # (part, path pieces of the functions whose own time counts for it), 
                              "pydantic", "selectors.py")),
     ("JSON", ("json/",)),
     ("trajectory writes", ("trajectory.py",)),
-    ("scoring", ("bench/rewards.py", "bench/answers.py", "math_verify", "sympy")),
+    ("scoring", ("bench/scoring/", "math_verify", "sympy")),
     ("agent loop, events, prompts", ("lis_tui/",)),
     ("threads, locks, queues", ("threading.py", "queue.py", "concurrent/")),
 )

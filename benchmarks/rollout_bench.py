@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--rootfs", default="host")
     parser.add_argument("--workers", default="1", help="worker processes, a list: 1,auto")
     args = parser.parse_args()
-    from lis_tui.bench.workers import default_workers
+    from lis_tui.bench.workers.pool import default_workers
 
     counts = [default_workers(args.concurrency) if w == "auto" else int(w)
               for w in args.workers.split(",")]

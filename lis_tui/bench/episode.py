@@ -19,10 +19,10 @@ from typing import Any
 
 from isolation import Sandbox, SandboxSpec
 from lis_tui.agent.loop import ANSWER_LIMIT, INPUT_DIR, OUTPUT_DIR, Agent
-from lis_tui.bench.answers import final_answer
-from lis_tui.bench.capability import KINDS, CapabilityCounter
-from lis_tui.bench.rewards import MATH_REWARDS, math_verify_missing, parse_reward
-from lis_tui.bench.scoring import score
+from lis_tui.bench.scoring.answers import final_answer
+from lis_tui.bench.report.capability import KINDS, CapabilityCounter
+from lis_tui.bench.scoring.rewards import MATH_REWARDS, math_verify_missing, parse_reward
+from lis_tui.bench.scoring.score import score
 from lis_tui.bench.tasks import Task
 from lis_tui.config.settings import Config
 from lis_tui.agent.events import Listeners, RunFinished

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 from isolation import SandboxSpec
 from lis_tui.bench.episode import Episode, EpisodeContext, dumps, run_episode
-from lis_tui.bench.progress import Progress
+from lis_tui.bench.report.progress import Progress
 from lis_tui.bench.tasks import Task
 from lis_tui.config.settings import Config
 
@@ -46,7 +46,7 @@ class BenchOptions:
     progress: TextIO | None = field(default_factory=lambda: sys.stderr)
     """Where the progress line goes; None for none."""
     workers: int = 1
-    """Processes that run the episodes (`lis_tui.bench.workers`); 1 runs them in this process, in
+    """Processes that run the episodes (`lis_tui.bench.workers.pool`); 1 runs them in this process, in
     threads; 0: one per 2 cores, at most `concurrency`."""
     ray: Any = None
     """Run the episodes on a Ray cluster: "auto", an address, or a `lis_tui.ray.RayOptions`
@@ -115,7 +115,7 @@ class BenchRunner:
         """The worker processes this run uses (1: none, the episodes run in this one)."""
         if self.options.workers:
             return min(self.options.workers, self.options.concurrency)
-        from lis_tui.bench.workers import default_workers  # noqa: PLC0415
+        from lis_tui.bench.workers.pool import default_workers  # noqa: PLC0415
 
         return default_workers(self.options.concurrency)
 
@@ -150,7 +150,7 @@ class BenchRunner:
             return run_on_cluster(self, todo, progress)
         workers = self.workers()
         if workers > 1:
-            from lis_tui.bench.workers import run_in_workers  # noqa: PLC0415
+            from lis_tui.bench.workers.pool import run_in_workers  # noqa: PLC0415
 
             return run_in_workers(self, todo, progress, workers)
         interrupts = 0

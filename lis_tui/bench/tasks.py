@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from lis_tui.bench.rewards import RewardError, parse_reward
+from lis_tui.bench.scoring.rewards import RewardError, parse_reward
 from lis_tui.config.settings import ConfigError, parse_toml
 
 SETS_DIR = Path(__file__).with_name("sets")

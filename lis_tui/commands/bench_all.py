@@ -92,8 +92,8 @@ def _write(args: argparse.Namespace, out: Path, records: list, settings: list,
            not_run: dict[str, str], interrupted: bool) -> int:
     from lis_tui.bench.paper.settings import markdown as settings_md  # noqa: PLC0415
     from lis_tui.bench.paper.table import main_table  # noqa: PLC0415
-    from lis_tui.bench.report import markdown, run_info, write_reports  # noqa: PLC0415
-    from lis_tui.bench.summary import summarize  # noqa: PLC0415
+    from lis_tui.bench.report.pages import markdown, run_info, write_reports  # noqa: PLC0415
+    from lis_tui.bench.report.summary import summarize  # noqa: PLC0415
     from lis_tui.config.settings import load_config  # noqa: PLC0415
 
     out.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ def build_run(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     if args.resume and not args.output:
         raise ValueError("--resume needs --output DIR, the folder of the run to continue")
     if args.reward:
-        from lis_tui.bench.rewards import parse_reward  # noqa: PLC0415
+        from lis_tui.bench.scoring.rewards import parse_reward  # noqa: PLC0415
 
         parse_reward(args.reward)  # a typo fails here even when every task names its own
     tasks = _tasks(args, load_tasks)
@@ -123,8 +123,8 @@ def _tasks(args: argparse.Namespace, load_tasks: Any) -> list:
 def _judge(args: argparse.Namespace, config: Any, tasks: list) -> Any:
     from dataclasses import replace  # noqa: PLC0415
 
-    from lis_tui.bench.judge import Judge  # noqa: PLC0415
-    from lis_tui.bench.rewards import parse_reward  # noqa: PLC0415
+    from lis_tui.bench.scoring.judge import Judge  # noqa: PLC0415
+    from lis_tui.bench.scoring.rewards import parse_reward  # noqa: PLC0415
     from lis_tui.config.settings import check_base_url  # noqa: PLC0415
 
     if args.judge_base_url:
@@ -144,7 +144,7 @@ def _judge(args: argparse.Namespace, config: Any, tasks: list) -> Any:
 def _without_judge(tasks: list) -> str:
     """How a judged paper suite can still be scored without a judge model, if it can."""
     from lis_tui.bench.paper.suites import SUITES  # noqa: PLC0415
-    from lis_tui.bench.rewards import parse_reward  # noqa: PLC0415
+    from lis_tui.bench.scoring.rewards import parse_reward  # noqa: PLC0415
 
     names = {t.extra.get("paper_suite") for t in tasks} & set(SUITES)
     others = [(n, o) for n in sorted(names) for o in SUITES[n].others
@@ -174,7 +174,7 @@ def default_output(tasks: str) -> str:
 
 
 def report(args: argparse.Namespace, runner: Any, outcome: Any, settings: Any = None) -> int:
-    from lis_tui.bench.report import run_info, write_reports  # noqa: PLC0415
+    from lis_tui.bench.report.pages import run_info, write_reports  # noqa: PLC0415
 
     model = runner.ctx.config.model
     preface = ""
@@ -187,7 +187,7 @@ def report(args: argparse.Namespace, runner: Any, outcome: Any, settings: Any = 
     summary = write_reports(outcome.results, runner.options.output, title=f"lis-tui bench {args.tasks}",
                             run=run_info(model.model, model.base_url), preface=preface, not_run=not_run)
     if not args.quiet:
-        from lis_tui.bench.report import markdown  # noqa: PLC0415
+        from lis_tui.bench.report.pages import markdown  # noqa: PLC0415
 
         print(markdown(summary))
     if not getattr(args, "one_of_all", False):  # even -q says where the results went (paper:all: once)

@@ -119,9 +119,9 @@ class _SafeFormatter(logging.Formatter):
 
 def _build(args: argparse.Namespace) -> tuple[Any, str]:
     """The server, listening, and the token made for it ("" when one was given)."""
-    from lis_tui.bench.rewards import parse_reward  # noqa: PLC0415 (keep --help fast)
+    from lis_tui.bench.scoring.rewards import parse_reward  # noqa: PLC0415 (keep --help fast)
     from lis_tui.bench.tasks import TaskError, load_tasks  # noqa: PLC0415
-    from lis_tui.bench.workers import default_workers  # noqa: PLC0415
+    from lis_tui.bench.workers.pool import default_workers  # noqa: PLC0415
     from lis_tui.config.settings import ConfigError, configured_rootfs, load_config  # noqa: PLC0415
     from lis_tui.rl.env import SandboxEnv  # noqa: PLC0415
     from lis_tui.rl.pool import EnvPool, PoolConfig  # noqa: PLC0415
@@ -161,7 +161,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, str]:
     if args.judge_model:
         from dataclasses import replace  # noqa: PLC0415
 
-        from lis_tui.bench.judge import Judge  # noqa: PLC0415
+        from lis_tui.bench.scoring.judge import Judge  # noqa: PLC0415
 
         judge = Judge(replace(config.model, model=args.judge_model, temperature=0.0,
                               base_url=args.judge_base_url or config.model.base_url))

@@ -52,7 +52,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from lis_tui.bench.rewards import RewardError, parse_reward  # noqa: PLC0415 (fast --help)
+    from lis_tui.bench.scoring.rewards import RewardError, parse_reward  # noqa: PLC0415 (fast --help)
     from lis_tui.rl.build import BuildOptions, build_tasks, summary_text  # noqa: PLC0415
     from lis_tui.rl.items import ItemError, read_items  # noqa: PLC0415
 

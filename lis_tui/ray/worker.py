@@ -79,7 +79,7 @@ class EpisodeWorker:
                             "problem": f"the rootfs did not arrive: {type(exc).__name__}: {exc}"}
         judge = None
         if self.setup.judge is not None:
-            from lis_tui.bench.judge import Judge  # noqa: PLC0415
+            from lis_tui.bench.scoring.judge import Judge  # noqa: PLC0415
 
             judge = Judge(*self.setup.judge)
         self.ctx = self.setup.context(self.setup.config, spec, self.scratch, judge)

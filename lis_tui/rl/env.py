@@ -22,8 +22,8 @@ from isolation import Sandbox, SandboxError, SandboxSpec
 from lis_tui.agent.loop import ANSWER_LIMIT, OUTPUT_DIR, Agent
 from lis_tui.agent.errors import Terminating
 from lis_tui.bench.episode import stage_files, task_prompt_values
-from lis_tui.bench.rewards import parse_reward
-from lis_tui.bench.scoring import score
+from lis_tui.bench.scoring.rewards import parse_reward
+from lis_tui.bench.scoring.score import score
 from lis_tui.bench.tasks import Task, tasks_from_items
 from lis_tui.config.settings import Config, load_config
 from lis_tui.model.reply import ModelReply
@@ -115,7 +115,7 @@ class SandboxEnv:
         task = task if isinstance(task, Task) else tasks_from_items([task], Path.cwd(), "task", None)[0]
         if self.judge is None and parse_reward(task.reward)[0] == "judge":
             raise ValueError(f"task {task.id!r} is scored by a judge model: pass "
-                             "SandboxEnv(judge=lis_tui.bench.judge.Judge(model_config))")
+                             "SandboxEnv(judge=lis_tui.bench.scoring.judge.Judge(model_config))")
         self.close()
         sandbox = Sandbox(self.spec).start()
         try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lis_tui.bench.rewards import RewardError, parse_reward
+from lis_tui.bench.scoring.rewards import RewardError, parse_reward
 
 OUR_FIELDS = {"id", "context", "question", "answer", "domain", "group", "reward"}
 PAPER_FIELDS = {"id", "problem_statement", "ground_truth", "input_files", "domain", "qa_type",

@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from lis_tui.bench.rewards import parse_reward
+from lis_tui.bench.scoring.rewards import parse_reward
 from lis_tui.bench.tasks import Task, TaskError, tasks_from_items
 from lis_tui.rl.env import EnvError
 from lis_tui.rl.pool import EnvPool, PoolError

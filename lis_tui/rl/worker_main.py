@@ -3,7 +3,7 @@
 parent gave it.
 
 Requests are (call id, method, args), answers (call id, "ok" | "error", value), as in the bench's
-workers (lis_tui.bench.worker_main, whose `serve_in_child` runs `EnvHost`). Only this process's
+workers (lis_tui.bench.workers.host, whose `serve_in_child` runs `EnvHost`). Only this process's
 main thread reads the pipe; each reset, step and close runs on a thread of its own (a step may
 take minutes), and answers go out one at a time under a lock. The parent keeps every limit (the
 cap, idle reaping, one step at a time); this side only runs what it is sent. On `stop`, or when
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from lis_tui.bench.worker_main import CallHost
+from lis_tui.bench.workers.host import CallHost
 from lis_tui.rl.env import EnvClosed, EnvError, SandboxEnv
 from lis_tui.rl.pool import PoolError
 from lis_tui.model.textcalls import AssistantError
@@ -69,7 +69,7 @@ class EnvHost(CallHost):
             os.environ.update(setup.env)
         os.chdir(setup.cwd)
         if setup.judge is not None:
-            from lis_tui.bench.judge import Judge  # noqa: PLC0415
+            from lis_tui.bench.scoring.judge import Judge  # noqa: PLC0415
 
             self.judge = Judge(*setup.judge)
         self.setup = setup

@@ -4,7 +4,7 @@ The server's `EnvPool` stays in this process and keeps every limit as with one p
 cap on live environments, idle reaping, one step at a time, the ids); what it holds for each
 environment is a `RemoteEnv`, whose reset places it on the least loaded worker and whose steps
 and close are forwarded there. A worker is a process forked like the bench's
-(`lis_tui.bench.workers.start_worker`) running `lis_tui.rl.worker_main.EnvHost`.
+(`lis_tui.bench.workers.pool.start_worker`) running `lis_tui.rl.worker_main.EnvHost`.
 
 Each worker's pipe has one reader, a thread of this process that hands answers to the calls
 waiting on them; calls are sent one at a time under the worker's lock, which also guards the
@@ -21,7 +21,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-from lis_tui.bench.workers import start_worker
+from lis_tui.bench.workers.pool import start_worker
 from lis_tui.rl.env import EnvClosed, StepResult
 from lis_tui.rl.pool import EnvPool, PoolError, PoolFull
 from lis_tui.rl.worker_main import EnvHost, EnvSetup

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from lis_tui.bench.answers import extract_choices
-from lis_tui.bench.rewards import boxed, choice, math_verify_missing
+from lis_tui.bench.scoring.answers import extract_choices
+from lis_tui.bench.scoring.rewards import boxed, choice, math_verify_missing
 from lis_tui.bench.tasks import load_tasks
 
 needs_math_verify = pytest.mark.skipif(math_verify_missing(), reason="pip install 'lis-tui[paper]'")

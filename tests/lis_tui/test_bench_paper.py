@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 
 from fakes.openai_server import FakeOpenAI, call, reply, submit
-from lis_tui.bench.judge import Judge
+from lis_tui.bench.scoring.judge import Judge
 from lis_tui.bench.paper import load_suite
 from lis_tui.bench.runner import BenchOptions, BenchRunner
-from lis_tui.bench.summary import summarize
+from lis_tui.bench.report.summary import summarize
 from test_bench_runner import bench_cli, config_for
 from test_paper_instructions import nltk_data  # noqa: F401 (a fixture)
 

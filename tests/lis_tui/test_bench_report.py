@@ -3,9 +3,9 @@
 import json
 from html.parser import HTMLParser
 
-from lis_tui.bench.charts import bar_chart
-from lis_tui.bench.report import markdown, run_info, write_reports
-from lis_tui.bench.summary import summarize
+from lis_tui.bench.report.charts import bar_chart
+from lis_tui.bench.report.pages import markdown, run_info, write_reports
+from lis_tui.bench.report.summary import summarize
 
 
 def rec(id, mode, domain, correct, steps=3, tokens=(100, 10, 5), finish="submitted", caps=(1, 2, 0),

@@ -3,10 +3,10 @@
 import pytest
 
 from fakes.openai_server import FakeOpenAI, error, reply
-from lis_tui.bench.answers import extract_boxed, final_answer, parse_number
-from lis_tui.bench.judge import Judge, JudgeError, verdict
-from lis_tui.bench.rewards import REWARD_NAMES, RewardError, parse_reward
-from lis_tui.bench.scoring import score
+from lis_tui.bench.scoring.answers import extract_boxed, final_answer, parse_number
+from lis_tui.bench.scoring.judge import Judge, JudgeError, verdict
+from lis_tui.bench.scoring.rewards import REWARD_NAMES, RewardError, parse_reward
+from lis_tui.bench.scoring.score import score
 from lis_tui.bench.tasks import Task
 from lis_tui.config.settings import ModelConfig
 
@@ -192,7 +192,7 @@ def test_bench_refuses_judge_tasks_without_a_judge(tmp_path):
 def test_a_nesting_bomb_from_the_model_scores_zero_and_counts_no_capability():
     """The answer and the tool arguments are the model's: nested past the parser's limit they
     are just wrong, not a RecursionError in the scorer or in the capability count."""
-    from lis_tui.bench.capability import classify
+    from lis_tui.bench.report.capability import classify
 
     task = Task(id="j", problem_statement="p", ground_truth='{"a": 1}', reward="json")
     assert score("[" * 100_000, task) == 0.0
@@ -206,7 +206,7 @@ def test_math_verify_says_nothing_of_the_timeouts_we_turned_off():
     from pathlib import Path
 
     pytest.importorskip("math_verify")
-    code = ("import threading\nfrom lis_tui.bench.rewards import _math_verify\n"
+    code = ("import threading\nfrom lis_tui.bench.scoring.rewards import _math_verify\n"
             "ts = [threading.Thread(target=_math_verify, args=('1/2', '0.5')) for _ in range(4)]\n"
             "[t.start() for t in ts]; [t.join() for t in ts]\n"
             "print(_math_verify('\\\\frac{1}{2}', '0.5'))\n")

@@ -87,7 +87,7 @@ class _Tags(HTMLParser):
 
 
 def test_both_modes_on_demo_score_and_report(tmp_path):
-    from lis_tui.bench.report import write_reports
+    from lis_tui.bench.report.pages import write_reports
 
     tasks = load_tasks("demo")
     with FakeOpenAI(default=oracle(tasks)) as server:

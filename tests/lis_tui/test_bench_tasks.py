@@ -5,9 +5,9 @@ import json
 import pytest
 
 from lis_tui.bench import BUILTIN_SETS, TaskError, load_tasks, score
-from lis_tui.bench.capability import CapabilityCounter, classify, classify_command
+from lis_tui.bench.report.capability import CapabilityCounter, classify, classify_command
 from lis_tui.bench.episode import llm_prompt, task_files
-from lis_tui.bench.rewards import parse_reward
+from lis_tui.bench.scoring.rewards import parse_reward
 
 PAPER_TASK = {"id": "q1", "problem_statement": "Sum the column.", "ground_truth": "6",
               "input_files": {"data.csv": "x\n1\n2\n3\n"}, "domain": "data", "reward": "numeric"}

@@ -15,7 +15,7 @@ import pytest
 from fakes.openai_server import FakeOpenAI, call, reply
 from lis_tui.bench.runner import BenchOptions, BenchRunner
 from lis_tui.bench.tasks import Task
-from lis_tui.bench.workers import default_workers
+from lis_tui.bench.workers.pool import default_workers
 from lis_tui.config.settings import load_config
 from lis_tui.rl import rollout
 from proctree import sandbox_processes, worker_processes

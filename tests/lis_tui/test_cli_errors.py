@@ -228,7 +228,7 @@ def test_runs_names_the_server_default_model_not_a_dash(cli):
 def test_bench_progress_into_a_file_is_a_line_per_tenth_not_per_episode():
     import io
 
-    from lis_tui.bench.progress import Progress
+    from lis_tui.bench.report.progress import Progress
 
     out = io.StringIO()  # not a terminal: a log file, CI
     progress = Progress(out, total=200, every=1e9)  # the time trigger out of the way

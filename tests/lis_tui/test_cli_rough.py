@@ -184,7 +184,7 @@ def test_bench_quiet_says_where_the_results_are_and_the_report_links_each_episod
 def test_a_note_s_install_command_stays_copyable_in_summary_md_and_report_html(tmp_path):
     from isolation.extras import install_hint
     from lis_tui.bench.paper.instructions import FALLBACK_NOTE
-    from lis_tui.bench.report import write_reports
+    from lis_tui.bench.report.pages import write_reports
 
     hint = install_hint("ifbench")
     record = {"id": "a", "mode": "llm", "repeat": 0, "domain": "if", "reward": 1.0, "correct": True,
@@ -198,7 +198,7 @@ def test_a_note_s_install_command_stays_copyable_in_summary_md_and_report_html(t
 
 
 def test_one_mode_s_table_is_not_titled_sandbox_against_llm(tmp_path):
-    from lis_tui.bench.report import markdown, write_reports
+    from lis_tui.bench.report.pages import markdown, write_reports
 
     record = {"id": "a", "mode": "sandbox", "repeat": 0, "domain": "math", "reward": 1.0,
               "correct": True, "answer": "4", "finish_reason": "submitted", "steps": 2,
@@ -213,7 +213,7 @@ def test_one_mode_s_table_is_not_titled_sandbox_against_llm(tmp_path):
 def test_an_episode_s_page_shows_what_the_model_and_sandbox_wrote_escaped(tmp_path):
     """The trajectory is the model's and the sandbox's text: no markup, no raw control character."""
     from fakes.hostile import HOSTILE, raw_in
-    from lis_tui.bench.report import write_reports
+    from lis_tui.bench.report.pages import write_reports
 
     folder = tmp_path / "episodes" / "a.sandbox.0"
     folder.mkdir(parents=True)

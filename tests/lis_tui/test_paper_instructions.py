@@ -9,7 +9,7 @@ import pytest
 from lis_tui.bench.paper import instructions
 from lis_tui.bench.paper.instructions import CHECKS, all_followed, instructions_of, loose_variants
 from lis_tui.bench.paper.lenient import instruct_follow
-from lis_tui.bench.rewards import RewardError
+from lis_tui.bench.scoring.rewards import RewardError
 from lis_tui.bench.tasks import Task, TaskError
 
 # id, kwargs, an answer that keeps it, one that breaks it, a badly formatted one (breaks it)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from lis_tui.bench.paper import SUITES, load_suite
-from lis_tui.bench.scoring import score
+from lis_tui.bench.scoring.score import score
 from lis_tui.bench.tasks import TaskError
 from test_paper_instructions import nltk_data  # noqa: F401 (a fixture)
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from fakes.openai_server import FakeOpenAI, reply
-from lis_tui.bench.judge import Judge
+from lis_tui.bench.scoring.judge import Judge
 from lis_tui.bench.paper import instructions, load_suite
-from lis_tui.bench.scoring import score
+from lis_tui.bench.scoring.score import score
 from lis_tui.config.settings import ModelConfig
 from paper_package_cases import JUDGED_SUITES, cases
 

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from fakes.openai_server import FakeOpenAI, reply
-from lis_tui.bench.judge import Judge
+from lis_tui.bench.scoring.judge import Judge
 from lis_tui.bench.paper import load_suite
 from lis_tui.bench.paper.lenient import physics
-from lis_tui.bench.scoring import score
+from lis_tui.bench.scoring.score import score
 from lis_tui.bench.tasks import Task, TaskError
 from lis_tui.config.settings import ModelConfig
 
@@ -97,7 +97,7 @@ def test_the_lenient_judge_asks_once(tmp_path, answer, says, want, shown):
 
 def test_physics_without_a_judge_says_what_to_pass(tmp_path):
     (task,) = tasks(tmp_path)
-    from lis_tui.bench.rewards import RewardError
+    from lis_tui.bench.scoring.rewards import RewardError
     with pytest.raises(RewardError, match="--judge-model"):
         score("9.81", task)
 

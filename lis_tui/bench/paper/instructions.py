@@ -18,7 +18,7 @@ import re
 from typing import Any, Callable
 
 from isolation.extras import install_hint
-from lis_tui.bench.rewards import RewardError
+from lis_tui.bench.scoring.rewards import RewardError
 from lis_tui.bench.tasks import TaskError
 
 

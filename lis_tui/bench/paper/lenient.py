@@ -15,9 +15,9 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from lis_tui.bench.answers import extract_boxed, extract_choices, parse_number
+from lis_tui.bench.scoring.answers import extract_boxed, extract_choices, parse_number
 from lis_tui.bench.paper.instructions import all_followed, instructions_of
-from lis_tui.bench.rewards import boxed, choice, choice_letters, letters_f1
+from lis_tui.bench.scoring.rewards import boxed, choice, choice_letters, letters_f1
 
 PHYSICS_TOLERANCE = Fraction(1, 100)
 """Relative tolerance for physics numbers (numeric answers rounded by the model)."""

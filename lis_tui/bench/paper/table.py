@@ -26,7 +26,7 @@ def main_table(summary: dict[str, Any], not_run: dict[str, str]) -> str:
                                "prompt + completion over all model calls, mean per episode. "
                                "Turns: model calls per sandbox episode.\n")
     if not_run:
-        from lis_tui.bench.report import md_text  # noqa: PLC0415 (report imports the charts)
+        from lis_tui.bench.report.pages import md_text  # noqa: PLC0415 (report imports the charts)
 
         text += "\nNot run:\n\n" + "".join(f"- {md_text(name)}: {md_text(why)}\n"
                                             for name, why in sorted(not_run.items()))
@@ -34,7 +34,7 @@ def main_table(summary: dict[str, Any], not_run: dict[str, str]) -> str:
 
 
 def _md(text: str) -> str:
-    from lis_tui.bench.report import md_text  # noqa: PLC0415
+    from lis_tui.bench.report.pages import md_text  # noqa: PLC0415
 
     return md_text(text)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lis_tui.bench import rewards
+from lis_tui.bench.scoring import rewards
 
 
 def score(answer: str, task: Any, judge: Any = None) -> float:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lis_tui.bench.charts import _e, _outside, page
+from lis_tui.bench.report.charts import _e, _outside, page
 from lis_tui.runs.replay import load_trajectory
 
 OUTPUT_SHOWN = 20_000

@@ -95,7 +95,7 @@ class CallHost:
 
 
 class WorkerHost(CallHost):
-    """The worker's side of the calls `lis_tui.bench.workers.LocalActor` makes."""
+    """The worker's side of the calls `lis_tui.bench.workers.pool.LocalActor` makes."""
 
     def __init__(self, conn: Connection, label: str) -> None:
         super().__init__(conn, label)
@@ -115,7 +115,7 @@ class WorkerHost(CallHost):
         os.chdir(setup.cwd)
         judge = None
         if setup.judge is not None:
-            from lis_tui.bench.judge import Judge  # noqa: PLC0415
+            from lis_tui.bench.scoring.judge import Judge  # noqa: PLC0415
 
             judge = Judge(*setup.judge)
         self.ctx = setup.context(setup.config, setup.spec, setup.output, judge)

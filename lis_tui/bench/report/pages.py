@@ -12,10 +12,10 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from lis_tui.bench.capability import KINDS
-from lis_tui.bench.charts import bar_chart, episodes_html, markdown_to_html, page
-from lis_tui.bench.episode_page import write_episode_pages
-from lis_tui.bench.summary import TOKEN_KINDS, model_tokens, summarize
+from lis_tui.bench.report.capability import KINDS
+from lis_tui.bench.report.charts import bar_chart, episodes_html, markdown_to_html, page
+from lis_tui.bench.report.episode_page import write_episode_pages
+from lis_tui.bench.report.summary import TOKEN_KINDS, model_tokens, summarize
 from tools.terminal_text import safe_terminal_text
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&#!])")

@@ -12,7 +12,7 @@ import string
 from fractions import Fraction
 from typing import Any, Callable
 
-from lis_tui.bench.answers import extract_boxed, extract_choices, parse_number
+from lis_tui.bench.scoring.answers import extract_boxed, extract_choices, parse_number
 from tools import loads_model_json
 
 
@@ -119,7 +119,7 @@ REWARDS: dict[str, Callable[..., float]] = {
     "boxed": boxed, "contains": contains, "json": json_equal,
 }
 REWARD_NAMES = (*REWARDS, "judge", "paper")
-"""Every reward; `judge` needs a judge model (`lis_tui.bench.judge.Judge`); `paper:SUITE` is a
+"""Every reward; `judge` needs a judge model (`lis_tui.bench.scoring.judge.Judge`); `paper:SUITE` is a
 paper suite's scorer (`lis_tui.bench.paper`)."""
 _FIRST_PARAM = {"numeric": "tolerance", "choice": "choices", "judge": "prompt", "paper": "suite"}
 

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 from typing import Any, Iterator
 
 from lis_tui.bench.episode import Episode
-from lis_tui.bench.worker_main import serve_in_child
+from lis_tui.bench.workers.host import serve_in_child
 from lis_tui.ray import RayOptions, say_to
 from lis_tui.ray.cluster import ClusterRun
 
@@ -35,7 +35,7 @@ CORES_PER_WORKER = 2
 """The default: a worker per 2 cores. A worker's Python fills one core while its sandboxes,
 shells and the kernel's share of its episodes keep about one more busy."""
 NODE = "local"
-PRELOAD = "lis_tui.bench.worker_preload"
+PRELOAD = "lis_tui.bench.workers.preload"
 """What the fork server imports once, before it forks each worker: the workers share those pages
 (a worker is about 34 MiB PSS after 64 episodes forked so, 54 MiB started as an interpreter of
 its own)."""

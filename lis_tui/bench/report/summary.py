@@ -5,7 +5,7 @@ from collections import Counter, defaultdict
 from statistics import mean
 from typing import Any
 
-from lis_tui.bench.capability import KINDS
+from lis_tui.bench.report.capability import KINDS
 
 TOKEN_KINDS = ("prompt", "completion", "environment")
 
