@@ -6,6 +6,7 @@ sandboxes wrote their 200 MB each, any --disk was taken, and a writer could make
 whatever its disk limit."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -68,10 +69,17 @@ def test_sandboxes_that_reach_the_budget_together_are_refused_by_the_kernel_and_
 
 
 def process_entry(path, pid: int, use: int) -> None:
-    """Another lis-tui process's share, as it writes it (its pid and start time identify it)."""
-    entries = json.loads(path.read_text())["processes"] if path.exists() else {}
-    entries[str(pid)] = {"use": use, "sandboxes": 1, "start": ledger.start_time(pid)}
-    path.write_text(json.dumps({"version": 1, "processes": entries}))
+    """Another lis-tui process's share, as it writes it (its pid and start time identify it),
+    under the ledger's lock: this process's budget may be writing its own share meanwhile."""
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        text = f.read()
+        entries = json.loads(text)["processes"] if text.strip() else {}
+        entries[str(pid)] = {"use": use, "sandboxes": 1, "start": ledger.start_time(pid)}
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps({"version": 1, "processes": entries}))
 
 
 def test_another_process_share_shrinks_a_start_and_a_dead_one_is_freed(small_budget):
