@@ -25,13 +25,14 @@ if TYPE_CHECKING:
     from . import Sandbox
 
 # pid 1 of the sandbox (bwrap --as-pid-1, so that no process of bwrap's, a host binary, is inside).
-# It says it runs on stdout (the readiness pipe), then reads stdin, a pipe whose write end only
+# It says it runs on stdout (the readiness pipe: a byte for us, one for the sandbox's first zygote,
+# which takes pid 1's root itself, Zygote.join_early), then reads stdin, a pipe whose write end only
 # our process holds (one for all our sandboxes: _lifeline), until EOF: when we die, it exits, and
 # the sandbox with it. It is `sh` (dash, ~1 ms less to start than bash, on every start's path),
 # whose trap on SIGCHLD has it reap the orphans pid 1 inherits; a signal ends `read` as EOF does
 # (status 1), so it stops only when no trap ran meanwhile (an EOF answers again at once).
 # Its $0 is the record's marker, which the sweep looks for (records.py).
-KEEPER = dict.fromkeys(("bash", "sh"), ["sh", "-c", "trap c=1 CHLD; printf x; exec >/dev/null 2>&1; "
+KEEPER = dict.fromkeys(("bash", "sh"), ["sh", "-c", "trap c=1 CHLD; printf xx; exec >/dev/null 2>&1; "
                                         'while c=; do read -r _ && continue; [ "$c" ] || break; done'])
 START_TIMEOUT = 30.0
 
@@ -106,17 +107,17 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo) -> None:
     pidfd = None  # pid 1's, for the start only: none is kept (one descriptor less per idle sandbox)
     try:
         # bwrap names its child as soon as it has cloned it, before it builds the mounts: the
-        # zygote joins the namespaces meanwhile, and is confined once pid 1 runs (set_root).
+        # zygote joins the namespaces meanwhile, and is confined once pid 1 runs (join_early).
         sandbox.pid, pidfd = _early_child(info_r, sandbox._proc)
         if pidfd is not None:  # a checked pid only
             sandbox._admit_pid_1(rlimits, pidfd)
             if layers_w is None:  # the zygote joins while bwrap builds the sandbox, not before
                 os.write(block_w, b"x")
                 sandbox._zygote.ask_early()
-                sandbox._zygote.join_early(pidfd)
+                sandbox._zygote.join_early(pidfd, ready_r)
             else:  # pid 1's limits are set: bwrap may exec it once it has built the sandbox
                 os.write(block_w, b"x")
-                sandbox._mount_layers(ids, pidfd, layers_w)
+                sandbox._mount_layers(ids, pidfd, ready_r, layers_w)
         ok = ready([ready_r], START_TIMEOUT) and os.read(ready_r, 1) == b"x"
         if not ok:
             sandbox._abandon_start(pidfd)
@@ -132,7 +133,7 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo) -> None:
                 os.close(fd)
 
 
-def _mount_layers(sandbox: Sandbox, ids: idmap.SubIds | None, pidfd: int, unblock: int) -> None:
+def _mount_layers(sandbox: Sandbox, ids: idmap.SubIds | None, pidfd: int, ready_r: int, unblock: int) -> None:
     """While bwrap's child waits (--userns-block-fd, `unblock`): write its uid and gid maps
     (bwrap does not, then), and have the early zygote mount a tmpfs of the disk and inode
     limits over the layers' folder in its mount namespace, make there the folders the mounts
@@ -148,7 +149,7 @@ def _mount_layers(sandbox: Sandbox, ids: idmap.SubIds | None, pidfd: int, unbloc
                 f.write(text)
         try:
             # a kept session's layers are copied in first: then we, not the zygote, let bwrap go
-            sandbox._rw_fd = sandbox._zygote.join_early(pidfd, None if sandbox._session is not None else unblock)
+            sandbox._rw_fd = sandbox._zygote.join_early(pidfd, ready_r, None if sandbox._session is not None else unblock)
             if sandbox._rw_fd is None:
                 raise spawn.SpawnError(0, "its zygote was gone")
         except spawn.SpawnError as exc:

@@ -319,18 +319,22 @@ class Zygote:
         with self._lock:
             self._channel, self._joining, self._layers = ours, True, bool(layers)
 
-    def join_early(self, ns_pidfd: int, unblock: int | None = None) -> int | None:
+    def join_early(self, ns_pidfd: int, ready_fd: int, unblock: int | None = None) -> int | None:
         """The pidfd of the sandbox's pid 1 to be, for ask_early's zygote: it joins the namespaces
-        now, while bwrap still builds the sandbox (it then waits, capable but running only our
-        code, for set_root). With layers, the descriptor of their tmpfs's root; `unblock`: a
-        descriptor the zygote writes a byte to once they are ready (bwrap's --userns-block-fd),
-        so that bwrap goes on without waiting for us to hear of them."""
+        now, while bwrap still builds the sandbox, then waits, capable but running only our code,
+        until pid 1 says it runs on `ready_fd` (the read end of its readiness pipe: pid 1 writes a
+        byte for the zygote and one for us), and takes pid 1's root itself, checked as
+        _open_pid_1 does: its chroot and confinement overlap the rest of our start. With layers,
+        the descriptor of their tmpfs's root; `unblock`: a descriptor the zygote writes a byte to
+        once they are ready (bwrap's --userns-block-fd), so that bwrap goes on without waiting
+        for us to hear of them."""
         with self._lock:
             channel, layers = (self._channel, self._layers) if self._joining else (None, False)
         if channel is None:
             return None
         try:
-            socket.send_fds(channel, [b"P"], [ns_pidfd, *([unblock] if layers and unblock is not None else [])])
+            socket.send_fds(channel, [b"P"], [ns_pidfd, ready_fd,
+                                              *([unblock] if layers and unblock is not None else [])])
             if not layers:
                 return None
             _, _, got = _answer(channel)  # "L" and the tmpfs's root, or an error (raised, channel closed)
@@ -344,21 +348,13 @@ class Zygote:
         return got[0]
 
     def set_root(self, open_pid_1: Callable[[], tuple[int, int]]) -> None:
-        """How to reach the sandbox, now running, for every zygote from now on: `open_pid_1()`
-        returns new descriptors of its pid 1 (a pidfd) and of its /, which each zygote's fork is
-        handed and this closes (none is kept open between them). An early zygote chroots there
-        now and confines itself."""
+        """How to reach the sandbox, now running, for every later zygote: `open_pid_1()` returns
+        new descriptors of its pid 1 (a pidfd) and of its /, which each zygote's fork is handed
+        and this closes (none is kept open between them). An early zygote took them itself, on
+        pid 1's word (join_early)."""
         with self._lock:
             self._open_pid_1 = open_pid_1
             if self._joining:
-                fds = open_pid_1()
-                try:
-                    socket.send_fds(self._channel, [b"R"], [fds[1]])
-                except OSError:
-                    pass  # it is gone: its answer (or none) says so, and the usual way takes over
-                finally:
-                    for fd in fds:
-                        os.close(fd)
                 _watch_hangup(self, self._channel)  # its answer is read by the first request, or once it exits
 
     def _behind_early(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]] | None:

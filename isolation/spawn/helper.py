@@ -303,12 +303,15 @@ def _take_handoff(state: _State, fd: int, poller) -> None:
 def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: socket.socket) -> None:
     try:
         unblock = None  # with layers: bwrap's --userns-block-fd, written once they are ready
-        if not fds:  # asked for before the sandbox's pid 1 existed: its pidfd comes now
-            payload, fds = _recv(channel, 2)
-            if not payload or not fds:  # the start failed, or our owner is gone
+        early = None  # asked for before the sandbox's pid 1 existed: how to reach it once it runs
+        if not fds:  # its pidfd comes now, with pid 1's readiness pipe
+            payload, fds = _recv(channel, 3)
+            if not payload or len(fds) < 2:  # the start failed, or our owner is gone
                 os._exit(0)
-            if request.get("layers") and len(fds) == 2:
+            if request.get("layers") and len(fds) == 3:
                 unblock = fds.pop()
+            # the host's /proc and pid 1's pid there, taken before the join hides them
+            early = (fds.pop(), os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), _pid_of(fds[0]))
         if request.get("cgroup"):  # first: once joined, the sandbox's cgroup namespace hides the way there
             _write_all(request["cgroup"], str(os.getpid()))
         if request["take_uid_0"]:
@@ -329,11 +332,8 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
         late = remounts or pick is not None or (sysctl if _OWN_PROC else [])  # calls the filter refuses, done chrooted
         _confine_before_root(request, filtered=not late)
         loop = _serving(channel)  # now, not once the root came: the first command waits on what follows it
-        if len(fds) == 1:  # joined while bwrap still builds the sandbox: its root comes once pid 1 runs
-            payload, root = _recv(channel, 1)
-            if not payload or not root:  # the start failed, or our owner is gone
-                os._exit(0)
-            fds.append(root[0])
+        if early is not None:  # joined while bwrap still builds the sandbox: its root, once pid 1 runs
+            fds.append(_root_of_pid_1(fds[0], *early))
         if request["take_uid_0"]:
             # Joining kept the host's root, which the sandbox does not map: its commands would run
             # as that. Its uid 0 is root's subordinate id (idmap.py), mapped once pid 1 runs (an
@@ -488,6 +488,20 @@ def _pick(paths: list[str], layers: int | None) -> list[int]:
     reconfigures, and our owner, the namespace's owner, may (budget.py)."""
     picked = [] if layers is None else [linux.fspick(layers)]
     return picked + [linux.fspick(linux.AT_FDCWD, path) for path in paths]
+
+
+def _root_of_pid_1(pidfd: int, ready: int, proc: int, pid: int) -> int:
+    """A descriptor of the sandbox's / for its early zygote, once pid 1 says it runs (a byte on
+    `ready`, its readiness pipe; our caller reads the other). Opened by pid in the host's /proc
+    (`proc`), and its own since pid 1 (`pidfd`, which our caller checked names bwrap's child) was
+    alive after: the check the caller's _open_pid_1 makes."""
+    if os.read(ready, 1) != b"x":  # the start failed (EOF), or our owner is gone: the caller says why
+        os._exit(0)
+    root = os.open(f"{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=proc)
+    signal.pidfd_send_signal(pidfd, 0)
+    for fd in (ready, proc):
+        os.close(fd)
+    return root
 
 
 def _pid_of(pidfd: int) -> int:
