@@ -54,6 +54,23 @@ def test_host_root_mounts_follow_the_hosts_layout(tmp_path):
     assert not any(getattr(m, "dest", "") == "/home" for m in mounts)
 
 
+@pytest.mark.sandbox  # not a sandbox's start: run as an ordinary user too, where the masks differ
+def test_host_secrets_are_masked_where_we_could_read_them(tmp_path):
+    (tmp_path / "etc" / "ssl" / "private").mkdir(parents=True)
+    (tmp_path / "etc" / "ssh").mkdir()
+    for name in ("shadow", "gshadow"):
+        (tmp_path / "etc" / name).write_text("secret")
+    (tmp_path / "etc" / "shadow").chmod(0o000)
+    (tmp_path / "etc" / "ssl" / "private").chmod(0o000)
+    try:
+        masked = {m.dest for m in bwrap.host_root_mounts(tmp_path) if m.dest.startswith("/etc/")}
+    finally:
+        (tmp_path / "etc" / "ssl" / "private").chmod(0o700)
+    readable = {"/etc/gshadow", "/etc/ssh"}  # ours to read: a sandbox of ours could too
+    # root reads every file: all masked; an ordinary user, only what it may read (no mount would hide anything)
+    assert masked == (readable | {"/etc/shadow", "/etc/ssl/private"} if os.geteuid() == 0 else readable)
+
+
 @pytest.mark.parametrize("text, version", [("bubblewrap 0.11.0", (0, 11, 0)), ("bubblewrap 0.8", (0, 8, 0)),
                                            ("garbage", (0,))])
 def test_parse_version(text, version):
