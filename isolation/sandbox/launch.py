@@ -149,7 +149,8 @@ def _mount_layers(sandbox: Sandbox, ids: idmap.SubIds | None, pidfd: int, ready_
                 f.write(text)
         try:
             # a kept session's layers are copied in first: then we, not the zygote, let bwrap go
-            sandbox._rw_fd = sandbox._zygote.join_early(pidfd, ready_r, None if sandbox._session is not None else unblock)
+            unblock_by = None if sandbox._session is not None else unblock
+            sandbox._rw_fd = sandbox._zygote.join_early(pidfd, ready_r, unblock_by)
             if sandbox._rw_fd is None:
                 raise spawn.SpawnError(0, "its zygote was gone")
         except spawn.SpawnError as exc:
