@@ -94,7 +94,9 @@ def test_live_sandboxes_cost_no_key_each():
         try:
             for sb in boxes:
                 assert sb.exec("true").exit_code == 0  # each has a live zygote now
-            assert _keys_owned() == before
+            # a keyring each would be 8 more; the uid's other processes (root's, on a shared
+            # machine) may make or free a key or two meanwhile
+            assert _keys_owned() - before < len(boxes) // 2, (before, _keys_owned())
         finally:
             for sb in boxes:
                 sb.close()
