@@ -53,6 +53,11 @@ class RootPlan:
     remounts: list[tuple[str, str]] = field(default_factory=list)
     """(mount point, options) for the first zygote to remount with: each writable tmpfs with its
     size and inode count, /dev/pts with its most ptys."""
+    masks: list[tuple[str, str]] = field(default_factory=list)
+    """(source, target), both inside: read-only binds the first zygote makes, not bwrap, which
+    reads its whole mount table after each bind (0.1 ms or more a bind, every start). Nothing
+    runs, and no host-side file operation reaches the sandbox, before that zygote is confined
+    (Sandbox.start waits for it)."""
     folders: list[tuple[str, int]] = field(default_factory=list)
     """(path under the scratch, mode) of each folder the mounts need there, parents first: made
     on disk, or in the writable layers' tmpfs (Sandbox._mount_layers), before bwrap runs."""
@@ -89,20 +94,18 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | 
         folders += [("upper", 0o755), ("work", 0o755)]
         mounts = [Overlay((str(root_dir),), "/", str(scratch / "upper"), str(scratch / "work"))]
         check = root_dir
-    # /proc/keys lists every key of the user's that the same uid may view, in any keyring: the
-    # descriptions of the user's login keys. keyctl itself is filtered. /proc/sys read-only: a
-    # sysctl file checks only its mode, against the host's root uid, which is the sandbox's uid 0
-    # when root runs us (core_pattern would run a program of the sandbox's as root on the host);
-    # bwrap covers it only when the directory itself is writable. The host's /proc/sys is the
-    # sandbox's own: a sysctl reads the namespaces of the process that opens it, not of the mount.
+    # Masks (RootPlan.masks), made by the first zygote: /proc/keys lists every key of the user's
+    # that the same uid may view, in any keyring: the descriptions of the user's login keys.
+    # keyctl itself is filtered. /proc/sys read-only: a sysctl file checks only its mode, against
+    # the host's root uid, which is the sandbox's uid 0 when root runs us (core_pattern would run
+    # a program of the sandbox's as root on the host); bwrap covers it only when the directory
+    # itself is writable.
     # Every tmpfs is sized (tmpfs_sizes): /tmp, /run and /dev/shm (a tmpfs of its own, not a folder
     # in bwrap's /dev) as bwrap mounts them (--size came in 0.10); all of them again, with an inode
     # count, by the first zygote (RootPlan.remounts), since bwrap cannot size its /dev or its root.
     sizes = tmpfs_sizes(spec.limits, host_root=root_dir is None)
     size = sizes.get if info.version >= (0, 10) else lambda _: None
-    mounts += [Special("proc", "/proc"), Bind("/proc/sys", "/proc/sys"),
-               Bind("/dev/null", "/proc/keys"), Bind("/dev/null", "/proc/key-users"),
-               Special("dev", "/dev"), Special("tmpfs", "/dev/shm", size("/dev/shm")),
+    mounts += [Special("proc", "/proc"), Special("dev", "/dev"), Special("tmpfs", "/dev/shm", size("/dev/shm")),
                Special("tmpfs", "/tmp", size("/tmp")), Special("tmpfs", "/run", size("/run"))]
     mounts.append(Special("dir", TOOLS_DIR))
     if hostnodes.exposed():  # a root caller: the sandbox's uid 0 owns the host's /proc files
@@ -120,8 +123,9 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | 
     remounts = [(path, f"size={n},nr_inodes={tmpfs_inodes(n)}") for path, n in sizes.items() if n]
     if spec.limits.ptys:  # bwrap's devpts options, which a remount sets anew, and the cap
         remounts.append(("/dev/pts", f"mode=620,ptmxmode=666,max={spec.limits.ptys}"))
+    masks = [("/proc/sys", "/proc/sys"), ("/dev/null", "/proc/keys"), ("/dev/null", "/proc/key-users")]
     return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None, remounts=remounts,
-                    folders=folders)
+                    masks=masks, folders=folders)
 
 
 ROOT_PROC = ("fs", "acpi", "scsi", "driver", "tty", "asound", "timer_list", "timer_stats", "sched_debug",

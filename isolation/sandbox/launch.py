@@ -74,7 +74,7 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo) -> None:
         rlimits = _rlimits(sandbox.spec.limits)
         sandbox._zygote = spawn.Zygote(rlimits, sandbox.spec.nested_userns,
                                     sandbox._cgroup.procs if sandbox._cgroup else None, _sysctls(sandbox.spec.limits),
-                                    sandbox._root.remounts, take_uid_0=ids is not None)
+                                    sandbox._root.remounts, sandbox._root.masks, take_uid_0=ids is not None)
         # The marker's processes, for the helper to kill if we die from now on: bwrap's
         # parent-death signal takes bwrap but not its child, were that still waiting for bwrap
         # to let it go. Told with the early zygote's request where there is one (one message).
@@ -125,6 +125,10 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo) -> None:
         if pidfd is None:
             raise SandboxError(f"bwrap reported no child pid, or its child was gone at once ({sandbox.pid})")
         sandbox._zygote.set_root(sandbox._open_pid_1)
+        try:  # its masks are made: no host-side file operation may reach the sandbox before
+            sandbox._zygote.confined()
+        except spawn.SpawnError as exc:
+            raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. Run `lis-tui doctor`.") from None
         os.close(sandbox._err_fd)
         sandbox._err_fd = None
     finally:  # block_w, layers_w: bwrap goes on (or fails) without pid 1's limits, maps or layers

@@ -248,6 +248,10 @@ def _forget_hangup(channel: socket.socket) -> None:
         hangups.forget(channel)
 
 
+# What only the sandbox's first zygote does (Zygote.__init__), emptied once one has answered.
+_ONCE = {"sysctl": [], "remounts": [], "masks": []}
+
+
 class Zygote:
     """Starts commands in one sandbox through a process joined to it and confined as its
     commands are before it runs anything (helper.py). That process exits when idle; the next
@@ -255,16 +259,17 @@ class Zygote:
 
     def __init__(self, rlimits: list[tuple[int, int]] = (), nested_userns: bool = False, cgroup: str | None = None,
                  sysctl: list[tuple[str, int]] = (), remounts: list[tuple[str, str]] = (),
-                 take_uid_0: bool = False) -> None:
+                 masks: list[tuple[str, str]] = (), take_uid_0: bool = False) -> None:
         """For a sandbox still starting: set_root says how to reach it once it runs (before that,
         only ask_early and join_early). `cgroup`: the sandbox's cgroup.procs, which each zygote
         enters before it joins (cgroup.py). Done once, by the first zygote that gets ready:
         `sysctl`, (name, value) of /proc/sys/user/ files to set in the sandbox's user namespace;
         `remounts`, (mount point, options) of each mount to remount with those options (tmpfs
-        sizes, the ptys' cap). `take_uid_0`: we are root and the sandbox's uid 0 is another id
+        sizes, the ptys' cap); `masks`, (source, target) of each read-only bind to make (confined
+        waits for all three). `take_uid_0`: we are root and the sandbox's uid 0 is another id
         (idmap.py): the zygote drops root's groups and takes the sandbox's uid and gid 0."""
         self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns, "cgroup": cgroup,
-                      "sysctl": list(sysctl), "remounts": list(remounts),
+                      "sysctl": list(sysctl), "remounts": list(remounts), "masks": list(masks),
                       "take_uid_0": take_uid_0}
         self._open_pid_1: Callable[[], tuple[int, int]] | None = None
         self._channel: socket.socket | None = None
@@ -289,7 +294,7 @@ class Zygote:
             try:
                 _, message, _ = _answer(self._channel)
                 self._pid = int(message.split()[1])
-                self._fork.update(sysctl=[], remounts=[])  # done for the sandbox: once is enough
+                self._fork.update(_ONCE)  # done for the sandbox: once is enough
             except OSError:
                 self._drop_channel()
 
@@ -357,6 +362,16 @@ class Zygote:
             if self._joining:
                 _watch_hangup(self, self._channel)  # its answer is read by the first request, or once it exits
 
+    def confined(self) -> None:
+        """Return once a zygote of the sandbox's has done its once-only work (the counters, the
+        remounts, the masks) and is confined: the early zygote's answer read, or, where that one
+        failed, a zygote forked now. Until then a host-side file operation could reach the
+        sandbox's /proc/sys unmasked. SpawnError when no zygote could be made."""
+        with self._lock:
+            self._settle_early()
+            if any(self._fork[key] for key in _ONCE):
+                self._channel_now()
+
     def _behind_early(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]] | None:
         """The first request to an early zygote goes out before its answer is read (one wait
         less); None when there is no such zygote, or it failed: the usual way takes over."""
@@ -397,7 +412,7 @@ class Zygote:
                 for fd in fds:
                     os.close(fd)
             self._pid = int(message.split()[1])
-            self._fork.update(sysctl=[], remounts=[])
+            self._fork.update(_ONCE)
             _watch_hangup(self, self._channel)
         return self._channel
 
@@ -459,7 +474,7 @@ class Zygote:
         open_pid_1 = self._open_pid_1
         if open_pid_1 is None:
             raise SpawnError(0, "the sandbox is still starting")
-        request = {**self._fork, "sysctl": [], "remounts": [], "pick": list(paths), "pick_layers": layers is not None}
+        request = {**self._fork, **_ONCE, "pick": list(paths), "pick_layers": layers is not None}
         fds = open_pid_1()
         try:
             reply, _, got = _ask(_helper_send, request, [*fds, *([] if layers is None else [layers])],

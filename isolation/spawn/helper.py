@@ -317,8 +317,8 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
             _write_all(request["cgroup"], str(os.getpid()))
         if request["take_uid_0"]:
             os.setgroups([])  # root's groups, here where we may still drop them (the sandbox denies setgroups)
-        # the sandbox's first zygote only: sysctl (_bound_user_ns), remounts (_remount)
-        sysctl, remounts = request.get("sysctl") or [], request.get("remounts") or []
+        # the sandbox's first zygote only: sysctl (_bound_user_ns), masks (_mask), remounts (_remount)
+        sysctl, remounts, masks = (request.get(key) or [] for key in ("sysctl", "remounts", "masks"))
         _join(fds[0], [] if _OWN_PROC else sysctl)
         if request.get("layers"):  # the sandbox's writable layers' own tmpfs, before bwrap mounts them
             if request["take_uid_0"]:  # the folders are the sandbox's uid 0's (mapped: the caller wrote the map)
@@ -330,7 +330,7 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
                 os.close(unblock)
             _send(channel, b"L", [layers])
         pick = request.get("pick")  # None: a zygote; else a fork that hands back resize contexts and exits
-        late = remounts or pick is not None or (sysctl if _OWN_PROC else [])  # calls the filter refuses, done chrooted
+        late = remounts or masks or pick is not None or (sysctl if _OWN_PROC else [])  # calls the filter refuses, done chrooted
         _confine_before_root(request, filtered=not late)
         loop = _serving(channel)  # now, not once the root came: the first command waits on what follows it
         if early is not None:  # joined while bwrap still builds the sandbox: its root, once pid 1 runs
@@ -350,6 +350,8 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
             os.close(fd)
         if _OWN_PROC and sysctl:
             _bound_user_ns(sysctl, own_proc=True)
+        if masks:
+            _mask(masks)
         if remounts:
             _remount(remounts)
         if late:
@@ -462,6 +464,15 @@ def _remount(remounts: list) -> None:
     for path, options in remounts:
         flags = os.statvfs(path).f_flag & _KEPT_FLAGS
         linux.mount(None, path, linux.MS_REMOUNT | flags, options)
+
+
+def _mask(masks: list) -> None:
+    """Bind each [source, target] of the sandbox read-only (nosuid, nodev: a device bound over a
+    file cannot be opened), as bwrap's --ro-bind would, but without reading the mount table
+    after each; done as _remount's are, chrooted and before any command ran."""
+    for source, target in masks:
+        linux.mount(source, target, linux.MS_BIND | linux.MS_REC)
+        linux.mount(None, target, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV)
 
 
 def _mount_layers(target: str, options: str, folders: list = ()) -> int:

@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import socket
+import stat
 import textwrap
 
 import pytest
@@ -140,6 +141,19 @@ def test_nested_user_namespaces_only_when_asked():
         denied = sb.exec(script)
     assert allowed.exit_code == 0 and allowed.stdout != outer, allowed
     assert denied.exit_code != 0 and "Operation not permitted" in denied.stderr
+
+
+def test_the_proc_masks_are_in_place_when_start_returns():
+    """The first zygote makes them (RootPlan.masks), not bwrap, and start waits for it: a host-side
+    file operation right after start (an editor's) meets /proc/sys read-only and /proc/keys
+    masked, never a root caller's host sysctls writable or the user's keys."""
+    for _ in range(20):
+        with Sandbox() as sb:
+            root = f"/proc/{sb.pid}/root"
+            sysctls, keys = os.statvfs(f"{root}/proc/sys").f_flag, os.stat(f"{root}/proc/keys").st_mode
+            with pytest.raises(PermissionError):  # the mask: a device on a nodev mount
+                sb.read_file("/proc/keys")
+        assert sysctls & os.ST_RDONLY and stat.S_ISCHR(keys), (sysctls, oct(keys))
 
 
 KEYRING_PROBE = """
