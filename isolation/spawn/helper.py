@@ -583,12 +583,18 @@ def _zygote_request(request: dict, fds: list[int], reply: socket.socket, state: 
     return True
 
 
+# A command starts with every signal's default action and none blocked, whatever lis-tui inherited:
+# started in the background or under nohup, its SIGINT and SIGHUP were ignored, and a Ctrl-C on a
+# command's pty or a `kill -INT` inside did nothing.
+_DEFAULTED = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
+
+
 def _spawn(request: dict, stdin: int, stdout: int, stderr: int) -> int:
     os.chdir(request["cwd"])  # ours, which the command inherits: this process does one thing at a time
     env = request["env"]
     return os.posix_spawn(_find(request["argv"][0], env.get("PATH", "/usr/bin:/bin")), request["argv"], env,
                           file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate((stdin, stdout, stderr))],
-                          setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+                          setsid=True, setsigdef=_DEFAULTED, setsigmask=())
 
 
 def _find(name: str, path: str) -> str:
@@ -613,8 +619,9 @@ def _fork_on_pty(request: dict, stdin: int, stdout: int, stderr: int) -> int:
                 os.dup2(fd, target)
             os.setsid()
             fcntl.ioctl(next(fd for fd in range(3) if os.isatty(fd)), termios.TIOCSCTTY, 0)
-            for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
+            for sig in _DEFAULTED:
                 signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
             signal.set_wakeup_fd(-1)
             os.chdir(request["cwd"])
             os.closerange(3, err_w)

@@ -1,6 +1,7 @@
 """Sandbox.exec, files and lifecycle, against real bwrap."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -217,6 +218,40 @@ def test_spawn_pty_gives_a_controlling_terminal_that_delivers_ctrl_c(sandbox):
     finally:
         child.close()
     assert not child.isalive()
+
+
+IGNORING_PARENT = """
+import json, os, signal, sys
+from isolation import Sandbox
+from isolation.output import ready
+# as a shell's background job or nohup leaves them, and a blocked signal besides
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+probe = ["grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"]
+with Sandbox() as sb:
+    plain = sb.exec(probe).stdout
+    child, pty = sb.spawn_pty(probe), b""
+    while b"SigBlk" not in pty and ready([child.fd], 10):
+        pty += os.read(child.fd, 4096)
+    child.close()
+print(json.dumps({"plain": plain, "pty": pty.decode()}))
+"""
+
+
+def test_commands_start_with_default_signals_whatever_lis_tui_inherited():
+    """Started in the background or under nohup, lis-tui has SIGINT and SIGHUP ignored; a command
+    inherited that, and a Ctrl-C on its pty did nothing. Every command starts with none ignored
+    and none blocked."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-c", IGNORING_PARENT], capture_output=True, text=True, timeout=120, cwd=root)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    for way in ("plain", "pty"):
+        fields = dict(zip(*[iter(got[way].split())] * 2))
+        # signals 1-31; glibc's posix_spawn leaves its own two (32, 33) ignored, and the program's
+        # glibc takes them back as it starts
+        assert int(fields["SigIgn:"], 16) & 0x7FFFFFFF == 0 and int(fields["SigBlk:"], 16) == 0, (way, got[way])
 
 
 def test_unknown_rootfs_is_a_clear_error():
