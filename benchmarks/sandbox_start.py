@@ -118,7 +118,7 @@ def time_joined_exec(runs: int) -> dict[str, tuple[list[float], float]]:
 
 
 PHASES = ("before bwrap: budget, record, plan, zygote asked", "bwrap until its child is named (Popen included)",
-          "the layers' tmpfs (maps, zygote's mount, bwrap let go)", "bwrap builds the sandbox; pid 1 says it runs",
+          "the layers' tmpfs (maps, zygote's mount, bwrap let go)", "bwrap builds the sandbox; pid 1 runs; the first zygote confined",
           "rest of start(): the budget's tracking, watchers", "exec('true')", "close()")
 
 
