@@ -128,7 +128,8 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo) -> None:
         try:  # its masks are made: no host-side file operation may reach the sandbox before
             sandbox._zygote.confined()
         except spawn.SpawnError as exc:
-            raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. Run `lis-tui doctor`.") from None
+            raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. "
+                               "Run `lis-tui doctor`.") from None
         os.close(sandbox._err_fd)
         sandbox._err_fd = None
     finally:  # block_w, layers_w: bwrap goes on (or fails) without pid 1's limits, maps or layers

@@ -360,7 +360,7 @@ class Zygote:
         with self._lock:
             self._open_pid_1 = open_pid_1
             if self._joining:
-                _watch_hangup(self, self._channel)  # its answer is read by the first request, or once it exits
+                _watch_hangup(self, self._channel)  # its answer is read by confined(), next
 
     def confined(self) -> None:
         """Return once a zygote of the sandbox's has done its once-only work (the counters, the
@@ -371,32 +371,6 @@ class Zygote:
             self._settle_early()
             if any(self._fork[key] for key in _ONCE):
                 self._channel_now()
-
-    def _behind_early(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]] | None:
-        """The first request to an early zygote goes out before its answer is read (one wait
-        less); None when there is no such zygote, or it failed: the usual way takes over."""
-        with self._lock:
-            if not self._joining:
-                return None
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            try:
-                _send(self._channel, request, [theirs.fileno(), *fds])
-            except OSError:
-                ours.close()
-                ours = None
-            finally:
-                theirs.close()
-            self._settle_early()
-            if self._channel is None:  # it could not join (the request is dropped unread): ask again, and hear why
-                if ours is not None:
-                    ours.close()
-                return None
-        if ours is None:
-            return None
-        try:
-            return _answer(ours)
-        except _Gone:
-            return None
 
     def _channel_now(self) -> socket.socket:
         """The live zygote's channel, forking one if there is none (with the lock held)."""
@@ -417,9 +391,6 @@ class Zygote:
         return self._channel
 
     def _call(self, request: dict, fds: list[int]) -> tuple[socket.socket, bytes, list[int]]:
-        first = self._behind_early(request, fds)
-        if first is not None:
-            return first
         deadline = time.monotonic() + REPLY_TIMEOUT
         while True:
             # The send holds the lock that _hung_up closes the channel under: a descriptor is never

@@ -330,7 +330,8 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
                 os.close(unblock)
             _send(channel, b"L", [layers])
         pick = request.get("pick")  # None: a zygote; else a fork that hands back resize contexts and exits
-        late = remounts or masks or pick is not None or (sysctl if _OWN_PROC else [])  # calls the filter refuses, done chrooted
+        # calls the filter refuses, done chrooted
+        late = remounts or masks or pick is not None or (sysctl if _OWN_PROC else [])
         _confine_before_root(request, filtered=not late)
         loop = _serving(channel)  # now, not once the root came: the first command waits on what follows it
         if early is not None:  # joined while bwrap still builds the sandbox: its root, once pid 1 runs
