@@ -31,7 +31,7 @@ if len(sys.argv) == 3 and sys.argv[1] == "--worker":  # a tree's starts, for --a
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from isolation import Sandbox, bwrap  # noqa: E402
-from isolation.bwrap import Special  # noqa: E402
+from isolation.bwrap import Bind, Special  # noqa: E402
 from isolation.spawn.helper import IDLE  # noqa: E402
 from proctree import pss_kib  # noqa: E402
 
@@ -43,8 +43,9 @@ def percentile(values: list[float], q: float) -> float:
 
 def time_raw_bwrap(runs: int) -> list[float]:
     info = bwrap.find_bwrap()
-    mounts = bwrap.host_root_mounts() + [Special("proc", "/proc"), Special("dev", "/dev"),
-                                         Special("tmpfs", "/tmp")]
+    trees, masks = bwrap.host_root_mounts()  # the secrets' masks as bwrap itself would make them
+    mounts = trees + [Special("remount-ro", dest) if source == dest else Bind(source, dest) for source, dest in masks]
+    mounts += [Special("proc", "/proc"), Special("dev", "/dev"), Special("tmpfs", "/tmp")]
     argv = [info.path, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
     for mount in mounts:
         argv += mount.to_args()
@@ -118,7 +119,8 @@ def time_joined_exec(runs: int) -> dict[str, tuple[list[float], float]]:
 
 
 PHASES = ("before bwrap: budget, record, plan, zygote asked", "bwrap until its child is named (Popen included)",
-          "the layers' tmpfs (maps, zygote's mount, bwrap let go)", "bwrap builds the sandbox; pid 1 runs; the first zygote confined",
+          "the layers' tmpfs (maps, zygote's mount, bwrap let go)",
+          "bwrap builds the sandbox; pid 1 runs; the first zygote confined",
           "rest of start(): the budget's tracking, watchers", "exec('true')", "close()")
 
 

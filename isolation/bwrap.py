@@ -178,9 +178,13 @@ HOST_SECRETS = ("etc/shadow", "etc/gshadow", "etc/shadow-", "etc/gshadow-", "etc
                 "etc/sudoers.d", "etc/ssl/private")
 
 
-def host_root_mounts(host: Path = Path("/")) -> list[Mount]:
-    """The host's system trees, read-only, as the `host` rootfs."""
+def host_root_mounts(host: Path = Path("/")) -> tuple[list[Mount], list[tuple[str, str]]]:
+    """The host's system trees, read-only, as the `host` rootfs; and the masks over its secrets,
+    (source, target) read-only binds for the sandbox's first zygote to make (RootPlan.masks: each
+    bind bwrap made cost it a read of its whole mount table): a secret file under /dev/null, a
+    secret folder under an empty tmpfs of bwrap's, which the zygote binds over itself read-only."""
     mounts: list[Mount] = []
+    masks: list[tuple[str, str]] = []
     for name in HOST_TREES:
         path = os.path.join(host, name)
         mode = _lstat_mode(path)
@@ -194,10 +198,11 @@ def host_root_mounts(host: Path = Path("/")) -> list[Mount]:
         if mode is None or stat.S_ISLNK(mode) or not _ours_to_read(path, stat.S_ISDIR(mode)):
             continue
         if stat.S_ISDIR(mode):  # an empty tmpfs, read-only: it can hold nothing
-            mounts += [Special("tmpfs", f"/{secret}"), Special("remount-ro", f"/{secret}")]
+            mounts.append(Special("tmpfs", f"/{secret}"))
+            masks.append((f"/{secret}", f"/{secret}"))
         else:
-            mounts.append(Bind("/dev/null", f"/{secret}"))
-    return mounts
+            masks.append(("/dev/null", f"/{secret}"))
+    return mounts, masks
 
 
 def _ours_to_read(path: str, folder: bool) -> bool:

