@@ -143,17 +143,20 @@ def test_nested_user_namespaces_only_when_asked():
     assert denied.exit_code != 0 and "Operation not permitted" in denied.stderr
 
 
-def test_the_proc_masks_are_in_place_when_start_returns():
-    """The first zygote makes them (RootPlan.masks), not bwrap, and start waits for it: a host-side
-    file operation right after start (an editor's) meets /proc/sys read-only and /proc/keys
-    masked, never a root caller's host sysctls writable or the user's keys."""
+def test_the_masks_are_in_place_when_start_returns():
+    """The first zygote makes them (RootPlan.masks: /proc's, the host secrets'), not bwrap, and
+    start waits for it: a host-side file operation right after start (an editor's) meets /proc/sys
+    read-only and /proc/keys masked, never a root caller's host sysctls writable or the user's
+    keys (without the wait, reading /proc/keys here returned them)."""
     for _ in range(20):
         with Sandbox() as sb:
-            root = f"/proc/{sb.pid}/root"
-            sysctls, keys = os.statvfs(f"{root}/proc/sys").f_flag, os.stat(f"{root}/proc/keys").st_mode
+            root, masks = f"/proc/{sb.pid}/root", sb._root.masks
+            # a file under /dev/null; a folder (/proc/sys, a host secret's empty tmpfs) read-only
+            found = {dest: stat.S_ISCHR(os.stat(root + dest).st_mode) if source == "/dev/null"
+                     else bool(os.statvfs(root + dest).f_flag & os.ST_RDONLY) for source, dest in masks}
             with pytest.raises(PermissionError):  # the mask: a device on a nodev mount
                 sb.read_file("/proc/keys")
-        assert sysctls & os.ST_RDONLY and stat.S_ISCHR(keys), (sysctls, oct(keys))
+        assert {"/proc/sys", "/proc/keys", "/proc/key-users"} <= set(found) and all(found.values()), found
 
 
 KEYRING_PROBE = """
