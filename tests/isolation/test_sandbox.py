@@ -232,7 +232,7 @@ probe = ["grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"]
 with Sandbox() as sb:
     plain = sb.exec(probe).stdout
     child, pty = sb.spawn_pty(probe), b""
-    while b"SigBlk" not in pty and ready([child.fd], 10):
+    while pty.count(b"\\n") < 2 and ready([child.fd], 10):  # both lines, however the pty splits them
         pty += os.read(child.fd, 4096)
     child.close()
 print(json.dumps({"plain": plain, "pty": pty.decode()}))
