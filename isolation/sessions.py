@@ -141,6 +141,7 @@ def remove(session: str, root: Path | None = None) -> None:
         raise SandboxError(f"no session {session!r} (sessions: {known})")
     if _in_use(directory):
         raise SandboxError(f"session {session} is in use by a running sandbox; close it first")
+    records.wait_released()  # this process's thread may be removing an old copy of its layers in it
     records.remove_tree(directory)
 
 
@@ -148,6 +149,7 @@ def gc(older_than: float, root: Path | None = None) -> tuple[list[str], int]:
     """Remove sessions unused for `older_than` seconds and sweep crash leftovers."""
     cutoff = time.time() - older_than
     removed = [s.id for s in list_sessions(root) if not s.in_use and s.last_used < cutoff]
+    records.wait_released()
     for session in removed:
         records.remove_tree((root or sessions_root()) / session)
     return removed, records.sweep()

@@ -56,3 +56,14 @@ def test_cli_list_rm_and_gc(tmp_path):
     assert subprocess.run([LIS, "sessions", "rm", "nope"], capture_output=True, text=True).returncode == 1
     subprocess.run([LIS, "sessions", "gc", "--older-than", "0s"], check=True, capture_output=True)
     assert sessions.list_sessions() == []
+
+
+def test_rm_right_after_a_close_waits_for_the_old_copy_s_removal():
+    """The second close swaps its (small) copy in and leaves the old one, thousands of files, to
+    this process's removal thread; `sessions.remove` at once must not walk that tree beside it."""
+    with Sandbox(SandboxSpec(session="many")) as sb:
+        assert sb.exec("mkdir -p /testbed/d && cd /testbed/d && seq 20000 | xargs touch").exit_code == 0
+    with Sandbox(SandboxSpec(session="many")) as sb:
+        assert sb.exec("rm -r /testbed/d").exit_code == 0
+    sessions.remove("many")
+    assert sessions.list_sessions() == []
