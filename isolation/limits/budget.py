@@ -177,6 +177,9 @@ class _Tracker:
         self.shrunk: weakref.WeakSet = weakref.WeakSet()
         self.lock = threading.Lock()
         self.costs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # sandbox -> what it held at the last pass
+        # Their sum, kept as they change: a start reads it, and a walk over every live sandbox, under
+        # the lock the pass takes for each, grew with them. One dropped unclosed keeps its last cost.
+        self.total = 0
         self.tight = False
         self.tight_band = 0  # the band when the sizes were shrunk: they come back past twice it
         self.last: tuple[float, int, int] | None = None  # (time, the user's whole use, MemAvailable) of the last pass
@@ -188,8 +191,7 @@ class _Tracker:
 
     @property
     def use(self) -> int:
-        with self.lock:  # a start's admit and the pass read it while the pass or a close changes it
-            return sum(self.costs.values())
+        return self.total
 
     def entry(self) -> dict:
         return {"use": self.use, "sandboxes": len(self.sandboxes), "budget": self.state.get("budget", 0)}
@@ -216,6 +218,7 @@ class _Tracker:
             with self.lock:
                 if sandbox in self.sandboxes:  # not closed meanwhile
                     growth[sandbox] = found - self.costs.get(sandbox, found)
+                    self.total += found - self.costs.get(sandbox, 0)
                     self.costs[sandbox] = found
         mem = meminfo()
         try:
@@ -237,7 +240,9 @@ class _Tracker:
                       "by": "floor" if free - floor < budget - use else "budget"}
         if not self.tight and left < band:
             self.tight, self.tight_band = True, band
-        elif self.tight and left > 2 * max(band, self.tight_band):  # not as soon as the writers stop
+        # Not as soon as the writers stop; and the band of a larger budget than now (the config's
+        # changed, or MemAvailable fell) no longer counts whole, or the sizes never came back.
+        elif self.tight and left > 2 * max(band, min(self.tight_band, max(margin(budget), budget // 8))):
             self.tight = False
         # The writers first: the shrink reaches the fastest before the others.
         for sandbox in sorted(sandboxes, key=lambda s: -growth.get(s, 0)):
@@ -308,7 +313,7 @@ def untrack(sandbox) -> None:
         with tracker.lock:
             tracker.sandboxes.discard(sandbox)
             tracker.shrunk.discard(sandbox)
-            tracker.costs.pop(sandbox, None)
+            tracker.total -= tracker.costs.pop(sandbox, 0)
             tracker._release(sandbox)
 
 
