@@ -234,15 +234,16 @@ class _Tracker:
             took = max(now - self.last[0], 1e-3)
             rate = max(0.0, (use - self.last[1]) / took, (self.last[2] - free) / took)
         self.last = (now, use, free)
-        band = max(margin(budget), min(int(rate * NOTICE), budget // 8))  # the way back stays reachable
+        widest = max(margin(budget), budget // 8)  # the way back stays reachable
+        band = min(max(margin(budget), int(rate * NOTICE)), widest)
         left = min(budget - use, free - floor)
         self.state = {"budget": budget, "use": use, "floor": floor, "sandboxes": _count(entries), "available": free,
                       "by": "floor" if free - floor < budget - use else "budget"}
         if not self.tight and left < band:
             self.tight, self.tight_band = True, band
         # Not as soon as the writers stop; and the band of a larger budget than now (the config's
-        # changed, or MemAvailable fell) no longer counts whole, or the sizes never came back.
-        elif self.tight and left > 2 * max(band, min(self.tight_band, max(margin(budget), budget // 8))):
+        # changed, or MemAvailable fell) counts only up to this one's widest, or the sizes never came back.
+        elif self.tight and left > 2 * max(band, min(self.tight_band, widest)):
             self.tight = False
         # The writers first: the shrink reaches the fastest before the others.
         for sandbox in sorted(sandboxes, key=lambda s: -growth.get(s, 0)):
