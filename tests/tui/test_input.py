@@ -102,7 +102,10 @@ def run_task(tmp_path, size, name: str, type_task, after=None) -> dict:
                                        "--model", "m"), width=size[0], height=size[1])
             term.wait_for("Type a task")
             type_task(term)
-            term.wait_for("Answer")  # the task has ended: ctrl+q quits without asking
+            # The task has ended (ctrl+q quits without asking) and the prompt is back: keys sent
+            # on the word Answer alone could reach the app before it was idle, and the CI's once
+            # left the transcript at its end after Tab, Home.
+            term.wait_for("Answer", "Type a follow-up")
             if after is not None:
                 after(term)
             term.keys("C-q")
