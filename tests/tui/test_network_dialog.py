@@ -83,6 +83,42 @@ def test_a_dialog_closes_when_its_request_ends_and_saves_nothing(tmp_path, monke
     assert not (tmp_path / "xdg" / "lis-tui" / "config.toml").exists()
 
 
+def test_a_question_withdrawn_under_another_dialog_goes_when_that_one_is_answered(tmp_path, monkeypatch, web):
+    """Two hosts asked about at once: the first request gives up while the second dialog is on top.
+    The first dialog cannot go from under it; it goes, by itself, as soon as the second is answered."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    other = f"{web.hostport.split(':')[0]}:9"  # a second port: a question of its own (nothing listens)
+    both = (f"curl -sS -m 60 {web.url}/hello.txt & first=$!; until [ -e /tmp/second ]; do sleep 0.1; done; "
+            f"curl -sS -m 60 http://{other}/ & second=$!; until [ -e /tmp/give-up ]; do sleep 0.1; done; "
+            "kill $first; wait $second; echo second=$?")
+    script = [reply(tool_calls=[bash(both)]), submit()]
+
+    async def scenario():
+        with FakeOpenAI(script) as server:
+            app = app_for(server, tmp_path, network="ask", task="fetch two")
+            app.conversation.host_services.append(web.hostport)  # a question about the host alone
+            async with app.run_test(size=SIZE) as pilot:
+                await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
+                first = app.screen
+                app.conversation._sandbox.write_file("/tmp/second", b"")
+                await wait_for(pilot, lambda: app.screen is not first and modal_ready(app, "NetworkApprovalScreen"))
+                second = app.screen
+                app.conversation._sandbox.write_file("/tmp/give-up", b"")
+                await wait_for(pilot, lambda: first.future.done())
+                await pilot.pause(0.5)  # the withdrawal's message has come: the first stays under the second
+                under = first in app.screen_stack and app.screen is second
+                await pilot.press("d")
+                await wait_for(pilot, lambda: type(app.screen).__name__ == "MainScreen")
+                await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
+                return under, app.main.query_one(StatusBar).status.asking, server.chat_requests[1].tool_outputs[0]
+
+    under, asking, output = run(scenario())
+    assert under and not asking
+    assert "second=" in output and "hello" not in output
+    saved = json.loads((tmp_path / "out" / "trajectory.json").read_text())
+    assert sorted(r["by"] for r in saved["network_refusals"]) == ["gone", "user"], saved["network_refusals"]
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 @pytest.mark.parametrize("width,height", [(80, 24), (120, 35)])
 def test_in_a_real_terminal_the_dialog_closes_when_curl_gives_up(tmp_path, web, width, height):

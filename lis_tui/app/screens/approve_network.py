@@ -60,8 +60,7 @@ class NetworkApprovalScreen(QuestionScreen):
                     yield Button(label, id=answer,
                                  variant="error" if answer == "deny" else "success")
 
-    def on_mount(self) -> None:
-        super().on_mount()
+    def on_mount(self) -> None:  # QuestionScreen's on_mount runs too: Textual calls each class's
         self.query_one("#allow_once", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
