@@ -1,6 +1,7 @@
 """Many live sandboxes in one process, as the calling user: start rate, memory, processes, and where a limit stops it.
 
     .venv/bin/python benchmarks/live_scale.py [--count 10000] [--flat 0,1000,5000] [--cycles 20]
+                                              [--without-watchers]
 
 Starts --count sandboxes (host rootfs, network off) in blocks of 1,000, timing each block; on the
 way, at each --flat count, times one start + exec('true') + close with that many live (and with
@@ -10,6 +11,8 @@ walks every thread on the machine). Then runs `echo` in every 10th, prints memor
 sandboxes' processes, this process's growth, the machine's MemAvailable) and processes per
 sandbox, and the time to close them all. Where a limit of this machine or user
 stops it (lis-tui refuses the start, naming the limit), it says which and how far it got.
+--without-watchers leaves the memory budget's pass and the memory cap's out of this process: run
+with and without it, back to back, to see their share of the growth (not a way to run lis-tui).
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 from isolation import Sandbox, records, spawn
-from isolation.limits import capacity  # noqa: E402
+from isolation.limits import budget, capacity, memcap  # noqa: E402
 from isolation.spawn.helper import IDLE  # noqa: E402
 from isolation.spec import SandboxError  # noqa: E402
 from proctree import pss_kib, sandbox_processes  # noqa: E402
@@ -150,7 +153,12 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--flat", default="0,1000,5000", help="live counts to time a start at ('' for none)")
     parser.add_argument("--cycles", type=int, default=20)
+    parser.add_argument("--without-watchers", action="store_true",
+                        help="no budget pass, no memory-cap watcher: their share of the growth, measured apart")
     args = parser.parse_args()
+    if args.without_watchers:
+        memcap.watch = lambda sandbox: None
+        budget._Tracker._loop = lambda self: None
     first = capacity.bounds()[0]
     print(f"capacity here: {first.limit} binds first at about {first.room:,}", flush=True)
     levels = [int(n) for n in args.flat.split(",") if n.strip()]
