@@ -39,5 +39,5 @@ class QuestionScreen(ModalScreen[Any]):
             return
         if self.is_active:  # on top (is_current is also true under a modal: pop_screen pops the top)
             self.dismiss(None)
-        else:  # it goes when it is on top again (ScreenResume)
+        elif self in self.app.screen_stack:  # under another dialog: it goes when on top again (ScreenResume)
             log.debug("%s: its question ended under %s", type(self).__name__, self.app.screen)
