@@ -38,13 +38,17 @@ def unwatch(sandbox) -> None:
 
 
 def check(sandbox, by_ns: dict[str, list[int]] | None = None) -> None:
-    """One measure of one sandbox; over its memory limit, it is stopped whole."""
+    """One measure of one sandbox; over its memory limit, it is stopped whole. A sandbox of its
+    keeper alone (pid 1: sh reading a pipe, a fixed few hundred KiB under RLIMIT_DATA) is not
+    read: most live sandboxes are idle, and their keepers' smaps were most of a pass."""
     limit = sandbox.spec.limits.memory
-    found = usage(sandbox, by_ns)
-    if found is None or not limit or found[0] <= limit:
+    pids = _pids(sandbox, by_ns)
+    if not limit or not pids or pids == [sandbox.pid]:
         return
-    used, count = found
-    sandbox._stop(f"its memory limit of {_size(limit)} was reached ({_size(used)} held by its {count} processes "
+    used = sum(_held(p) for p in pids)
+    if used <= limit:
+        return
+    sandbox._stop(f"its memory limit of {_size(limit)} was reached ({_size(used)} held by its {len(pids)} processes "
                   "together): every process in it was killed and nothing more can run there. For more, start it "
                   "with a larger limit: --memory SIZE (or memory in [sandbox] of the config)")
 
@@ -52,6 +56,12 @@ def check(sandbox, by_ns: dict[str, list[int]] | None = None) -> None:
 def usage(sandbox, by_ns: dict[str, list[int]] | None = None) -> tuple[int, int] | None:
     """(bytes, processes): the anonymous memory the sandbox's processes hold together; None when
     it cannot be measured just now (gone, or closing)."""
+    pids = _pids(sandbox, by_ns)
+    return None if pids is None else (sum(_held(p) for p in pids), len(pids))
+
+
+def _pids(sandbox, by_ns: dict[str, list[int]] | None) -> list[int] | None:
+    """Host pids of the sandbox's processes (its pid namespace's); None when it has none just now."""
     pid = sandbox.pid
     if pid is None:
         return None
@@ -59,8 +69,7 @@ def usage(sandbox, by_ns: dict[str, list[int]] | None = None) -> tuple[int, int]
         ns = os.readlink(f"/proc/{pid}/ns/pid")
     except OSError:
         return None
-    pids = (by_ns if by_ns is not None else processes_by_ns()).get(ns, [])
-    return sum(_held(p) for p in pids), len(pids)
+    return (by_ns if by_ns is not None else processes_by_ns()).get(ns, [])
 
 
 def _held(pid: int) -> int:
