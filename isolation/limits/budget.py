@@ -19,7 +19,8 @@ against the floor (MemAvailable must stay above it).
   kernel refuses their writes with ENOSPC, the commands see "No space left on device", the model
   is told why after each command (`note`), and nothing is OOM-killed. Once use falls back under
   the budget by twice MARGIN, the sizes are given back. The pass runs more often the faster the
-  sandboxes write and the nearer the bound is, at most DUTY of a core.
+  sandboxes write and the nearer the bound is, at most DUTY of a core; a sandbox quiet since the
+  last pass is not measured again (activity.py).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import threading
 import time
 import weakref
 
+from . import activity
 from .ledger import exchange, held, ledger_path
 from ..spawn import SpawnError
 from ..spec import SandboxError
@@ -187,6 +189,7 @@ class _Tracker:
         self.state: dict = {}  # the last pass's budget, use and floor, for doctor and the notes
         self.wake = threading.Event()  # a start near the bound: measured at once
         self.pid = os.getpid()
+        self.looks = activity.Looks()  # a sandbox quiet since its last pass is not measured again
         threading.Thread(target=self._loop, name="lis-tmpfs-budget", daemon=True).start()
 
     @property
@@ -213,13 +216,17 @@ class _Tracker:
         with self.lock:
             sandboxes = [s for s in self.sandboxes if s.running]
         growth = {}
-        for sandbox in sandboxes:
-            found = sum(cost(fs) for fs in usage(sandbox).values())
+        pending = self.looks.pending(sandboxes)
+        by_ns = activity.by_ns_of(pending)
+        for sandbox, ns, stirs in pending:
+            measured = usage(sandbox)
+            found = sum(cost(fs) for fs in measured.values())
             with self.lock:
                 if sandbox in self.sandboxes:  # not closed meanwhile
                     growth[sandbox] = found - self.costs.get(sandbox, found)
                     self.total += found - self.costs.get(sandbox, 0)
                     self.costs[sandbox] = found
+            self.looks.looked(sandbox, ns, stirs if measured else None, by_ns)
         mem = meminfo()
         try:
             entries = exchange(self.entry() if sandboxes else None)

@@ -25,7 +25,8 @@ What the walk counts: allocated blocks (a sparse file costs what it holds, not i
 inodes (every name, directories too, hard links once) under the writable layers, directories the
 sandbox shut with their mode included (host/walk.py's _Usage opens them for the read); and the deleted
 files its processes still hold open on those layers (their /proc/PID/fd, found by pid namespace
-with one look at /proc per pass for every sandbox).
+with one look at /proc per pass for every sandbox). A sandbox quiet since its last walk, its pid 1
+alone running, is not walked again until something runs or writes there (activity.py).
 """
 from __future__ import annotations
 
@@ -35,22 +36,25 @@ import stat
 import threading
 import time
 import weakref
-from collections import defaultdict
+
+from . import activity
 
 MIN_PAUSE = 1.0
 DUTY = 0.1
 
 
 class Watcher:
-    """One thread per process that runs `check(sandbox, by_ns)` for every watched sandbox still
-    running, from one look at /proc a pass, at most DUTY of a core (a pass that took t seconds is
-    followed by max(`min_pause`, 9 t)). The disk walk's and the memory cap's (memcap.py)."""
+    """One thread per process that runs `check(sandbox, by_ns)` (False: it could not measure) for
+    every watched sandbox still running and not quiet since its last check (activity.py), from
+    one look at /proc a pass, at most DUTY of a core (a pass that took t seconds is followed by
+    max(`min_pause`, 9 t)). The disk walk's and the memory cap's (memcap.py)."""
 
     def __init__(self, name: str, check, min_pause: float) -> None:
         self.name, self.check, self.min_pause = name, check, min_pause
         self._watched: weakref.WeakSet = weakref.WeakSet()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._looks = activity.Looks()
 
     def watch(self, sandbox) -> None:
         with self._lock:
@@ -68,10 +72,11 @@ class Watcher:
             with self._lock:
                 sandboxes = list(self._watched)
             start = time.monotonic()
-            by_ns = processes_by_ns() if sandboxes else {}
-            for sandbox in sandboxes:
-                if sandbox.running:
-                    self.check(sandbox, by_ns)
+            pending = self._looks.pending(sandboxes)
+            by_ns = activity.by_ns_of(pending)
+            for sandbox, ns, stirs in pending:
+                measured = self.check(sandbox, by_ns)
+                self._looks.looked(sandbox, ns, stirs if measured else None, by_ns)
             took = time.monotonic() - start
             time.sleep(max(self.min_pause, took * (1 - DUTY) / DUTY))
 
@@ -107,46 +112,34 @@ def unwatch(sandbox) -> None:
     _watcher.unwatch(sandbox)
 
 
-def check(sandbox, by_ns: dict[str, list[int]] | None = None) -> None:
+def check(sandbox, by_ns: dict[str, list[int]] | None = None) -> bool:
     """One measure of one sandbox; over a limit, it is stopped (`_over_disk`, `_over_inodes`).
-    `by_ns`: `processes_by_ns()` when one look at /proc serves several sandboxes."""
+    `by_ns`: `activity.processes_by_ns(...)` when one look at /proc serves several sandboxes.
+    False when it could not be measured just now."""
     limits = sandbox.spec.limits
     found = usage(sandbox, by_ns)
     if found is None:
-        return
+        return False
     used, inodes = found
     if limits.disk and used > limits.disk:
         sandbox._over_disk(used)
     elif limits.inode_limit() and inodes > limits.inode_limit():
         sandbox._over_inodes(inodes, used)
+    return True
 
 
 def usage(sandbox, by_ns: dict[str, list[int]] | None = None) -> tuple[int, int] | None:
     """(bytes on disk, inodes) the sandbox holds: its writable layers, walked, and the deleted
     files its processes keep open on them; None when that cannot be measured just now."""
     found = sandbox.writable_usage()
-    pid = sandbox.pid
-    if found is None or pid is None or sandbox._on_tmpfs:  # a tmpfs's count has them already
+    if found is None or sandbox._on_tmpfs:  # a tmpfs's count has them already
         return found
     try:
-        ns, dev = os.readlink(f"/proc/{pid}/ns/pid"), os.stat(sandbox.layers).st_dev
+        dev = os.stat(sandbox.layers).st_dev
     except (OSError, AttributeError):  # gone, or closed meanwhile
         return found
-    pids = (by_ns if by_ns is not None else processes_by_ns()).get(ns, [])
-    held, count = held_deleted(pids, dev)
+    held, count = held_deleted(activity.processes(sandbox, by_ns) or [], dev)
     return found[0] + held, found[1] + count
-
-
-def processes_by_ns() -> dict[str, list[int]]:
-    """Host pids of the processes we may look at, by pid namespace ("pid:[N]")."""
-    found: dict[str, list[int]] = defaultdict(list)
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                found[os.readlink(f"/proc/{entry.name}/ns/pid")].append(int(entry.name))
-            except OSError:
-                pass  # gone, or not ours
-    return found
 
 
 def held_deleted(pids: list[int], dev: int) -> tuple[int, int]:

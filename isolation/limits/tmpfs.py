@@ -37,7 +37,7 @@ def usage(sandbox) -> dict[str, os.statvfs_result]:
     """Each budgeted tmpfs's counts, measured now (empty when the sandbox is not running)."""
     found = {}
     try:
-        with sandbox._file_op(sandbox._open_root) as root:
+        with sandbox._file_op(sandbox._open_root, writes=False) as root:
             for path in mounts(sandbox):
                 if path == "":
                     fs = sandbox._layers_fs()
@@ -65,7 +65,7 @@ def pick(sandbox) -> list[tuple[str, int]]:
     (spawn.Zygote.pick), so a few milliseconds; the caller closes them."""
     paths = [path for path in mounts(sandbox) if path]
     if sandbox._on_tmpfs:
-        with sandbox._file_op(sandbox._dup_rw) as layers:
+        with sandbox._file_op(sandbox._dup_rw, writes=False) as layers:
             return list(zip(["", *paths], sandbox._zygote.pick(paths, layers)))
     return list(zip(paths, sandbox._zygote.pick(paths)))
 

@@ -51,6 +51,8 @@ class Sandbox:
         self._close_lock = threading.Lock()
         self._file_ops = threading.Condition()  # host-side file operations under way (_in_root)
         self._file_ops_running = 0
+        self._writers = 0  # of those, the ones that may write (_file_op)
+        self._stirs = 0  # commands started, host-side writes ended (files._stirs_now)
         self._closing = False
         self._err_fd: int | None = None  # bwrap's stderr, while it starts
         self._zygote: spawn.Zygote | None = None  # starts every command inside
@@ -141,6 +143,8 @@ class Sandbox:
     _in_root = files._in_root
     _open_running_root = files._open_running_root
     _file_op = files._file_op
+    _stir = files._stir
+    _stirs_now = files._stirs_now
     _readable = files._readable
     _open_remains = files._open_remains
     _writable_now = files._writable_now

@@ -54,6 +54,8 @@ def popen(sandbox: Sandbox, argv: list[str], cwd: str = "/testbed", env: dict[st
         if not sandbox.running:
             raise SandboxError(sandbox._not_running()) from None
         raise SandboxError(f"could not start {argv[0]!r} in the sandbox: {exc.strerror}") from None
+    finally:  # once it runs (or failed): a watcher that found the sandbox quiet looks again
+        sandbox._stir()
 
 
 def listen(sandbox: Sandbox, port: int, backlog: int = 128) -> socket.socket:

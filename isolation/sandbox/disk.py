@@ -52,7 +52,7 @@ def writable_usage(sandbox: Sandbox) -> tuple[int, int] | None:
 def _layers_fs(sandbox: Sandbox) -> os.statvfs_result | None:
     """The layers' tmpfs's counts (None when closing)."""
     try:
-        with sandbox._file_op(sandbox._dup_rw) as fd:
+        with sandbox._file_op(sandbox._dup_rw, writes=False) as fd:
             return os.fstatvfs(fd)
     except (OSError, SandboxError):
         return None

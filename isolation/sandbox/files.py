@@ -106,18 +106,36 @@ def _open_running_root(sandbox: Sandbox) -> int:
 
 
 @contextlib.contextmanager
-def _file_op(sandbox: Sandbox, opener) -> Iterator[int]:
-    """`opener()`'s descriptor, counted as a file operation under way until it is closed."""
+def _file_op(sandbox: Sandbox, opener, writes: bool = True) -> Iterator[int]:
+    """`opener()`'s descriptor, counted as a file operation under way until it is closed.
+    `writes`: it may change the sandbox's files (the watchers' own measures do not), so it stirs
+    the sandbox (`_stirs_now`)."""
     with sandbox._file_ops:
         fd = opener()
         sandbox._file_ops_running += 1
+        sandbox._writers += writes
     try:
         yield fd
     finally:
         os.close(fd)
         with sandbox._file_ops:
             sandbox._file_ops_running -= 1
+            sandbox._writers -= writes
+            sandbox._stirs += writes
             sandbox._file_ops.notify_all()
+
+
+def _stir(sandbox: Sandbox) -> None:
+    """Something was started in the sandbox (a command): a watcher that found it quiet looks again."""
+    with sandbox._file_ops:
+        sandbox._stirs += 1
+
+
+def _stirs_now(sandbox: Sandbox) -> int | None:
+    """How many times something started in the sandbox or wrote to it from here (limits/activity.py);
+    None while a host-side write is under way."""
+    with sandbox._file_ops:
+        return None if sandbox._writers else sandbox._stirs
 
 
 @contextlib.contextmanager

@@ -60,3 +60,23 @@ def test_processes_under_the_limit_together_are_counted_once_and_left_running():
     assert said == [b"held\n"] * 3, said
     assert 120 * MiB <= used < 200 * MiB and count >= 4, (used, count)  # the three, pid 1, and the exec's
     assert still == "running\n" and sb.stopped is None
+
+
+def test_processes_of_a_pid_namespace_nested_in_the_sandbox_count_toward_its_memory():
+    """With nested_userns a command may make a pid namespace of its own; the kernel says whose it
+    is nested in (NS_GET_PARENT), so what runs there is the sandbox's, even once its parent is gone
+    and the sandbox's pid 1 adopted it. Before, only the sandbox's own namespace counted."""
+    nested = ["unshare", "--user", "--pid", "--fork", "python3", "-c", HOLD]
+    with Sandbox(SandboxSpec(limits=Limits(memory=256 * MiB), nested_userns=True)) as sb:
+        _no_cgroup(sb)
+        first = sb.popen([*nested, "120"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        said = first.stdout.readline()
+        first.kill()  # unshare alone: its child, pid 1 of the nested namespace, goes on
+        first.wait(timeout=60)
+        used, count = memcap.usage(sb)
+        second = sb.popen([*nested, "200"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        second.wait(timeout=120)  # killed with the whole sandbox: nothing ends it otherwise
+        why = sb.stopped
+    assert said == b"held\n", said
+    assert used >= 120 * MiB and count == 2, (used, count)  # pid 1 and the adopted holder
+    assert why and "memory limit of 256 MiB was reached" in why, why
