@@ -7,7 +7,8 @@ Starts --count sandboxes (host rootfs, network off) in blocks of 1,000, timing e
 way, at each --flat count, times one start + exec('true') + close with that many live (and with
 none again at the end, once all are closed), as a ratio to the 0-live cost, and a raw
 `bwrap ... bash -c true` beside it: the kernel's share of the growth (each bwrap's pivot_root
-walks every thread on the machine). Then runs `echo` in every 10th, prints memory (PSS of the
+walks every thread on the machine); and, before it, the CPU the watchers (the memory budget's
+pass, the memory cap's) take over WATCHED seconds with that many live, idle. Then runs `echo` in every 10th, prints memory (PSS of the
 sandboxes' processes, this process's growth, the machine's MemAvailable) and processes per
 sandbox, and the time to close them all. Where a limit of this machine or user
 stops it (lis-tui refuses the start, naming the limit), it says which and how far it got.
@@ -20,6 +21,7 @@ import argparse
 import os
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +34,8 @@ from isolation.spawn.helper import IDLE  # noqa: E402
 from isolation.spec import SandboxError  # noqa: E402
 from proctree import pss_kib, sandbox_processes  # noqa: E402
 from sandbox_start import time_raw_bwrap  # noqa: E402
+
+WATCHED = 5.0  # seconds the watchers' CPU is measured over, the sandboxes idle, at each --flat count
 
 
 def rss_kib() -> int:
@@ -53,6 +57,19 @@ def cpu() -> float:
         except OSError:
             pass
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + helper
+
+
+def watchers_cpu() -> float:
+    """CPU seconds so far of this process's watcher threads: the budget's pass and the memory cap's."""
+    total = 0.0
+    for thread in threading.enumerate():
+        if thread.name in ("lis-tmpfs-budget", "lis-memory-cap") and thread.native_id:
+            try:
+                with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+                    total += sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])
+            except OSError:
+                pass
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def fill(live: list[Sandbox], target: int) -> str | None:
@@ -95,7 +112,9 @@ def scale(count: int, levels: list[int], cycles: int) -> None:
             rates.append((before, len(live), (time.perf_counter() - start) / done, (cpu() - cpu0) / done))
         if mark in levels and stopped is None:
             time.sleep(IDLE + 1)  # idle: their zygotes have exited
-            flat.append((f"{mark:,}", *cycle_cost(cycles)))
+            before = watchers_cpu()
+            time.sleep(WATCHED)
+            flat.append((f"{mark:,}", *cycle_cost(cycles), (watchers_cpu() - before) / WATCHED))
         print(f"  {len(live)} live", flush=True)
     start = time.perf_counter()
     answered = sum(sb.exec("echo ok").stdout == "ok\n" for sb in live[::10])
@@ -113,7 +132,9 @@ def scale(count: int, levels: list[int], cycles: int) -> None:
     records.wait_released()
     close_s = time.perf_counter() - start
     if levels:
-        flat.append(("0 (again, all closed)", *cycle_cost(cycles)))
+        before = watchers_cpu()
+        time.sleep(WATCHED)
+        flat.append(("0 (again, all closed)", *cycle_cost(cycles), (watchers_cpu() - before) / WATCHED))
 
     print(f"\nlive sandboxes in one process: uid {os.getuid()}, {os.cpu_count()} cores, "
           f"RLIMIT_NOFILE {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}, "
@@ -127,13 +148,13 @@ def scale(count: int, levels: list[int], cycles: int) -> None:
         base_cpu = (flat[0][2] + flat[-1][2]) / 2
         base_raw = (flat[0][3] + flat[-1][3]) / 2
         print("\n| live | start + exec + close p50 ms | ratio vs 0 live | CPU ms | CPU ratio | target "
-              "| raw bwrap p50 ms | raw ratio vs 0 live | ours less raw, ms |")
-        print("|---|---|---|---|---|---|---|---|---|")
-        for level, wall, cpu_each, raw in flat:
+              "| raw bwrap p50 ms | raw ratio vs 0 live | ours less raw, ms | watchers' CPU, idle, % of a core |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for level, wall, cpu_each, raw, watching in flat:
             target = "" if level.startswith("0") else "<= 1.2"
             print(f"| {level} | {wall * 1000:.1f} | {wall / base_wall:.2f} | {cpu_each * 1000:.1f} | "
                   f"{cpu_each / base_cpu:.2f} | {target} | {raw * 1000:.1f} | {raw / base_raw:.2f} | "
-                  f"{(wall - raw) * 1000:.1f} |")
+                  f"{(wall - raw) * 1000:.1f} | {watching * 100:.1f} |")
     print("\n| measure | value |\n|---|---|")
     print(f"| sandboxes live | {n:,} of {count:,} asked |")
     print(f"| stopped by | {stopped or 'nothing: all started'} |")
