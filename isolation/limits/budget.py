@@ -213,8 +213,8 @@ class _Tracker:
 
     def once(self) -> tuple[float, bool]:
         """One pass; returns the pause before the next, and whether the bound is near."""
-        with self.lock:
-            sandboxes = [s for s in self.sandboxes if s.running]
+        with self.lock:  # whether each runs is asked of those looked at, or resized, alone
+            sandboxes = list(self.sandboxes)
         growth = {}
         pending = self.looks.pending(sandboxes)
         by_ns = activity.by_ns_of(pending)
@@ -255,7 +255,8 @@ class _Tracker:
         # The writers first: the shrink reaches the fastest before the others.
         for sandbox in sorted(sandboxes, key=lambda s: -growth.get(s, 0)):
             if self.tight != (sandbox in self.shrunk):
-                self._resize(sandbox)
+                if sandbox.running:
+                    self._resize(sandbox)
             elif left < NEAR * band and growth.get(sandbox, 0) > 0 and sandbox not in self.contexts \
                     and len(self.contexts) < MAX_HELD:
                 self._hold(sandbox)  # ready before the bound: its shrink will cost no fork then
