@@ -108,13 +108,16 @@ class Looks:
         return found
 
     def looked(self, sandbox, ns: str | None, stirs: int | None, by_ns: dict[str, list[int]]) -> None:
-        """After a look at `sandbox` from `by_ns`: quiet from now on while its stirs stay `stirs`."""
-        if stirs is not None and ns is not None and by_ns.get(ns) == [sandbox.pid]:
+        """After a look at `sandbox` from `by_ns`: quiet from now on while its stirs stay `stirs`.
+        One never stirred (nothing was started there) holds its pid 1 alone: no look was needed."""
+        if stirs == 0 or (stirs is not None and ns is not None and by_ns.get(ns) == [sandbox.pid]):
             self._quiet[sandbox] = stirs
         else:
             self._quiet.pop(sandbox, None)
 
 
 def by_ns_of(pending) -> dict[str, list[int]]:
-    """One look at /proc for the pending sandboxes (none: no look)."""
-    return processes_by_ns({ns for _, ns, _ in pending if ns is not None}) if pending else {}
+    """One look at /proc for the pending sandboxes; none when each of them was never stirred
+    (a fresh sandbox: a pass beside a stream of starts reads no /proc for them)."""
+    known = {ns for _, ns, stirs in pending if ns is not None and stirs != 0}
+    return processes_by_ns(known) if known else {}

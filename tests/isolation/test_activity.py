@@ -43,6 +43,7 @@ def test_a_quiet_sandbox_is_looked_at_again_once_something_starts_or_writes_ther
         proc.wait(timeout=30)
         seen["once it ended"] = looked_at(looks, sb, other)
         seen["then"] = looked_at(looks, sb, other)
+    # "first": measured, but from no look at /proc (nothing was ever started there)
     assert seen == {"first": [sb, other], "idle": [], "after a command": [sb], "after it, idle": [],
                     "after a host-side write": [other], "during one": [other], "after it": [other],
                     "while a command runs": [[sb]] * 3, "once it ended": [sb], "then": []}, seen
