@@ -97,27 +97,23 @@ class Looks:
     def __init__(self) -> None:
         self._quiet: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    def pending(self, sandboxes) -> list[tuple[object, str | None, int | None]]:
-        """(sandbox, pid namespace, stirs) of each running sandbox that may have changed since it
-        was found quiet; the stirs are read before any look that follows."""
-        found = []
+    def pass_over(self, sandboxes, measure) -> list:
+        """One pass: `measure(sandbox, by_ns)` (False: it could not just now) for each running
+        sandbox that may have changed since it was found quiet, from one look at /proc for them
+        all (none when each was never stirred: nothing was started there, so its pid 1 is alone).
+        One measured and found quiet is skipped from then on while its stirs, read before the look,
+        stay the same. Returns the sandboxes it measured."""
+        pending = []
         for sandbox in sandboxes:
             stirs = sandbox._stirs_now()
             if (stirs is None or self._quiet.get(sandbox) != stirs) and sandbox.running:
-                found.append((sandbox, pid_ns(sandbox), stirs))
-        return found
-
-    def looked(self, sandbox, ns: str | None, stirs: int | None, by_ns: dict[str, list[int]]) -> None:
-        """After a look at `sandbox` from `by_ns`: quiet from now on while its stirs stay `stirs`.
-        One never stirred (nothing was started there) holds its pid 1 alone: no look was needed."""
-        if stirs == 0 or (stirs is not None and ns is not None and by_ns.get(ns) == [sandbox.pid]):
-            self._quiet[sandbox] = stirs
-        else:
-            self._quiet.pop(sandbox, None)
-
-
-def by_ns_of(pending) -> dict[str, list[int]]:
-    """One look at /proc for the pending sandboxes; none when each of them was never stirred
-    (a fresh sandbox: a pass beside a stream of starts reads no /proc for them)."""
-    known = {ns for _, ns, stirs in pending if ns is not None and stirs != 0}
-    return processes_by_ns(known) if known else {}
+                pending.append((sandbox, pid_ns(sandbox), stirs))
+        known = {ns for _, ns, stirs in pending if ns is not None and stirs != 0}
+        by_ns = processes_by_ns(known) if known else {}
+        for sandbox, ns, stirs in pending:
+            quiet = stirs == 0 or (stirs is not None and ns is not None and by_ns.get(ns) == [sandbox.pid])
+            if measure(sandbox, by_ns) and quiet:
+                self._quiet[sandbox] = stirs
+            else:
+                self._quiet.pop(sandbox, None)
+        return [sandbox for sandbox, _, _ in pending]

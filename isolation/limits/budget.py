@@ -216,9 +216,8 @@ class _Tracker:
         with self.lock:  # whether each runs is asked of those looked at, or resized, alone
             sandboxes = list(self.sandboxes)
         growth = {}
-        pending = self.looks.pending(sandboxes)
-        by_ns = activity.by_ns_of(pending)
-        for sandbox, ns, stirs in pending:
+
+        def measure(sandbox, _by_ns) -> bool:
             measured = usage(sandbox)
             found = sum(cost(fs) for fs in measured.values())
             with self.lock:
@@ -226,7 +225,9 @@ class _Tracker:
                     growth[sandbox] = found - self.costs.get(sandbox, found)
                     self.total += found - self.costs.get(sandbox, 0)
                     self.costs[sandbox] = found
-            self.looks.looked(sandbox, ns, stirs if measured else None, by_ns)
+            return bool(measured)
+
+        self.looks.pass_over(sandboxes, measure)
         mem = meminfo()
         try:
             entries = exchange(self.entry() if sandboxes else None)

@@ -72,11 +72,7 @@ class Watcher:
             with self._lock:
                 sandboxes = list(self._watched)
             start = time.monotonic()
-            pending = self._looks.pending(sandboxes)
-            by_ns = activity.by_ns_of(pending)
-            for sandbox, ns, stirs in pending:
-                measured = self.check(sandbox, by_ns)
-                self._looks.looked(sandbox, ns, stirs if measured else None, by_ns)
+            self._looks.pass_over(sandboxes, self.check)
             took = time.monotonic() - start
             time.sleep(max(self.min_pause, took * (1 - DUTY) / DUTY))
 
