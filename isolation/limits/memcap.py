@@ -6,9 +6,9 @@ sandbox under `--memory 1G` held 2.85 GiB. So one thread per lis-tui process sum
 sandbox, the anonymous memory of the processes in its pid namespace and the namespaces nested in it
 (activity.py; smaps_rollup's Pss_Anon and SwapPss: a page shared after a fork counts once over its
 sharers; file pages, which the kernel can drop, do not count, nor do its tmpfs files, which tmp_size
-and the disk limit bound) and stops the
-sandbox whole past its memory limit (`Sandbox._stop`, as the disk walk does): the command under way
-is told, every later one fails naming the limit and `--memory`, and a run ends as `sandbox_limit`.
+and the disk limit bound) and stops the sandbox whole past its memory limit (`Sandbox._stop`, as
+the disk walk does): the command under way is told, every later one fails naming the limit and
+`--memory`, and a run ends as `sandbox_limit`.
 
 It spends at most DUTY of a core: a pass that took t seconds is followed by a pause of
 max(MIN_PAUSE, 9 t), and a sandbox quiet since its last check is not read again (activity.py).
