@@ -64,39 +64,55 @@ _PGID = 16  # bytes at the start of a record for the process group; the owner's 
 
 
 class Record:
-    """The record and scratch directory of one live sandbox; it holds no descriptor."""
+    """The record and scratch directory of one live sandbox; it holds no descriptor. The directory
+    is made only where something goes there (layers on disk, a CA bundle): a tmpfs holds the
+    writable layers otherwise, mounted on one folder for all (layers_mount_point)."""
 
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, made: bool = True) -> None:
+        """`made`: on disk at once, the record and its directory; else its id and paths only,
+        until make() and make_dir()."""
         self.root = root or scratch_root()
         self.id = secrets.token_hex(6)
         self.lock_path = self.root / f"{self.id}.lock"
+        self.dir = self.root / self.id
+        self.made = self.dir_made = False
+        if made:
+            self.make_dir()
+
+    def make(self, pgid: int | None = None) -> None:
+        """The record, naming its owner and `pgid` (the sandbox's bwrap, once it runs), on disk;
+        made already, the group is written into it."""
+        if self.made:
+            if pgid is not None:
+                self._write_pgid(str(pgid))
+            return
         # Written before it has its name, so a sweep never finds it without its owner.
         making = self.root / f".{self.id}.new"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         owner = _owner(self.root)
         fd = os.open(making, flags, 0o600)
         try:
-            os.write(fd, b" " * (_PGID - 1) + b"\n" + owner.encode())
+            os.write(fd, ("" if pgid is None else str(pgid)).ljust(_PGID - 1).encode() + b"\n" + owner.encode())
             os.rename(making, self.lock_path)
         except BaseException:  # a full disk: nothing of ours is left behind
             making.unlink(missing_ok=True)
             raise
         finally:
             os.close(fd)
-        self.dir = self.root / self.id
-        try:
+        self.made = True
+
+    def make_dir(self) -> Path:
+        """The scratch directory, after the record that a sweep finds it by."""
+        if not self.dir_made:
+            self.make()
             self.dir.mkdir(mode=0o700)
-        except BaseException:
-            self.lock_path.unlink(missing_ok=True)
-            raise
+            self.dir_made = True
+        return self.dir
 
     @property
     def marker(self) -> str:
         """A word for the argv of this sandbox's processes, by which a sweep finds them."""
         return f"lis-sandbox-{self.id}"
-
-    def set_pgid(self, pgid: int) -> None:
-        self._write_pgid(str(pgid))
 
     def _write_pgid(self, text: str) -> None:
         fd = os.open(self.lock_path, os.O_WRONLY | os.O_CLOEXEC)
@@ -108,10 +124,15 @@ class Record:
     def release(self) -> None:
         """Remove the scratch and the record; the sandbox is already dead. The scratch leaves its
         name now and the disk soon after (see wait_released)."""
+        if not self.made:
+            return
         try:
             self._write_pgid("")  # no group to kill any more, should its number be reused
         except OSError:  # a full disk: the record is removed below all the same
             pass
+        if not self.dir_made:  # nothing to remove but the record: at once
+            self.lock_path.unlink(missing_ok=True)
+            return
         gone = self.root / f".{self.id}.gone"
         try:
             os.rename(self.dir, gone)
@@ -121,6 +142,20 @@ class Record:
             _remove_scratch(self.dir)
             gone = None
         _reaper().put((gone, self.lock_path))
+
+
+_mount_points: set[Path] = set()  # layers_mount_point's, made
+
+
+def layers_mount_point(root: Path | None = None) -> Path:
+    """The folder every sandbox's writable layers' tmpfs is mounted on, each in its own mount
+    namespace (the zygote mounts it there before bwrap builds anything, diskcap.on_tmpfs): one,
+    empty on the host, made once, so that a start and a close make and remove no folder."""
+    path = (root or scratch_root()) / "layers"
+    if path not in _mount_points:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _mount_points.add(path)
+    return path
 
 
 _owners: dict[Path, tuple[int, str, int]] = {}  # scratch root -> (pid, owner name, locked descriptor)

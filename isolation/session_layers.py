@@ -57,14 +57,12 @@ def saved_layer(session_dir: Path, name: str) -> Path:
     return session_dir / SAVED / name if (session_dir / SAVED).is_dir() else session_dir / name
 
 
-def prepare(session_dir: Path, session: str, limits, on_tmpfs: bool) -> None:
-    """At open, the session locked: what an interrupted close left is removed; then, for a tmpfs,
-    a session larger than the disk limit is refused in one line, and for the disk the saved
-    layers go back where the walk and the mounts expect them."""
+def prepare(session_dir: Path, on_tmpfs: bool) -> None:
+    """At open, the session locked: what an interrupted close left is removed; then, for the disk,
+    the saved layers go back where the walk and the mounts expect them. (For a tmpfs, the start
+    refuses a session larger than its disk limit, check_fits, once the memory budget has spoken.)"""
     recover(session_dir)
-    if on_tmpfs:
-        check_fits(session_dir, session, limits)
-    else:
+    if not on_tmpfs:
         to_disk(session_dir)
 
 

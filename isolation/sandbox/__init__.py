@@ -66,6 +66,7 @@ class Sandbox:
         self._credentials = None  # net.credentials.CredentialSet: the secrets, held here and by the proxy
         self._counted = False  # among capacity.live()
         self._on_tmpfs = False  # the writable layers are in a tmpfs of their own (diskcap.on_tmpfs)
+        self._scratch: Path | None = None  # where the mounts find the layers: their tmpfs's mount point, or `layers`
         self._rw_fd: int | None = None  # its root
 
     # ---- state read by every concern --------------------------------------------------------
@@ -79,7 +80,7 @@ class Sandbox:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return not self._closing and self._proc is not None and self._proc.poll() is None
 
     @property
     def shell(self) -> str:
@@ -111,13 +112,13 @@ class Sandbox:
 
     start = starting.start
     _open_session = starting._open_session
+    _admit = starting._admit
 
     _launch = launch._launch
-    _mount_layers = launch._mount_layers
+    _restore_layers = launch._restore_layers
     _layers_tmpfs = launch._layers_tmpfs
     _abandon_start = launch._abandon_start
 
-    _admit_pid_1 = pid1._admit_pid_1
     _open_pid_1 = pid1._open_pid_1
     _pid_1_fd = pid1._pid_1_fd
     _open_root = pid1._open_root

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from ..limits import budget, capacity, diskcap, memcap
@@ -47,28 +48,22 @@ def _close(sandbox: Sandbox) -> str | None:
         sandbox.network.detach()
         sandbox.network = None
     if sandbox._proc is not None:
-        # Killing the pid namespace's init takes every process in it down, and bwrap only exits
-        # once that init is gone: after the wait, nothing of the sandbox runs. (No pidfd: pid 1
-        # is gone already, or dies of bwrap's death, its parent-death signal.)
+        # Killing the pid namespace's init takes every process in it down, and its pidfd turns
+        # readable only once they are all gone: after the wait, nothing of the sandbox runs. (No
+        # pidfd: pid 1 is gone already, or never ran; bwrap and a child waiting on it are killed.)
         pidfd = sandbox._pid_1_fd()
         if pidfd is not None:
             try:
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        # bwrap reaps pid 1 and exits: killed first, it would leave pid 1 a zombie for the host's
-        # init to reap, whenever that gets to it (dozens at once under load, seen with a slow init)
-        if pidfd is not None:
-            _exited(sandbox._proc, BWRAP_EXIT_WAIT)
-        if sandbox._proc.poll() is None:  # not reaped yet: its group's number is still its own
-            try:
-                os.killpg(sandbox._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            sandbox._proc.wait()
-        if pidfd is not None:
-            ready([pidfd], 10)  # init exits only after every process in it is gone
+            ready([pidfd], 10)
             os.close(pidfd)
+            # bwrap reaps pid 1 and exits (killed first, it would leave pid 1 a zombie for the
+            # host's init to reap, whenever that gets to it): waited for off this path
+            _reap_later(sandbox._proc)
+        elif sandbox._proc.poll() is None:  # not reaped yet: its group's number is still its own
+            _kill_group(sandbox._proc)
     if sandbox._zygote is not None:
         sandbox._zygote.close()
         sandbox._zygote = None
@@ -132,6 +127,31 @@ def _stop(sandbox: Sandbox, why: str) -> None:
             pass
         finally:
             os.close(pidfd)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+_unreaped: list[tuple[subprocess.Popen, float]] = []  # closed sandboxes' bwraps, each with when to kill it
+_unreaped_lock = threading.Lock()
+
+
+def _reap_later(proc: subprocess.Popen) -> None:
+    """A closed sandbox's bwrap, which reaps pid 1 and exits (at once, as a rule): reaped at a later
+    close, without waiting, or killed with its group once BWRAP_EXIT_WAIT has passed. (A thread of
+    its own cost every close a switch to it and back.)"""
+    now = time.monotonic()
+    with _unreaped_lock:
+        left = [(p, at) for p, at in _unreaped if p.poll() is None]
+        late = [p for p, at in left if at < now]
+        _unreaped[:] = [(p, at) for p, at in left if at >= now] + [(proc, now + BWRAP_EXIT_WAIT)]
+    for p in late:
+        _kill_group(p)
 
 
 def _exited(proc: subprocess.Popen, timeout: float) -> bool:

@@ -51,6 +51,8 @@ def popen(sandbox: Sandbox, argv: list[str], cwd: str = "/testbed", env: dict[st
         return sandbox._zygote.spawn(argv, env={**sandbox.env, **(env or {})}, cwd=cwd, stdin=stdin,
                                   stdout=stdout, stderr=stderr, ctty=ctty)
     except spawn.SpawnError as exc:
+        if exc.strerror.startswith(spawn.PID_1_FAILED):  # bwrap failed to exec it, after start returned
+            raise SandboxError(exc.strerror) from None
         if not sandbox.running:
             raise SandboxError(sandbox._not_running()) from None
         raise SandboxError(f"could not start {argv[0]!r} in the sandbox: {exc.strerror}") from None

@@ -1,7 +1,7 @@
 """The sandbox's disk: how much its writable layers hold, the note a command's caller gets when
 they are full, and the stop when a watched limit is passed (diskcap.py watches; budget.py bounds).
-The names the start needs about the layers' place (RW, _size) live here too, so that the start
-and the launch take them from the module that owns the disk, not from each other."""
+The size's words (_size) live here too, so that the launch takes them from the module that owns
+the disk."""
 from __future__ import annotations
 
 import os
@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from . import Sandbox
 
 WRITABLE_LAYERS = session_layers.LAYERS  # under `layers`, as layout.plan makes them
-RW = "rw"  # under `layers`: where the writable layers' tmpfs is mounted inside (diskcap.on_tmpfs)
 FULL_MARGIN = 64 << 10  # the layers' tmpfs with less free than this is full (the kernel's last pages)
 
 

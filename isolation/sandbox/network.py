@@ -38,7 +38,7 @@ def _prepare_credentials(sandbox: Sandbox) -> Path | None:
 
     sandbox._credentials = CredentialSet(resolve(sandbox.spec.credentials))
     bundle = default_proxy().ca.bundle()
-    trust = sandbox.layers / "trust"
+    trust = (sandbox._session.dir if sandbox._session is not None else sandbox._record.make_dir()) / "trust"
     trust.mkdir(mode=0o700, exist_ok=True)
     (trust / "ca-bundle.pem").write_bytes(bundle)
     return trust / "ca-bundle.pem"

@@ -1,6 +1,7 @@
 """The sandbox's pid 1: the limits it and every command get (rlimits, the user namespace's
-sysctls), set on it from here before it execs, with its cgroup; and how we reach it later, by pid
-only (no descriptor is kept per idle sandbox), each time checked to be bwrap's child."""
+sysctls), which the sandbox's first zygote sets on it before it execs (spawn/helper.py, _Start);
+and how we reach it later, by pid only (no descriptor is kept per idle sandbox), each time checked
+to be bwrap's child."""
 from __future__ import annotations
 
 import os
@@ -9,7 +10,6 @@ import signal
 import subprocess
 from typing import TYPE_CHECKING
 
-from .. import idmap
 from ..spec import Limits, SandboxError
 
 if TYPE_CHECKING:
@@ -28,34 +28,6 @@ def _sysctls(limits: Limits) -> list[tuple[str, int]]:
     """The sandbox's user namespace's own caps on per-user kernel counters (/proc/sys/user/)."""
     pairs = [("max_inotify_instances", limits.inotify_instances), ("max_inotify_watches", limits.inotify_watches)]
     return [(name, value) for name, value in pairs if value]
-
-
-def _bound_pid_1(pid: int, rlimits: list[tuple[int, int]]) -> None:
-    """Give bwrap's child, pid 1 to be, the limits every command gets, before it execs (bwrap
-    waits on --block-fd): set from here, since no code of ours runs in it. (A pidfd checked it
-    is bwrap's child, which bwrap has not reaped: the pid is still its own.)"""
-    try:
-        for res, value in rlimits:
-            _, hard = resource.getrlimit(res)  # its own, inherited from us through bwrap
-            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.prlimit(pid, res, (value, value))
-    except OSError as exc:
-        raise SandboxError(f"could not set the sandbox's limits on its pid 1: {exc.strerror}. "
-                           "Run `lis-tui doctor`.") from None
-
-
-def _admit_pid_1(sandbox: Sandbox, rlimits: list[tuple[int, int]], pidfd: int) -> None:
-    """Before bwrap's child executes anything (it waits on --block-fd): every command's limits,
-    and its cgroup where there is one. On failure bwrap is killed first, so that pid 1 never
-    goes on without them."""
-    try:
-        with idmap.acting_as(idmap.mapped()):  # a root caller's pid 1 is its subordinate id's
-            _bound_pid_1(sandbox.pid, rlimits)
-        if sandbox._cgroup is not None:
-            sandbox._cgroup.admit(sandbox.pid)
-    except BaseException:
-        sandbox._abandon_start(pidfd)
-        raise
 
 
 def _checked_pidfd(pid: int, bwrap: subprocess.Popen) -> int | None:
@@ -109,7 +81,12 @@ def _pid_1_fd(sandbox: Sandbox) -> int | None:
 
 
 def _open_root(sandbox: Sandbox) -> int:
-    """A new descriptor of the sandbox's / (see _open_pid_1)."""
+    """A new descriptor of the sandbox's / (see _open_pid_1), once its masks are made (the first
+    zygote makes them as the sandbox starts: /proc/sys read-only, the host secrets' covers)."""
+    try:
+        sandbox._zygote.confined()
+    except OSError as exc:  # spawn.SpawnError
+        raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. Run `lis-tui doctor`.") from None
     pidfd, root = sandbox._open_pid_1()
     os.close(pidfd)
     return root

@@ -18,13 +18,12 @@ if TYPE_CHECKING:
 
 @contextlib.contextmanager
 def _testbed(sandbox: Sandbox) -> Iterator[tuple[Path, Path]]:
-    from ..layout import testbed_layers  # noqa: PLC0415
+    from ..layout import _empty_dir, testbed_layers  # noqa: PLC0415
 
     with sandbox._writable_now() as writable:
         lower, upper = testbed_layers(sandbox.spec, writable)
         if lower is None:  # no workspace: everything under /testbed is new
-            lower = sandbox._record.dir / "empty"
-            lower.mkdir(exist_ok=True)
+            lower = _empty_dir()
         yield lower, upper
 
 

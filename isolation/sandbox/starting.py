@@ -17,7 +17,6 @@ from ..limits import budget, capacity, cgroup, diskcap, memcap
 from .. import bwrap, records, session_layers, sessions
 from ..changes import workspace
 from ..spec import SandboxError, default_disk
-from .disk import RW
 
 if TYPE_CHECKING:
     from . import Sandbox
@@ -56,28 +55,27 @@ def start(sandbox: Sandbox) -> Sandbox:
     info = bwrap.find_bwrap()
     _sweep(first=True)
     capacity.check_headroom()  # a clear refusal, naming the limit, before any is hit
-    limits = budget.admit(sandbox.spec.limits, diskcap.on_tmpfs(sandbox.spec), default_disk())
-    if limits is not sandbox.spec.limits:  # a smaller disk: what the memory budget has room for
-        sandbox.spec = dataclasses.replace(sandbox.spec, limits=limits)
+    # This process's cgroup subtree, set up once, before the spawn helper or any bwrap is forked:
+    # their processes must not be left in the scope it moves us out of (cgroup.establish).
+    cgroup.delegation()
     from ..layout import plan  # noqa: PLC0415 (layout imports the rootfs store, which is heavier)
 
-    try:
-        sandbox._record = records.Record()
+    def planned() -> None:  # while bwrap starts (launch.py)
         sandbox._open_session()
         trust = sandbox._prepare_credentials()
-        scratch, sandbox._on_tmpfs = sandbox.layers, diskcap.on_tmpfs(sandbox.spec)
-        if sandbox._on_tmpfs:  # the layers go in a tmpfs, mounted on this folder inside
-            scratch = sandbox.layers / RW
-            scratch.mkdir(exist_ok=True)
-        sandbox._root = plan(sandbox.spec, scratch, info, trust=trust)
-        if not sandbox._on_tmpfs:
-            for folder, mode in sandbox._root.folders:
-                with contextlib.suppress(FileExistsError):  # a kept session's
-                    os.mkdir(scratch / folder, mode)
-        sandbox._cgroup = cgroup.for_sandbox(sandbox._record.id, sandbox.spec.limits)
-        sandbox._launch(info)
+        sandbox._on_tmpfs = diskcap.on_tmpfs(sandbox.spec)
+        # the layers go in a tmpfs, mounted on this folder inside, or in their folder on disk
+        if sandbox._on_tmpfs:
+            sandbox._scratch = records.layers_mount_point()
+        else:  # made now: a root caller's bwrap finds it through a bind staged before it starts (idmap.py)
+            sandbox._scratch = sandbox._session.dir if sandbox._session is not None else sandbox._record.make_dir()
+        sandbox._root = plan(sandbox.spec, sandbox._scratch, info, trust=trust)
+
+    try:
+        sandbox._record = records.Record(made=False)  # on disk once bwrap runs (admit)
+        sandbox._launch(info, planned)
     except BaseException as exc:
-        making = sandbox._record is None  # any failure to make the record is the scratch's
+        making = sandbox._record is None or not sandbox._record.made  # any failure to make the record is the scratch's
         sandbox.close()
         _sweep(first=False)
         if isinstance(exc, OSError):  # a file's ENOSPC is a full scratch; a process limit is capacity's
@@ -108,6 +106,24 @@ def start(sandbox: Sandbox) -> Sandbox:
     return sandbox
 
 
+def _admit(sandbox: Sandbox) -> None:
+    """While bwrap starts (it builds nothing until the sandbox's first zygote lets it go, launch.py):
+    the record and scratch on disk, with bwrap's group for a sweep to kill; the memory budget's
+    word (a smaller disk, or a refusal); the layers' folders, or their tmpfs's mount point; the
+    cgroup, where the machine delegates one."""
+    sandbox._record.make(sandbox._proc.pid)
+    limits = budget.admit(sandbox.spec.limits, sandbox._on_tmpfs, default_disk())
+    if limits is not sandbox.spec.limits:  # a smaller disk: what the memory budget has room for
+        sandbox.spec = dataclasses.replace(sandbox.spec, limits=limits)
+    if sandbox._session is not None and sandbox._on_tmpfs:
+        session_layers.check_fits(sandbox._session.dir, sandbox.spec.session, sandbox.spec.limits)
+    if not sandbox._on_tmpfs:
+        for folder, mode in sandbox._root.folders:
+            with contextlib.suppress(FileExistsError):  # a kept session's
+                os.mkdir(sandbox.layers / folder, mode)
+    sandbox._cgroup = cgroup.for_sandbox(sandbox._record.id, sandbox.spec.limits)
+
+
 def _open_session(sandbox: Sandbox) -> None:
     if sandbox.spec.git_writable and sandbox.spec.workspace is not None:
         from ..changes.gitbundle import head_commit  # noqa: PLC0415
@@ -122,7 +138,7 @@ def _open_session(sandbox: Sandbox) -> None:
     if saved is not None and (saved.rootfs, saved.workspace) != (sandbox.spec.rootfs, sandbox.spec.workspace):
         raise SandboxError(f"session {sandbox.spec.session} was made with rootfs {saved.rootfs!r} and workspace "
                            f"{saved.workspace!r}; resume it with the same ones (or leave them out)")
-    session_layers.prepare(sandbox._session.dir, sandbox.spec.session, sandbox.spec.limits, diskcap.on_tmpfs(sandbox.spec))
+    session_layers.prepare(sandbox._session.dir, diskcap.on_tmpfs(sandbox.spec))  # its size is checked at _admit
     sandbox._before = sandbox._session.snapshot()
     if sandbox._before is None and sandbox.spec.workspace is not None:
         sandbox._before = workspace.snapshot(Path(sandbox.spec.workspace).expanduser().resolve())

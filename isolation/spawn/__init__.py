@@ -13,7 +13,8 @@ helper loads them by path, before anything of ours.
 from __future__ import annotations
 
 import errno
-import json
+import functools
+import marshal
 import os
 import select
 import signal
@@ -25,12 +26,22 @@ import time
 from typing import IO, Any, Callable
 
 from ..output import ready
+from . import seccomp
 
 PIPE, DEVNULL = subprocess.PIPE, subprocess.DEVNULL
 REPLY_TIMEOUT = 30.0
 _INLINE_MAX = 1 << 15  # bigger requests travel in a memfd
+PID_1_FAILED = "the sandbox's pid 1 did not start"
+"""How a command's error begins when bwrap never ran pid 1 (helper._Start.keeper_runs)."""
 _helper: _Helper | None = None
 _helper_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=2)
+def filter_program(nested_userns: bool) -> bytes:
+    """The syscall filter of every process in a sandbox (seccomp.py), built once per process: bwrap
+    loads it for pid 1, the helper for its zygotes."""
+    return seccomp.program(nested_userns=nested_userns)
 
 
 class SpawnError(OSError):
@@ -61,6 +72,9 @@ class _Helper:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={},
                                      start_new_session=True)
         theirs.close()
+        # Its first message: the syscall filters its zygotes load, the one bwrap gives pid 1
+        # (seccomp.py builds them here, so that the helper and its forks hold none of that code).
+        self.channel.send(marshal.dumps({nested: filter_program(nested) for nested in (False, True)}))
         self._pid: int | None = None
         threading.Thread(target=self.proc.wait, name="lis-helper-reap", daemon=True).start()  # it exits at once
 
@@ -94,7 +108,7 @@ def _helper_send(request: dict, fds: list[int]) -> None:
 
 
 def _send(channel: socket.socket, request: dict, fds: list[int]) -> None:
-    payload = json.dumps(request).encode()
+    payload = marshal.dumps(request)  # the helper is this interpreter (sys.executable): its loads are C
     memfd = None
     if len(payload) > _INLINE_MAX:
         memfd = os.memfd_create("lis-request", os.MFD_CLOEXEC)
@@ -129,10 +143,10 @@ def _posted(send, request: dict, fds: list[int]) -> socket.socket:
     return ours
 
 
-def _answer(ours: socket.socket, maxfds: int = 1) -> tuple[socket.socket, bytes, list[int]]:
-    """The first answer on `ours`, a reply socket (closed if that answer is an error)."""
+def _answer(ours: socket.socket, maxfds: int = 1, timeout: float = REPLY_TIMEOUT) -> tuple[socket.socket, bytes, list[int]]:
+    """The first answer on `ours`, a reply socket (closed if that answer is an error, or none came in time)."""
     try:
-        ours.settimeout(REPLY_TIMEOUT)
+        ours.settimeout(timeout)
         try:
             message, got, flags, _ = socket.recv_fds(ours, 4096, maxfds)
             for fd in got:  # recv_fds cannot ask for MSG_CMSG_CLOEXEC
@@ -166,14 +180,10 @@ def end_with_us(marker: str, live: bool = True) -> None:
         helper = _helper if _helper is not None and _helper.alive() else None
     if helper is None and not live:  # none to forget it: none would kill it
         return
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        _helper_send({"op": "marker", "marker": marker, "live": live}, [theirs.fileno()])
+        _helper_send({"op": "marker", "marker": marker, "live": live}, [])  # no answer comes
     except OSError:
         pass
-    finally:
-        ours.close()
-        theirs.close()
 
 
 class _Hangups:
@@ -196,12 +206,12 @@ class _Hangups:
             except FileExistsError:  # a closed one's number, still listed: rearm it for this one
                 self._epoll.modify(channel, select.EPOLLRDHUP | select.EPOLLONESHOT)
 
-    def forget(self, channel: socket.socket) -> None:
-        """Before our end is closed (its zygote's lock held)."""
+    def forget(self, fd: int) -> None:
+        """Before our end, on `fd`, is closed (its zygote's lock held), or after (closed, it left the epoll)."""
         with self._lock:
-            self._zygotes.pop(channel.fileno(), None)
+            self._zygotes.pop(fd, None)
             try:
-                self._epoll.unregister(channel)
+                self._epoll.unregister(fd)
             except (OSError, ValueError):
                 pass  # not listed
 
@@ -242,10 +252,10 @@ def channels_open() -> int:
     return len(hangups._zygotes) if hangups is not None else 0
 
 
-def _forget_hangup(channel: socket.socket) -> None:
+def _forget_hangup(fd: int) -> None:
     hangups = _hangups_here()
     if hangups is not None:
-        hangups.forget(channel)
+        hangups.forget(fd)
 
 
 # What only the sandbox's first zygote does (Zygote.__init__), emptied once one has answered.
@@ -261,7 +271,7 @@ class Zygote:
                  sysctl: list[tuple[str, int]] = (), remounts: list[tuple[str, str]] = (),
                  masks: list[tuple[str, str]] = (), take_uid_0: bool = False) -> None:
         """For a sandbox still starting: set_root says how to reach it once it runs (before that,
-        only ask_early and join_early). `cgroup`: the sandbox's cgroup.procs, which each zygote
+        only start and launched). `cgroup`: the sandbox's cgroup.procs, which each zygote
         enters before it joins (cgroup.py). Done once, by the first zygote that gets ready:
         `sysctl`, (name, value) of /proc/sys/user/ files to set in the sandbox's user namespace;
         `remounts`, (mount point, options) of each mount to remount with those options (tmpfs
@@ -273,8 +283,7 @@ class Zygote:
                       "take_uid_0": take_uid_0}
         self._open_pid_1: Callable[[], tuple[int, int]] | None = None
         self._channel: socket.socket | None = None
-        self._joining = False  # _channel's zygote was asked for by ask_early; its answer is unread
-        self._layers = False  # and it mounts the writable layers' tmpfs first
+        self._starting = False  # _channel's zygote starts the sandbox (start); its last answer is unread
         self._lock = threading.Lock()
         self._pid: int | None = None
 
@@ -286,95 +295,107 @@ class Zygote:
             self._settle_early()
             return self._pid
 
-    def _settle_early(self) -> None:
-        """Read an early zygote's answer (with the lock held); on any failure the channel goes,
-        and the next request takes the usual way, which says what is wrong."""
-        if self._joining:
-            self._joining = False
+    def _settle_early(self, timeout: float = REPLY_TIMEOUT) -> None:
+        """Read the starting zygote's last answer (with the lock held); on failure the channel
+        goes, and the error is kept for confined() to raise."""
+        if self._starting:
+            self._starting = False
+            fd = self._channel.fileno()
             try:
-                _, message, _ = _answer(self._channel)
+                _, message, _ = _answer(self._channel, timeout=timeout)
                 self._pid = int(message.split()[1])
                 self._fork.update(_ONCE)  # done for the sandbox: once is enough
-            except OSError:
-                self._drop_channel()
+            except OSError:  # its once-only work is left to the next zygote (confined)
+                if self._channel.fileno() >= 0:  # _answer closes it on an error of the zygote's
+                    self._drop_channel()
+                else:
+                    _forget_hangup(fd)
+                    self._channel, self._pid = None, None
 
-    def ask_early(self, layers: tuple[str, str, list] | None = None, marker: str | None = None) -> None:
-        """Have the helper start the sandbox's first zygote now, before its pid 1 exists: it waits
-        for join_early's pidfd, so that the helper's work overlaps bwrap's start.
-
-        `layers`: (mount point, options, folders) of a tmpfs that zygote mounts first, in the
-        sandbox's mount namespace, for its writable layers, with those folders ((path, mode),
-        parents first) made in it; join_early then waits for it and returns a descriptor of its
-        root, and any failure raises SpawnError, naming it. Without `layers`, a failure is left
-        for the first command to meet and tell. `marker`: the sandbox's, told to the helper with
-        this request, as end_with_us tells it (one message to the helper, not two)."""
+    def start(self, pipes: list[int], owner: tuple[int, int], marker: str | None = None) -> None:
+        """Have the helper fork the sandbox's first zygote now, before bwrap runs, with the ends of
+        bwrap's pipes it needs (helper._Start: the info fd's read end, --block-fd's write end, pid
+        1's readiness pipe's read end, bwrap's stderr and, unless the caller lets bwrap go itself,
+        the write end of --userns-block-fd): that zygote then starts the sandbox while our process
+        sleeps. `owner`: the ids outside of the sandbox's uid and gid 0, for its maps. `marker`:
+        the sandbox's, told to the helper with this request, as end_with_us tells it (one message)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        request = {**self._fork, "layers": list(layers)} if layers else self._fork
-        if marker is not None:
-            request = {**request, "marker": marker}
+        request = {**self._fork, "start": True, "owner": list(owner), "marker": marker}
         try:
-            _helper_send(request, [theirs.fileno()])  # no pidfd yet, no root: it waits for both
-        except OSError:
+            _helper_send(request, [theirs.fileno(), *pipes])
+        except BaseException:
             ours.close()
-            if layers:
-                raise
-            return  # the first command asks again, the usual way, and says what is wrong
+            raise
         finally:
             theirs.close()
         with self._lock:
-            self._channel, self._joining, self._layers = ours, True, bool(layers)
+            self._channel, self._starting = ours, True
 
-    def join_early(self, ns_pidfd: int, ready_fd: int, unblock: int | None = None) -> int | None:
-        """The pidfd of the sandbox's pid 1 to be, for ask_early's zygote: it joins the namespaces
-        now, while bwrap still builds the sandbox, then waits, capable but running only our code,
-        until pid 1 says it runs on `ready_fd` (the read end of its readiness pipe: pid 1 writes a
-        byte for the zygote and one for us), and takes pid 1's root itself, checked as
-        _open_pid_1 does: its chroot and confinement overlap the rest of our start. With layers,
-        the descriptor of their tmpfs's root; `unblock`: a descriptor the zygote writes a byte to
-        once they are ready (bwrap's --userns-block-fd), so that bwrap goes on without waiting
-        for us to hear of them."""
+    def launched(self, bwrap: subprocess.Popen, layers: tuple[str, str, list] | None = None, cgroup: str | None = None,
+                 timeout: float = REPLY_TIMEOUT) -> tuple[int, int, int | None]:
+        """bwrap runs: the starting zygote is told (with a pidfd of it), and once it has let bwrap
+        go on this returns (pid 1's pid, a pidfd of it, the writable layers' root or None).
+        `layers`: (mount point, options, folders) of the writable layers' tmpfs it mounts first.
+        `cgroup`: the sandbox's cgroup.procs (see __init__). SpawnError when it could not: its
+        message is `bwrap` when bwrap failed (bwrap's stderr says why), else the step that failed."""
         with self._lock:
-            channel, layers = (self._channel, self._layers) if self._joining else (None, False)
-        if channel is None:
-            return None
+            channel = self._channel
+            self._fork["cgroup"] = cgroup
+        pidfd = os.pidfd_open(bwrap.pid)
         try:
-            socket.send_fds(channel, [b"P"], [ns_pidfd, ready_fd,
-                                              *([unblock] if layers and unblock is not None else [])])
-            if not layers:
-                return None
-            _, _, got = _answer(channel)  # "L" and the tmpfs's root, or an error (raised, channel closed)
-        except OSError:
-            if not layers:
-                return None  # its answer (or none) says so, and the usual way takes over
+            told = {"bwrap": bwrap.pid, "layers": list(layers) if layers else None, "cgroup": cgroup}
+            socket.send_fds(channel, [marshal.dumps(told)], [pidfd])
+            _, message, got = _answer(channel, maxfds=2, timeout=timeout)  # closes the channel on an error
+        except OSError as exc:
             with self._lock:
+                self._starting = False
                 channel.close()
-                self._channel, self._joining = None, False
-            raise
-        return got[0]
+                self._channel = None
+            if isinstance(exc, SpawnError):
+                raise
+            raise SpawnError(0, "the sandbox's spawner is gone") from None
+        finally:
+            os.close(pidfd)
+        return int(message.split()[1]), got[0], got[1] if len(got) > 1 else None
+
+    def built(self, timeout: float = REPLY_TIMEOUT) -> None:
+        """Return once bwrap has built the sandbox (the starting zygote's word): the zygote confines
+        itself now, and a request sent from here on waits in its channel until it is. SpawnError
+        as for launched."""
+        with self._lock:
+            channel = self._channel
+        try:
+            _answer(channel, timeout=timeout)  # "U"; closes the channel on an error
+        except OSError as exc:
+            with self._lock:
+                self._starting = False
+                self._channel = None
+            if isinstance(exc, SpawnError):
+                raise
+            raise SpawnError(0, "the sandbox's spawner is gone") from None
 
     def set_root(self, open_pid_1: Callable[[], tuple[int, int]]) -> None:
         """How to reach the sandbox, now running, for every later zygote: `open_pid_1()` returns
         new descriptors of its pid 1 (a pidfd) and of its /, which each zygote's fork is handed
-        and this closes (none is kept open between them). An early zygote took them itself, on
-        pid 1's word (join_early)."""
+        and this closes (none is kept open between them). The starting zygote took them itself."""
         with self._lock:
             self._open_pid_1 = open_pid_1
-            if self._joining:
+            if self._starting:
                 _watch_hangup(self, self._channel)  # its answer is read by confined(), next
 
-    def confined(self) -> None:
+    def confined(self, timeout: float = REPLY_TIMEOUT) -> None:
         """Return once a zygote of the sandbox's has done its once-only work (the counters, the
-        remounts, the masks) and is confined: the early zygote's answer read, or, where that one
-        failed, a zygote forked now. Until then a host-side file operation could reach the
-        sandbox's /proc/sys unmasked. SpawnError when no zygote could be made."""
+        remounts, the masks) and is confined: the starting zygote's last answer read, or, where that
+        one failed, a zygote forked now. Until then a host-side file operation could reach the
+        sandbox's /proc/sys unmasked. SpawnError when no zygote could do it."""
         with self._lock:
-            self._settle_early()
+            self._settle_early(timeout)
             if any(self._fork[key] for key in _ONCE):
                 self._channel_now()
 
     def _channel_now(self) -> socket.socket:
-        """The live zygote's channel, forking one if there is none (with the lock held)."""
-        self._settle_early()
+        """The live zygote's channel, forking one if there is none (with the lock held). The
+        starting zygote's is used as it is: it reads requests once it is confined."""
         if self._channel is None:
             fds = self._open_pid_1()
             try:
@@ -445,6 +466,7 @@ class Zygote:
         open_pid_1 = self._open_pid_1
         if open_pid_1 is None:
             raise SpawnError(0, "the sandbox is still starting")
+        self.confined()  # its tmpfs sized first: a resize before would be undone
         request = {**self._fork, **_ONCE, "pick": list(paths), "pick_layers": layers is not None}
         fds = open_pid_1()
         try:
@@ -471,7 +493,7 @@ class Zygote:
 
     def _drop_channel(self) -> None:
         """Close our end of the channel (with the lock held)."""
-        _forget_hangup(self._channel)
+        _forget_hangup(self._channel.fileno())
         self._channel.close()
         self._channel, self._pid = None, None
 

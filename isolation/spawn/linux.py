@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _setns = _libc.setns
@@ -22,6 +21,7 @@ _prctl = _libc.prctl
 _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
+_malloc_trim = getattr(_libc, "malloc_trim", None)  # glibc's
 
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
@@ -60,9 +60,9 @@ AT_FDCWD = -100
 OPEN_TREE_CLONE = 1
 FSPICK_CLOEXEC, FSPICK_SYMLINK_NOFOLLOW, FSPICK_NO_AUTOMOUNT, FSPICK_EMPTY_PATH = 1, 2, 4, 8
 FSCONFIG_SET_STRING, FSCONFIG_CMD_RECONFIGURE = 1, 7
-_NEW_MOUNT_API = {"open_tree": 428, "fsconfig": 431, "fspick": 433, "close_range": 436}  # one number on every arch
+_NEW_MOUNT_API = {"open_tree": 428, "fsconfig": 431, "fspick": 433}  # one number on every arch
 _SYS = {"x86_64": {"capset": 126, "keyctl": 250, **_NEW_MOUNT_API},
-        "aarch64": {"capset": 91, "keyctl": 219, **_NEW_MOUNT_API}}.get(platform.machine(), {})
+        "aarch64": {"capset": 91, "keyctl": 219, **_NEW_MOUNT_API}}.get(os.uname().machine, {})
 
 
 def _check(result: int, what: str) -> int:
@@ -184,8 +184,8 @@ def install_seccomp(program: SeccompProgram) -> None:
     _check(_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program.address, 0, 0), "seccomp")
 
 
-def close_from(low: int) -> None:
-    """Close every descriptor from `low` up."""
-    args = (ctypes.c_long(_SYS["close_range"]), ctypes.c_long(low), ctypes.c_long(0xFFFFFFFF), ctypes.c_long(0))
-    if _syscall(*args) < 0:  # Linux < 5.9
-        os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+def malloc_trim() -> None:
+    """Give the C heap's free pages back to the kernel (glibc; elsewhere nothing): a process that
+    forks many times copies, and each fork unmaps, only what it still holds."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)

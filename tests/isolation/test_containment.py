@@ -143,19 +143,20 @@ def test_nested_user_namespaces_only_when_asked():
     assert denied.exit_code != 0 and "Operation not permitted" in denied.stderr
 
 
-def test_the_masks_are_in_place_when_start_returns():
-    """The first zygote makes them (RootPlan.masks: /proc's, the host secrets'), not bwrap, and
-    start waits for it: a host-side file operation right after start (an editor's) meets /proc/sys
-    read-only and /proc/keys masked, never a root caller's host sysctls writable or the user's
-    keys (without the wait, reading /proc/keys here returned them)."""
+def test_the_masks_are_in_place_before_any_host_side_file_operation():
+    """The first zygote makes them (RootPlan.masks: /proc's, the host secrets'), not bwrap, as
+    the sandbox starts, and every host-side file operation waits for it (pid1._open_root): one
+    right after start (an editor's) meets /proc/keys masked and /proc/sys read-only, never a
+    root caller's host sysctls writable or the user's keys (without the wait, reading /proc/keys
+    here returned them)."""
     for _ in range(20):
         with Sandbox() as sb:
+            with pytest.raises(PermissionError):  # the mask: a device on a nodev mount
+                sb.read_file("/proc/keys")
             root, masks = f"/proc/{sb.pid}/root", sb._root.masks
             # a file under /dev/null; a folder (/proc/sys, a host secret's empty tmpfs) read-only
             found = {dest: stat.S_ISCHR(os.stat(root + dest).st_mode) if source == "/dev/null"
                      else bool(os.statvfs(root + dest).f_flag & os.ST_RDONLY) for source, dest in masks}
-            with pytest.raises(PermissionError):  # the mask: a device on a nodev mount
-                sb.read_file("/proc/keys")
         assert {"/proc/sys", "/proc/keys", "/proc/key-users"} <= set(found) and all(found.values()), found
 
 
@@ -193,9 +194,10 @@ def test_the_host_session_keyring_is_not_shared():
     assert got["keyctl"] == ["-1", str(errno.EPERM)]
 
 
-SPY = ("printf 'pid:%s ' $$ >> /var/log/lis-spy\n"
-       "grep -E '^(CapEff|NoNewPrivs):' /proc/self/status | tr '\\n' ' ' >> /var/log/lis-spy\n"
-       "echo >> /var/log/lis-spy\n")
+# One write a line: pid 1 (a planted keeper) runs beside the first commands, which start once bwrap
+# has built the sandbox, not once pid 1 says it runs (spawn/forks.py, _Start.keeper_said).
+SPY = ("line=\"pid:$$ $(grep -E '^(CapEff|NoNewPrivs):' /proc/self/status | tr '\\n' ' ')\"\n"
+       "echo \"$line\" >> /var/log/lis-spy\n")
 KEEPER_ONLY = f"{1 << 35:016x}"  # CAP_WAKE_ALARM (bwrap.KEEPER_CAP): allows nothing inside (containment.md)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from isolation import Sandbox, SandboxError, records
+from isolation import Limits, Sandbox, SandboxError, SandboxSpec, records
 from tools.shell import Shell
 
 pytestmark = pytest.mark.sandbox
@@ -145,7 +145,9 @@ def test_kill_9_during_start_leaves_nothing_after_the_next_start(tmp_path, monke
     assert not survivors, [(_cmdline(p)) for p in survivors]
     records.wait_released()  # our own sandbox's scratch is removed in the background after close
     ours = records.owner_file(scratch)  # this process's lock: it lives
-    assert not [p.name for p in scratch.iterdir() if p.name != "empty" and p != ours], list(scratch.iterdir())
+    # "layers": the folder every sandbox mounts its layers' tmpfs on, in its own mount namespace
+    assert not [p.name for p in scratch.iterdir() if p.name not in ("empty", "layers") and p != ours], \
+        list(scratch.iterdir())
 
 
 OWNER = textwrap.dedent("""
@@ -180,11 +182,11 @@ KILLED_WHILE_BWRAP_WAITS = textwrap.dedent("""
     import os, signal, time
     from isolation import Sandbox
     from isolation.sandbox import Sandbox as S
-    def die(self, *_):  # bwrap's parent has armed its parent-death signal and waits to let its child go
-        print(self._record.marker, flush=True)
+    def die(self, *_):  # bwrap's parent has armed its parent-death signal and waits to let its child go:
+        print(self._record.marker, flush=True)  # its first zygote waits for our word that bwrap runs
         time.sleep(0.3)
         os.kill(os.getpid(), signal.SIGKILL)
-    S._mount_layers = die
+    S._admit = die
     Sandbox().start()
 """)
 
@@ -340,15 +342,19 @@ def test_a_live_owners_records_are_left_to_it_and_a_dead_ones_are_swept(tmp_path
 
 
 @pytest.mark.sandbox
-def test_closed_sandboxes_leave_nothing_in_the_scratch_once_released(tmp_path, monkeypatch):
+@pytest.mark.parametrize("disk_on", ["memory", "disk"])
+def test_closed_sandboxes_leave_nothing_in_the_scratch_once_released(tmp_path, monkeypatch, disk_on):
     monkeypatch.setenv("LIS_SCRATCH", str(tmp_path / "scratch"))
     for _ in range(3):
-        with Sandbox() as sb:
+        with Sandbox(SandboxSpec(limits=Limits(disk_on=disk_on))) as sb:
             sb.exec("mkdir -p /testbed/a/b && echo x > /testbed/a/b/c && echo y > /root/z")
-            scratch = sb._record.dir  # noqa: SLF001
-        assert not scratch.exists()
+            record, scratch = sb._record.lock_path, sb._record.dir  # noqa: SLF001
+            assert record.exists() and scratch.exists() == (disk_on == "disk")  # a tmpfs holds no folder of its own
+        assert not scratch.exists()  # renamed at once (and removed in the background)
     records.wait_released()
-    assert list((tmp_path / "scratch").iterdir()) == [records.owner_file(tmp_path / "scratch")]
+    left = {p.name for p in (tmp_path / "scratch").iterdir()}
+    # the owner's lock, and the folder every sandbox mounts its layers' tmpfs on, in its own namespace
+    assert left == {records.owner_file(tmp_path / "scratch").name} | ({"layers"} if disk_on == "memory" else set())
 
 
 def test_a_sweep_leaves_a_record_being_made_to_its_maker(tmp_path):
@@ -455,24 +461,23 @@ def test_an_owner_killed_after_its_children_while_bwrap_waits_leaves_nothing():
 
 @pytest.mark.parametrize("where", ["limits", "layers", "ready"])
 def test_a_start_that_fails_part_way_leaves_no_process(monkeypatch, where):
-    """bwrap's child waits on its block fds while we set pid 1's limits, mount the layers and wait
-    for it to say it runs: killing bwrap then left the child waiting, reparented, forever."""
+    """bwrap's child waits on its block fds while the sandbox's first zygote sets pid 1's limits,
+    mounts the layers and we wait for bwrap to build the sandbox: killing bwrap then left the
+    child waiting, reparented, forever."""
     from isolation import spawn
     from isolation.sandbox import launch, pid1
 
-    def fail(*_args, **_kwargs):
-        raise spawn.SpawnError(5, "failed on purpose")
-
-    if where == "limits":
-        monkeypatch.setattr(pid1, "_bound_pid_1", fail)
-    elif where == "layers":
-        monkeypatch.setattr(spawn.Zygote, "join_early", fail)
-    else:  # pid 1 never says it runs (a start past its timeout)
-        monkeypatch.setattr(launch, "START_TIMEOUT", 0.5)
-        monkeypatch.setattr(spawn.Zygote, "join_early", lambda *_a, **_k: os.open("/", os.O_PATH))
+    if where == "limits":  # a limit that cannot be set: the zygote fails once bwrap's child is named
+        monkeypatch.setattr(launch, "_rlimits", lambda limits: [*pid1._rlimits(limits), (4242, 1)])
+    elif where == "layers":  # a tmpfs the kernel refuses, mounted while bwrap's child waits for it
+        monkeypatch.setattr(Sandbox, "_layers_tmpfs", lambda sb, ids: (str(sb._scratch), "lis-no-such-option", []))
+    else:  # bwrap never builds the sandbox in time (a start past its timeout)
+        monkeypatch.setattr(launch, "START_TIMEOUT", 1e-4)
     before = set(_ours_marked("lis-sandbox-"))
-    with pytest.raises((SandboxError, spawn.SpawnError)):
+    with pytest.raises(SandboxError) as failed:
         Sandbox().start()
+    assert {"limits": "limits on its pid 1", "layers": "mount the sandbox's disk", "ready": "in time"}[where] \
+        in str(failed.value), failed.value
     deadline = time.monotonic() + 10  # a killed process may take a moment to go on a loaded machine
     while (left := [p for p in set(_ours_marked("lis-sandbox-")) - before if _state(p) != "Z"]) \
             and time.monotonic() < deadline:

@@ -276,9 +276,10 @@ def _alive(pid: int) -> bool:
 def test_close_kills_everything_and_removes_scratch():
     sb = Sandbox().start()
     sb.exec("setsid sleep 300 > /dev/null 2>&1 < /dev/null &")
-    keeper, scratch = sb.pid, sb._record.dir
+    keeper, record = sb.pid, sb._record.lock_path
+    assert record.exists()
     sb.close()
-    assert not _alive(keeper) and not scratch.exists()
+    assert not _alive(keeper) and not record.exists()
     sb.close()  # twice is fine
     with pytest.raises(SandboxError):
         sb.exec("true")
@@ -299,7 +300,7 @@ CHILD = textwrap.dedent("""
     from isolation import Sandbox
     sb = Sandbox().start()
     sb.exec("setsid sleep 4242 >/dev/null 2>&1 </dev/null &")
-    print(sb._record.dir, flush=True)
+    print(sb._record.lock_path, flush=True)
     time.sleep(300)
 """)
 
@@ -312,17 +313,17 @@ def _sleepers(marker: str) -> list[int]:
 def test_kill_9_of_the_owner_leaves_nothing_running_and_the_next_start_sweeps(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": os.getcwd()})
-    scratch = child.stdout.readline().strip()
-    assert scratch and _sleepers("sleep 4242")
+    record = child.stdout.readline().strip()
+    assert record and _sleepers("sleep 4242")
     child.send_signal(signal.SIGKILL)
     child.wait()
     deadline = time.monotonic() + 10
     while _sleepers("sleep 4242") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _sleepers("sleep 4242")
-    assert os.path.exists(scratch)  # nobody was left to clean up...
+    assert os.path.exists(record)  # nobody was left to clean up...
     assert records.sweep() == 1  # ...until the next start sweeps it
-    assert not os.path.exists(scratch)
+    assert not os.path.exists(record)
 
 
 def test_commands_start_in_the_directory_asked_for(sandbox):
