@@ -82,10 +82,10 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo, planned: Callable[[], None]
         sandbox._proc = _popen_from_lasting_thread(head, prepare, executable=path, stdin=_lifeline(), stdout=ready_w,
                                                 stderr=sandbox._err_fd, env={}, pass_fds=fds, start_new_session=True)
     try:
-        os.write(filter_fd, spawn.filter_program(sandbox.spec.nested_userns))
-        os.lseek(filter_fd, 0, os.SEEK_SET)
         if ids is None:
             popen(info.path)
+        # bwrap reads it once it has built the sandbox, from its start (ours does not move)
+        os.pwrite(filter_fd, spawn.filter_program(sandbox.spec.nested_userns), 0)
         planned()
         session = sandbox._session is not None
         mounts, path = sandbox._root.mounts, info.path

@@ -54,13 +54,13 @@ def start(sandbox: Sandbox) -> Sandbox:
         raise SandboxError("this sandbox was already started")
     info = bwrap.find_bwrap()
     _sweep(first=True)
-    capacity.check_headroom()  # a clear refusal, naming the limit, before any is hit
     # This process's cgroup subtree, set up once, before the spawn helper or any bwrap is forked:
     # their processes must not be left in the scope it moves us out of (cgroup.establish).
     cgroup.delegation()
     from ..layout import plan  # noqa: PLC0415 (layout imports the rootfs store, which is heavier)
 
     def planned() -> None:  # while bwrap starts (launch.py)
+        capacity.check_headroom()  # a clear refusal, naming the limit, before any is hit
         sandbox._open_session()
         trust = sandbox._prepare_credentials()
         sandbox._on_tmpfs = diskcap.on_tmpfs(sandbox.spec)
