@@ -39,6 +39,16 @@ def close(sandbox: Sandbox) -> None:
 def _close(sandbox: Sandbox) -> str | None:
     """The teardown; returns why a kept session's layers could not be saved, else None."""
     unsaved = None
+    # Killing the pid namespace's init takes every process in it down, and its pidfd turns readable
+    # only once they are all gone: after the wait below, nothing of the sandbox runs. Killed first,
+    # so that the kernel empties the namespace while the watchers let go. (No pidfd: pid 1 is gone
+    # already, or never ran; bwrap and a child waiting on it are killed below.)
+    pidfd = sandbox._pid_1_fd()
+    if pidfd is not None:
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     diskcap.unwatch(sandbox)
     memcap.unwatch(sandbox)
     budget.untrack(sandbox)
@@ -48,15 +58,7 @@ def _close(sandbox: Sandbox) -> str | None:
         sandbox.network.detach()
         sandbox.network = None
     if sandbox._proc is not None:
-        # Killing the pid namespace's init takes every process in it down, and its pidfd turns
-        # readable only once they are all gone: after the wait, nothing of the sandbox runs. (No
-        # pidfd: pid 1 is gone already, or never ran; bwrap and a child waiting on it are killed.)
-        pidfd = sandbox._pid_1_fd()
         if pidfd is not None:
-            try:
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             ready([pidfd], 10)
             os.close(pidfd)
             # bwrap reaps pid 1 and exits (killed first, it would leave pid 1 a zombie for the
