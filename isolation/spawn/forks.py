@@ -45,6 +45,7 @@ import marshal
 import os
 import resource
 import select
+import stat
 import sys
 import termios
 import warnings  # noqa: F401 (os.execvpe imports it: it must be loaded before imports are sealed)
@@ -572,8 +573,11 @@ class _Start:
         self.pid = _named_child(self.info)
         try:
             self.pidfd = os.pidfd_open(self.pid)
-            with open(f"{self.pid}/stat", "rb", opener=self._opener) as f:
-                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+            fd = os.open(f"{self.pid}/stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc)
+            try:
+                parent = int(os.read(fd, 1024).rsplit(b")", 1)[1].split()[1])
+            finally:
+                os.close(fd)
             signal.pidfd_send_signal(self.pidfd, 0)  # alive now, so the stat read was its own
             signal.pidfd_send_signal(bwrap, 0)  # bwrap not reaped: the parent's pid is still its own
         except (OSError, ValueError, IndexError):
@@ -593,9 +597,6 @@ class _Start:
         for name, text in (("setgroups", "deny"), ("uid_map", f"0 {owner[0]} 1\n"), ("gid_map", f"0 {owner[1]} 1\n")):
             _write_all(f"{self.pid}/{name}", text, dir_fd=self.proc)
         return self.pidfd
-
-    def _opener(self, path: str, flags: int) -> int:
-        return os.open(path, flags | os.O_CLOEXEC, dir_fd=self.proc)
 
     def _limit(self) -> None:
         """pid 1's limits, every command's too: set from here, since no code of ours runs in it, before it
@@ -774,8 +775,8 @@ def _find(name: str, path: str) -> str:
     if "/" in name:
         return name
     for directory in path.split(":"):
-        candidate = os.path.join(directory or ".", name)
-        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+        candidate = f"{directory or '.'}/{name}"
+        if os.access(candidate, os.X_OK) and not stat.S_ISDIR(os.stat(candidate).st_mode):
             return candidate
     raise FileNotFoundError(errno.ENOENT, "command not found", name)
 
