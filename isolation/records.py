@@ -76,6 +76,7 @@ class Record:
         self.lock_path = self.root / f"{self.id}.lock"
         self.dir = self.root / self.id
         self.made = self.dir_made = False
+        self._pgid: int | None = None  # as written
         if made:
             self.make_dir()
 
@@ -83,8 +84,9 @@ class Record:
         """The record, naming its owner and `pgid` (the sandbox's bwrap, once it runs), on disk;
         made already, the group is written into it."""
         if self.made:
-            if pgid is not None:
+            if pgid is not None and pgid != self._pgid:
                 self._write_pgid(str(pgid))
+                self._pgid = pgid
             return
         # Written before it has its name, so a sweep never finds it without its owner.
         making = self.root / f".{self.id}.new"
@@ -99,7 +101,7 @@ class Record:
             raise
         finally:
             os.close(fd)
-        self.made = True
+        self.made, self._pgid = True, pgid
 
     def make_dir(self) -> Path:
         """The scratch directory, after the record that a sweep finds it by."""

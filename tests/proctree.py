@@ -88,3 +88,42 @@ def spawn_helpers(*owners: int) -> list[int]:
         if any(w.endswith(b"spawn/helper.py") for w in cmdline) and cmdline[-2:-1] and cmdline[-2] in names:
             found.append(int(proc.name))
     return found
+
+
+def markers_in(scratch: Path) -> set[bytes]:
+    """The markers (`lis-sandbox-ID`, in bwrap's and pid 1's argv) of the sandboxes whose records
+    are in `scratch` now: how a run's sandboxes are found, since no host path is in their argv."""
+    try:
+        return {f"lis-sandbox-{path.name[:-5]}".encode() for path in scratch.glob("*.lock")}
+    except OSError:
+        return set()
+
+
+def marked(markers: set[bytes]) -> list[int]:
+    """Live processes (zombies left out) whose argv holds one of `markers`."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if markers.intersection(_cmdline(int(proc.name))) and \
+                    (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(proc.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def other_sandboxes(root: int) -> list[int]:
+    """Live processes of sandboxes (a marker in their argv: bwrap and pid 1) that `root` did not
+    start itself (bwrap is its child, pid 1 bwrap's): a child's of `root`'s, another process's, or
+    a dead owner's left behind."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        pid = int(proc.name)
+        try:
+            if any(word.startswith(b"lis-sandbox-") for word in _cmdline(pid)) and \
+                    (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z" and \
+                    root not in (_ppid(pid), _ppid(_ppid(pid))):
+                found.append(pid)
+        except (OSError, IndexError):
+            continue
+    return found

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from typing import TYPE_CHECKING
 
 from ..limits import budget, capacity, diskcap, memcap
@@ -61,10 +60,9 @@ def _close(sandbox: Sandbox) -> str | None:
         if pidfd is not None:
             ready([pidfd], 10)
             os.close(pidfd)
-            # bwrap reaps pid 1 and exits (killed first, it would leave pid 1 a zombie for the
-            # host's init to reap, whenever that gets to it): waited for off this path
-            _reap_later(sandbox._proc)
-        elif sandbox._proc.poll() is None:  # not reaped yet: its group's number is still its own
+        # bwrap reaps pid 1 and exits (killed first, it would leave pid 1 a zombie for the host's
+        # init to reap, whenever that gets to it); one that does not is killed with its group
+        if pidfd is None or not _exited(sandbox._proc, BWRAP_EXIT_WAIT):
             _kill_group(sandbox._proc)
     if sandbox._zygote is not None:
         sandbox._zygote.close()
@@ -132,28 +130,15 @@ def _stop(sandbox: Sandbox, why: str) -> None:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
+    """bwrap and what its group holds (its child, before that has a session of its own), once it is
+    not reaped yet (its group's number is still its own)."""
+    if proc.poll() is not None:
+        return
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait()
-
-
-_unreaped: list[tuple[subprocess.Popen, float]] = []  # closed sandboxes' bwraps, each with when to kill it
-_unreaped_lock = threading.Lock()
-
-
-def _reap_later(proc: subprocess.Popen) -> None:
-    """A closed sandbox's bwrap, which reaps pid 1 and exits (at once, as a rule): reaped at a later
-    close, without waiting, or killed with its group once BWRAP_EXIT_WAIT has passed. (A thread of
-    its own cost every close a switch to it and back.)"""
-    now = time.monotonic()
-    with _unreaped_lock:
-        left = [(p, at) for p, at in _unreaped if p.poll() is None]
-        late = [p for p, at in left if at < now]
-        _unreaped[:] = [(p, at) for p, at in left if at >= now] + [(proc, now + BWRAP_EXIT_WAIT)]
-    for p in late:
-        _kill_group(p)
 
 
 def _exited(proc: subprocess.Popen, timeout: float) -> bool:

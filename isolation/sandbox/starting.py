@@ -61,6 +61,9 @@ def start(sandbox: Sandbox) -> Sandbox:
 
     def planned() -> None:  # while bwrap starts (launch.py)
         capacity.check_headroom()  # a clear refusal, naming the limit, before any is hit
+        # the record first (a full scratch is the first thing a start meets); with bwrap's group
+        # once it runs (a root caller's bwrap starts once it is planned: admit writes it then)
+        sandbox._record.make(sandbox._proc.pid if sandbox._proc is not None else None)
         sandbox._open_session()
         trust = sandbox._prepare_credentials()
         sandbox._on_tmpfs = diskcap.on_tmpfs(sandbox.spec)

@@ -393,6 +393,8 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
         if start is not None:  # pid 1 says it runs while we serve (_Start.keeper_said)
             state.starting = start
             loop[0].register(start.ready, select.POLLIN)
+            if not _waiting(channel):  # no first request: pid 1 goes on now (else once it is served)
+                start.let_go()
         # Forked for a request on its way (Zygote._channel_now): wait for that one as long as the
         # caller waits for its answer, however slow a loaded machine makes the caller.
         _serve(channel, _zygote_request, state, idle=IDLE, loop=loop, first=request.get("first_wait"))
@@ -557,8 +559,8 @@ class _Start:
 
     def __init__(self, request: dict, fds: list[int], channel: socket.socket) -> None:
         self.request, self.channel = request, channel
-        self.info, self.block, self.ready, self.err = fds[:4]  # err: bwrap's stderr, a memfd
-        self.userns = fds[4] if len(fds) > 4 else None  # None: our owner lets bwrap go (a kept session's layers first)
+        self.info, self.block, self.ready, self.err, self.filter = fds[:5]  # err: bwrap's stderr, a memfd
+        self.userns = fds[5] if len(fds) > 5 else None  # None: our owner lets bwrap go (a kept session's layers first)
         self.proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # the host's, before the join hides it
         self.pid, self.pidfd = 0, -1
 
@@ -655,6 +657,20 @@ class _Start:
             os.close(fd)
         return root
 
+    def let_go(self) -> None:
+        """pid 1's filter, written to bwrap, which loads it and execs the keeper: after the first
+        command started (or at once when none waits), so that the keeper's start does not take the
+        CPU that command's start waits for. Till then bwrap's child waits on this pipe, having built
+        the sandbox; nothing a command holds reaches it (keeper_said). Our death closes the pipe
+        empty, and bwrap, given no filter, ends there: pid 1 never runs unfiltered."""
+        if self.filter >= 0:
+            try:
+                os.write(self.filter, _FILTERS[self.request["nested_userns"]].program)
+            except OSError:  # bwrap is gone: keeper_said hears it
+                pass
+            os.close(self.filter)
+            self.filter = -1
+
     def keeper_said(self, state: _State, poller) -> None:
         """pid 1 said it runs (a byte on its readiness pipe), or bwrap failed to exec it (EOF): then
         every request is told why (bwrap's stderr), and pid 1's end took any command along.
@@ -726,7 +742,22 @@ def _confine(request: dict) -> None:
 # ---- a zygote: the sandbox's commands ---------------------------------------------------------
 
 def _zygote_request(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
-    """Start a command (True: `reply` is kept, for its status) or bind the proxy's socket."""
+    """Start a command (True: `reply` is kept, for its status) or bind the proxy's socket; the
+    sandbox's first request served, its pid 1 may exec (_Start.let_go)."""
+    try:
+        return _serve_request(request, fds, reply, state)
+    finally:
+        if state.starting is not None:
+            state.starting.let_go()
+
+
+def _waiting(sock: socket.socket) -> bool:
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _serve_request(request: dict, fds: list[int], reply: socket.socket, state: _State) -> bool:
     if state.pid_1_failed:
         _send(reply, f"E {state.pid_1_failed}".encode())
         return False

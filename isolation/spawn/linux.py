@@ -174,6 +174,7 @@ class SeccompProgram:
     """A filter laid out for the kernel once (at the helper's start), loaded by many forks."""
 
     def __init__(self, program: bytes) -> None:
+        self.program = program
         self._buf = ctypes.create_string_buffer(program, len(program))
         self._prog = _Fprog(len(program) // 8, ctypes.addressof(self._buf))
         self.address = ctypes.addressof(self._prog)

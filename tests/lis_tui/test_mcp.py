@@ -11,6 +11,7 @@ import pytest
 mcp = pytest.importorskip("mcp", reason="the [mcp] extra is not installed")
 
 import anyio  # noqa: E402
+from proctree import other_sandboxes  # noqa: E402
 from mcp.client.session import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
@@ -33,17 +34,10 @@ async def session_calls(params: StdioServerParameters, calls: list[tuple[str, di
     return names, [(r.is_error, "".join(c.text for c in r.content)) for r in results]
 
 
-def _ours(scratch: Path) -> list[int]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                    if str(scratch).encode() in f.read():
-                        found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
+def _ours() -> list[int]:
+    """The live processes of the server's sandboxes: every sandbox's but this test process's own
+    (no host path is in a sandbox's argv; its marker is)."""
+    return other_sandboxes(os.getpid())
 
 
 def test_a_client_runs_edits_and_reviews_in_a_sandbox_and_leaves_nothing(tmp_path):
@@ -69,9 +63,9 @@ def test_a_client_runs_edits_and_reviews_in_a_sandbox_and_leaves_nothing(tmp_pat
     assert apply_error and "--allow-apply" in apply  # off unless the person who started it said so
     assert "timed out" in slept
     deadline = time.monotonic() + 10
-    while _ours(tmp_path / "scratch") and time.monotonic() < deadline:
+    while _ours() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _ours(tmp_path / "scratch")  # the client went: so did the sandbox
+    assert not _ours()  # the client went: so did the sandbox
 
 
 def test_apply_and_export_only_where_the_server_was_told(tmp_path):
@@ -148,9 +142,9 @@ def test_http_needs_the_token_and_gives_each_client_its_own_sandbox(tmp_path):
 
         results = anyio.run(both)
         deadline = time.monotonic() + 10
-        while _ours(tmp_path / "scratch") and time.monotonic() < deadline:
+        while _ours() and time.monotonic() < deadline:
             time.sleep(0.1)
-        left = _ours(tmp_path / "scratch")
+        left = _ours()
     finally:
         proc.terminate()
         proc.wait(20)
@@ -185,11 +179,11 @@ def test_http_sessions_that_vanish_lose_their_sandbox_once_idle(tmp_path):
             return "".join(c.text for c in slow.content), session_id
 
         said, _ = anyio.run(vanishing_client)
-        running = _ours(tmp_path / "scratch")
+        running = _ours()
         deadline = time.monotonic() + 15
-        while _ours(tmp_path / "scratch") and time.monotonic() < deadline:
+        while _ours() and time.monotonic() < deadline:
             time.sleep(0.2)
-        left = _ours(tmp_path / "scratch")
+        left = _ours()
         alive = proc.poll() is None
     finally:
         proc.terminate()

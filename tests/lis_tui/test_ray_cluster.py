@@ -30,6 +30,7 @@ from lis_tui.bench.runner import BenchOptions, BenchRunner  # noqa: E402
 from lis_tui.bench.tasks import load_tasks  # noqa: E402
 from lis_tui.config.settings import load_config  # noqa: E402
 from lis_tui.ray import RayOptions  # noqa: E402
+from proctree import other_sandboxes  # noqa: E402
 
 pytestmark = pytest.mark.sandbox
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,15 +98,9 @@ class Env:
             os.environ.update(saved)
 
     def sandbox_processes(self) -> list[str]:
-        """Processes whose command line names our scratch folder: the cluster's sandboxes."""
-        found = []
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-            try:
-                if str(self.scratch).encode() in cmdline.read_bytes():
-                    found.append(cmdline.parent.name)
-            except OSError:
-                continue
-        return found
+        """The cluster's sandboxes' processes: every live sandbox's but this test process's own (no
+        host path is in a sandbox's argv; its marker is)."""
+        return [str(pid) for pid in other_sandboxes(os.getpid())]
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import pytest
 from fakes.hostile import HOSTILE, SHOWN, TITLE, raw_in
 from fakes.openai_server import FakeOpenAI, call, error, reply, submit
 from lis_tui.config import trust
+from proctree import marked, markers_in
 
 pytestmark = pytest.mark.sandbox
 
@@ -271,7 +272,7 @@ def _wait_for(predicate, what: str, limit: float = 30.0):
 
 def test_sigint_mid_run_keeps_a_valid_trajectory_and_leaves_no_process(tmp_path):
     marker = f"sleep {4000 + os.getpid() % 1000}.5"
-    scratch = tmp_path / "scratch"  # every bwrap and nsenter of this run names it in its argv
+    scratch = tmp_path / "scratch"  # each sandbox of this run has its record there, naming its marker
     script = [reply(tool_calls=[bash("echo started")]), reply(tool_calls=[bash(marker)])]
     project_config(tmp_path, QUICK_RETRIES)
     with FakeOpenAI(script, default=submit()) as server:
@@ -281,7 +282,8 @@ def test_sigint_mid_run_keeps_a_valid_trajectory_and_leaves_no_process(tmp_path)
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             _wait_for(lambda: _pids_matching(marker), "the command to start")
-            assert _pids_matching(str(scratch)), "the sandbox's processes should be visible"
+            markers = markers_in(scratch)
+            assert marked(markers), "the sandbox's processes should be visible"
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=60)
         finally:
@@ -291,7 +293,7 @@ def test_sigint_mid_run_keeps_a_valid_trajectory_and_leaves_no_process(tmp_path)
     assert saved["finish_reason"] == "cancelled"
     assert [s["step"] for s in saved["steps"]] == [1, 2]
     assert "Interrupted" in saved["steps"][1]["tool_calls"][0]["output"]
-    assert not _pids_matching(marker) and not _pids_matching(str(scratch))
+    assert not _pids_matching(marker) and not marked(markers)
 
 
 # -- the live line ------------------------------------------------------------------------------
