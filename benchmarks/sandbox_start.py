@@ -118,15 +118,17 @@ def time_joined_exec(runs: int) -> dict[str, tuple[list[float], float]]:
     return {"before": before, "ours": ours}
 
 
-PHASES = ("before bwrap: budget, record, plan, zygote asked", "bwrap until its child is named (Popen included)",
-          "the layers' tmpfs (maps, zygote's mount, bwrap let go)",
-          "bwrap builds the sandbox; pid 1 runs; the first zygote confined",
-          "rest of start(): the budget's tracking, watchers", "exec('true')", "close()")
+PHASES = ("before bwrap: record, budget (as root: the plan and the zygote's request too)",
+          "bwrap's Popen, the plan, the first zygote asked",
+          "until bwrap's child is named, its maps and layers' tmpfs made, and let go",
+          "bwrap builds the sandbox (this process sleeps)", "rest of start(): the budget's tracking, watchers",
+          "exec('true'): the zygote confined, the command run", "close()")
 
 
 def time_phases(runs: int) -> dict[str, list[float]]:
     """Seconds of each of PHASES per start, from timestamps taken around the start's steps (the
     benchmark wraps them; the code under test is unchanged)."""
+    from isolation import spawn  # noqa: PLC0415
     from isolation.sandbox import launch as sandbox_module  # noqa: PLC0415 (where the launch looks them up)
 
     marks: dict[str, float] = {}
@@ -136,7 +138,7 @@ def time_phases(runs: int) -> dict[str, list[float]]:
 
         def timed(*args, **kwargs):
             if not at_exit:
-                marks[key] = time.perf_counter()
+                marks.setdefault(key, time.perf_counter())
             try:
                 return original(*args, **kwargs)
             finally:
@@ -144,13 +146,11 @@ def time_phases(runs: int) -> dict[str, list[float]]:
                     marks[key] = time.perf_counter()
         setattr(owner, name, timed)
 
-    saved = [(sandbox_module, "_popen_from_lasting_thread"), (sandbox_module, "_early_child"),
-             (Sandbox, "_mount_layers"), (Sandbox, "_launch")]
-    originals = [getattr(owner, name) for owner, name in saved]
-    wrap(sandbox_module, "_popen_from_lasting_thread", "popen", at_exit=False)
-    wrap(sandbox_module, "_early_child", "named", at_exit=True)
-    wrap(Sandbox, "_mount_layers", "layers", at_exit=True)
-    wrap(Sandbox, "_launch", "launched", at_exit=True)
+    hooks = [(sandbox_module, "_popen_from_lasting_thread", "popen", False), (spawn.Zygote, "start", "asked", True),
+             (spawn.Zygote, "launched", "launched", True), (spawn.Zygote, "built", "built", True)]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _, _ in hooks]
+    for hook in hooks:
+        wrap(*hook)
     found: dict[str, list[float]] = {phase: [] for phase in PHASES}
     try:
         for _ in range(runs):
@@ -162,13 +162,12 @@ def time_phases(runs: int) -> dict[str, list[float]]:
             execd = time.perf_counter()
             sb.close()
             closed = time.perf_counter()
-            named, layers = marks["named"], marks.get("layers", marks["named"])
-            for phase, value in zip(PHASES, (marks["popen"] - t0, named - marks["popen"], layers - named,
-                                             marks["launched"] - layers, started - marks["launched"],
-                                             execd - started, closed - execd)):
-                found[phase].append(value)
+            first, second = sorted((marks["popen"], marks["asked"]))  # as root, bwrap starts once planned
+            points = [t0, first, second, marks["launched"], marks["built"], started, execd, closed]
+            for phase, before, after in zip(PHASES, points, points[1:]):
+                found[phase].append(after - before)
     finally:
-        for (owner, name), original in zip(saved, originals):
+        for owner, name, original in originals:
             setattr(owner, name, original)
     return found
 

@@ -39,6 +39,8 @@ def _run(sandbox: Sandbox, command, timeout, stdin, cwd, env, max_output):
     proc = sandbox.popen(argv, cwd, env, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err, timed_out, dropped = collect(proc, stdin, timeout, max_output)
+    if getattr(sandbox._zygote, "failed", ""):  # its pid 1 never ran: the kernel killed this command with the namespace
+        raise SandboxError(sandbox._not_running())
     return 124 if timed_out else spawn.exit_status(proc.returncode), out, err, timed_out, dropped
 
 
@@ -51,9 +53,7 @@ def popen(sandbox: Sandbox, argv: list[str], cwd: str = "/testbed", env: dict[st
         return sandbox._zygote.spawn(argv, env={**sandbox.env, **(env or {})}, cwd=cwd, stdin=stdin,
                                   stdout=stdout, stderr=stderr, ctty=ctty)
     except spawn.SpawnError as exc:
-        if exc.strerror.startswith(spawn.PID_1_FAILED):  # bwrap failed to exec it, after start returned
-            raise SandboxError(exc.strerror) from None
-        if not sandbox.running:
+        if getattr(sandbox._zygote, "failed", "") or not sandbox.running:  # failed: bwrap could not exec pid 1
             raise SandboxError(sandbox._not_running()) from None
         raise SandboxError(f"could not start {argv[0]!r} in the sandbox: {exc.strerror}") from None
     finally:  # once it runs (or failed): a watcher that found the sandbox quiet looks again
@@ -108,6 +108,8 @@ def _require_running(sandbox: Sandbox) -> None:
 
 
 def _not_running(sandbox: Sandbox) -> str:
+    if failed := getattr(sandbox._zygote, "failed", ""):  # after start returned (spawn.PID_1_FAILED)
+        return f"{failed}. pid 1 runs the rootfs's own `sh`; run `lis-tui doctor`"
     if sandbox._stopped:
         return f"the sandbox was stopped: {sandbox._stopped}."
     return "the sandbox is not running (closed, or its wall time ran out)"

@@ -286,6 +286,7 @@ class Zygote:
         self._starting = False  # _channel's zygote starts the sandbox (start); its last answer is unread
         self._lock = threading.Lock()
         self._pid: int | None = None
+        self.failed = ""  # why the sandbox's pid 1 never ran (PID_1_FAILED), once a zygote said so
 
     @property
     def pid(self) -> int | None:
@@ -444,10 +445,12 @@ class Zygote:
         request = {"op": "exec", "argv": list(argv), "env": env, "cwd": cwd, "ctty": ctty}
         try:
             reply, message, got = self._call(request, [child for child, _ in ends])
-        except BaseException:
+        except BaseException as exc:
             for _, ours in ends:
                 if ours is not None:
                     ours.close()
+            if isinstance(exc, SpawnError) and exc.strerror.startswith(PID_1_FAILED):
+                self.failed = exc.strerror
             raise
         finally:
             for (child, ours), spec in zip(ends, (stdin, stdout, stderr)):
@@ -457,7 +460,7 @@ class Zygote:
         if message.startswith(b"X "):  # it could not be started; the reason is on its stderr
             reply.close()
             return Joined(argv, None, -1, None, *streams, returncode=int(message.split()[1]))
-        return Joined(argv, int(message.split()[1]), got[0], reply, *streams)
+        return Joined(argv, int(message.split()[1]), got[0], reply, *streams, zygote=self)
 
     def pick(self, paths: list[str], layers: int | None = None) -> list[int]:
         """Resize contexts (fspick) of the sandbox's tmpfs: its layers' (`layers`: a descriptor of
@@ -530,10 +533,12 @@ class Joined:
     `pid` is None (and `returncode` set) when it could not be started at all."""
 
     def __init__(self, args: list[str], pid: int | None, pidfd: int, reply: socket.socket | None,
-                 stdin: IO | None, stdout: IO | None, stderr: IO | None, returncode: int | None = None) -> None:
+                 stdin: IO | None, stdout: IO | None, stderr: IO | None, returncode: int | None = None,
+                 zygote: Zygote | None = None) -> None:
         self.args, self.pid, self.pidfd = args, pid, pidfd
         self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
         self.returncode = returncode
+        self._zygote = zygote  # told why, if its pid 1 never ran
         self._reply = reply
         self._done_r = -1
         self._lock = threading.Lock()
@@ -564,9 +569,12 @@ class Joined:
                 return self.returncode
             if not ready([self.exit_fd], timeout):
                 return None
-            message = self._reply.recv(64)
-            # No status: the zygote died (its sandbox closed), which takes its commands along.
+            message = self._reply.recv(4096)
+            # No status: the zygote died (its sandbox closed), which takes its commands along; or
+            # an error: pid 1 never ran (the kernel killed the command with its namespace).
             status = int(message.split()[1]) if message.startswith(b"S ") else signal.SIGKILL
+            if message.startswith(b"E ") and self._zygote is not None:
+                self._zygote.failed = message[2:].decode(errors="replace")
             self.returncode = os.waitstatus_to_exitcode(status)
             self._release()
             return self.returncode

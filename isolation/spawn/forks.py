@@ -158,7 +158,7 @@ def _serve(channel: socket.socket, handle, state: _State, idle: float | None,
         for fd, _ in events:
             if fd == wake_r:
                 _drain(wake_r)
-                _reap(state)
+                _reap(state, poller)
             elif state.starting is not None and fd == state.starting.ready:
                 state.starting.keeper_said(state, poller)
             elif fd in state.handoffs:
@@ -195,7 +195,7 @@ def _request(channel: socket.socket, handle, state: _State, poller) -> bool:
     return True
 
 
-def _reap(state: _State) -> None:
+def _reap(state: _State, poller=None) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -205,7 +205,9 @@ def _reap(state: _State) -> None:
             return
         reply = state.watched.pop(pid, None)
         if reply is not None:
-            _send(reply, f"S {status}".encode())
+            if state.starting is not None:  # a first command, ended before pid 1 said it runs
+                state.starting.settle(state, poller)
+            _send(reply, f"E {state.pid_1_failed}".encode() if state.pid_1_failed else f"S {status}".encode())
             reply.close()
         elif pid in state.zygotes:
             state.zygotes.discard(pid)
@@ -400,7 +402,7 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
         _serve(channel, _zygote_request, state, idle=IDLE, loop=loop, first=request.get("first_wait"))
         _last_requests(channel, state, loop[0])
         channel.close()
-        _reap(state)
+        _reap(state, loop[0])
         if state.watched:
             _send_fds(handoff, marshal.dumps(list(state.watched)), [reply.fileno() for reply in state.watched.values()])
     finally:
@@ -671,6 +673,17 @@ class _Start:
             os.close(self.filter)
             self.filter = -1
 
+    def settle(self, state: _State, poller) -> None:
+        """A first command ended (or could not start) before pid 1 said it runs: hear pid 1 first (it was let go when
+        that command started, so it is about to exec or has failed to), so that the command's end
+        is told as the sandbox's failure if bwrap could not exec pid 1 (the kernel kills the command
+        with the namespace then, or it ended just before)."""
+        self.let_go()
+        said = select.poll()
+        said.register(self.ready, select.POLLIN)
+        if said.poll(10_000):
+            self.keeper_said(state, poller)
+
     def keeper_said(self, state: _State, poller) -> None:
         """pid 1 said it runs (a byte on its readiness pipe), or bwrap failed to exec it (EOF): then
         every request is told why (bwrap's stderr), and pid 1's end took any command along.
@@ -745,7 +758,7 @@ def _zygote_request(request: dict, fds: list[int], reply: socket.socket, state: 
     """Start a command (True: `reply` is kept, for its status) or bind the proxy's socket; the
     sandbox's first request served, its pid 1 may exec (_Start.let_go)."""
     try:
-        return _serve_request(request, fds, reply, state)
+        return _serve_request(request, fds, reply, state, poller)
     finally:
         if state.starting is not None:
             state.starting.let_go()
@@ -757,7 +770,7 @@ def _waiting(sock: socket.socket) -> bool:
     return bool(poller.poll(0))
 
 
-def _serve_request(request: dict, fds: list[int], reply: socket.socket, state: _State) -> bool:
+def _serve_request(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
     if state.pid_1_failed:
         _send(reply, f"E {state.pid_1_failed}".encode())
         return False
@@ -767,6 +780,11 @@ def _serve_request(request: dict, fds: list[int], reply: socket.socket, state: _
     try:
         pid = (_fork_on_pty if request["ctty"] else _spawn)(request, *fds)
     except OSError as exc:  # cannot change directory, not found, not executable: as a shell says it
+        if state.starting is not None:  # or pid 1 is gone (a fork into its namespace fails, ENOMEM)
+            state.starting.settle(state, poller)
+        if state.pid_1_failed:
+            _send(reply, f"E {state.pid_1_failed}".encode())
+            return False
         name = request["argv"][0]
         if exc.filename == request["cwd"]:
             message, code = f"cannot change directory to {request['cwd']}: {exc.strerror}", 1

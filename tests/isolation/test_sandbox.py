@@ -259,6 +259,26 @@ def test_unknown_rootfs_is_a_clear_error():
         Sandbox(SandboxSpec(rootfs="no-such-rootfs")).start()
 
 
+def test_a_rootfs_whose_pid_1_cannot_start_says_why_to_every_command(debian_rootfs):
+    """pid 1 is the rootfs's own `sh`, exec'd once the first command started: a session that
+    removed it starts, and its commands (the first, killed with the namespace, and every later one)
+    are told bwrap's words, not that the sandbox closed; close leaves nothing running."""
+    from isolation import sessions
+    from proctree import sandbox_processes
+
+    spec = SandboxSpec(rootfs=str(debian_rootfs.rootfs.path), session=f"no-sh-{os.getpid()}")
+    try:
+        with Sandbox(spec) as sb:
+            assert sb.exec(["rm", "/usr/bin/sh"]).exit_code == 0
+        with Sandbox(spec) as sb:
+            for _ in range(2):
+                with pytest.raises(SandboxError, match=r"pid 1 did not start: bwrap: execvp sh: No such file.*`sh`"):
+                    sb.exec("true")
+        assert sandbox_processes(os.getpid()) == []
+    finally:
+        sessions.remove(spec.session)
+
+
 def test_bad_network_mode_is_refused():
     with pytest.raises(SandboxError, match="network must be one of"):
         SandboxSpec(network="maybe")
