@@ -4,7 +4,9 @@
 
 --against TREE (another checkout, e.g. `git worktree add /tmp/start-base main`): only the start,
 in blocks of 10 of raw bwrap, TREE's code and this tree's, interleaved in one run, each tree's
-sandboxes started by a process of its own (this script, importing that tree's `isolation`).
+sandboxes started by a process of its own (this script, importing that tree's `isolation`), with
+the machine's CPU time per start in each block (/proc/stat: the helper's, the zygotes' and
+bwrap's, which are not our process's; run it on an otherwise idle machine).
 
 Baselines, measured in the same run: a raw `bwrap ... bash -c true` with the same host mounts,
 launched from the same loop, in blocks of 10 alternating with the sandbox's (and with the
@@ -17,6 +19,7 @@ mounts, the layers' tmpfs), both ways.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -230,14 +233,24 @@ def against(tree: Path, runs: int) -> None:
         proc.stdin.flush()
         return json.loads(proc.stdout.readline())
 
+    def busy() -> float:  # the machine's CPU seconds so far: the helper's, zygotes' and bwrap's all count
+        ticks = [int(x) for x in open("/proc/stat").readline().split()[1:8]]
+        return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+    def timed(run, times: list[float], cpu: list[float], count: int) -> None:
+        start = busy()
+        times += run(count)
+        cpu.append((busy() - start) / count)
+
     base, this = spawn(tree), spawn(Path(__file__).resolve().parent.parent)
     raw, before, ours = [], [], []
+    cpu = {id(raw): [], id(before): [], id(ours): []}  # per block: CPU seconds per start
     try:
         for done in range(0, runs, 10):  # alternating blocks: a shared machine's load drifts
             count = min(10, runs - done)
-            raw += time_raw_bwrap(count)
+            timed(time_raw_bwrap, raw, cpu[id(raw)], count)
             for proc, times in ((base, before), (this, ours))[::1 if done % 20 else -1]:  # each first by turns
-                times += block(proc, count)
+                timed(functools.partial(block, proc), times, cpu[id(times)], count)
     finally:
         for proc in (base, this):
             proc.stdin.close()
@@ -246,10 +259,13 @@ def against(tree: Path, runs: int) -> None:
     p99 = lambda v: percentile(v, .99) * 1000  # noqa: E731
     print(f"\nsandbox start on {os.cpu_count()} cores, {runs} runs each, uid {os.getuid()}, load "
           f"{os.getloadavg()[0]:.1f}\n")
-    print("| Sandbox() + exec('true') + close() | p50 ms | p99 ms | ratio p50 vs raw | target |\n|---|---|---|---|---|")
-    print(f"| raw `bwrap ... bash -c true` (baseline) | {p50(raw):.1f} | {p99(raw):.1f} | 1.00 | |")
+    print("| Sandbox() + exec('true') + close() | p50 ms | p99 ms | ratio p50 vs raw | target | "
+          "the machine's CPU ms per start (median of blocks) |\n|---|---|---|---|---|---|")
+    used = lambda v: percentile(cpu[id(v)], .5) * 1000  # noqa: E731
+    print(f"| raw `bwrap ... bash -c true` (baseline) | {p50(raw):.1f} | {p99(raw):.1f} | 1.00 | | {used(raw):.1f} |")
     for label, values in ((f"{tree} (before)", before), ("this tree", ours)):
-        print(f"| {label} | {p50(values):.1f} | {p99(values):.1f} | {p50(values) / p50(raw):.2f} | <= 1.5 |")
+        print(f"| {label} | {p50(values):.1f} | {p99(values):.1f} | {p50(values) / p50(raw):.2f} | <= 1.5 | "
+              f"{used(values):.1f} |")
 
 
 def main() -> None:

@@ -233,7 +233,7 @@ def sandbox_argv(bwrap: str, mounts: list[Mount], *, hostname: str, info_fd: int
     root keeps every capability for the command otherwise; `--cap-add KEEPER_CAP`: see there.
     `block_fd`: pid 1 is exec'd only once a byte can be read there (its limits are set by then).
     `userns_block_fd`: bwrap's child builds nothing until a byte can be read there, and the
-    caller writes its uid and gid maps (Sandbox._mount_layers), so that the writable layers' tmpfs can
+    caller writes its uid and gid maps (spawn/forks.py, _Start.pid_1), so that the writable layers' tmpfs can
     be mounted in its mount namespace first."""
     argv = [bwrap, "--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session", "--clearenv",
             "--cap-drop", "ALL", "--cap-add", KEEPER_CAP, "--hostname", hostname, "--uid", "0", "--gid", "0",

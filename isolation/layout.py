@@ -60,7 +60,7 @@ class RootPlan:
     (Sandbox.start waits for it)."""
     folders: list[tuple[str, int]] = field(default_factory=list)
     """(path under the scratch, mode) of each folder the mounts need there, parents first: made
-    on disk, or in the writable layers' tmpfs (Sandbox._mount_layers), before bwrap runs."""
+    on disk, or in the writable layers' tmpfs (spawn/forks.py, _Start.layers), before bwrap runs."""
 
     def environment(self, spec: SandboxSpec) -> dict[str, str]:
         env = {"PATH": PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",

@@ -1,6 +1,7 @@
 """Process trees from /proc, for tests and benchmarks that count what a run left or what it costs."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 
@@ -127,3 +128,13 @@ def other_sandboxes(root: int) -> list[int]:
         except (OSError, IndexError):
             continue
     return found
+
+
+def keeper_runs(sb) -> None:
+    """Wait until a sandbox's pid 1 is the keeper: it execs once the sandbox's first request is
+    served (spawn/forks.py, _Start.let_go), and until then is bwrap's child, with the same one
+    capability, and its filter not loaded yet."""
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{sb.pid}/cmdline").read_bytes().startswith(b"sh\0-c\0"):
+        assert time.monotonic() < deadline, "pid 1 never ran the keeper"
+        time.sleep(0.01)

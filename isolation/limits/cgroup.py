@@ -18,7 +18,7 @@ of its own. The root cgroup is exempt from the rule, so root there moves nothing
 A sandbox's processes are in its cgroup before they run anything of the sandbox's: pid 1 (bwrap's
 child) waits on bwrap's --block-fd until we have moved it (`admit`; the sandbox's one block fd,
 which waits for pid 1's rlimits too: sandbox.Sandbox._admit_pid_1), and each zygote moves
-itself before it joins the namespaces (spawn/helper.py); commands are the zygote's children. At
+itself before it joins the namespaces (spawn/forks.py); commands are the zygote's children. At
 close the cgroup is killed (cgroup.kill) and removed; what a crash left is removed at the next start.
 
 Found once per process (`delegation`), so a machine without a delegated hierarchy pays one cached
@@ -339,7 +339,7 @@ class SandboxCgroup:
 
     @property
     def procs(self) -> str:
-        """Its leaf's cgroup.procs: a zygote moves itself there (spawn/helper.py)."""
+        """Its leaf's cgroup.procs: a zygote moves itself there (spawn/forks.py)."""
         return str(self.path / "run" / "cgroup.procs")
 
     def admit(self, pid: int) -> None:

@@ -2,7 +2,7 @@
 
 Where it can (`on_tmpfs`), the sandbox's writable layers (the overlay's upper, /testbed, /root)
 are folders of a tmpfs of its own, sized to the disk limit with the inode limit as its inode
-count, mounted in its mount namespace before bwrap builds it (Sandbox._mount_layers). That is
+count, mounted in its mount namespace before bwrap builds it (spawn/forks.py, _Start.layers). That is
 the kernel's bound: a write past it fails with ENOSPC inside, whatever the path, the directory's
 mode, a deleted file held open or a sparse file's holes (blocks held are counted). The sandbox
 runs on: after each command, while the tmpfs is full, `Sandbox.disk_note()` says so, naming the

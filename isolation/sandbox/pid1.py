@@ -1,5 +1,5 @@
 """The sandbox's pid 1: the limits it and every command get (rlimits, the user namespace's
-sysctls), which the sandbox's first zygote sets on it before it execs (spawn/helper.py, _Start);
+sysctls), which the sandbox's first zygote sets on it before it execs (spawn/forks.py, _Start);
 and how we reach it later, by pid only (no descriptor is kept per idle sandbox), each time checked
 to be bwrap's child."""
 from __future__ import annotations

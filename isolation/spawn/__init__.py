@@ -7,8 +7,8 @@ with an empty environment) for a process joined to the sandbox and confined as i
 returncode). The helper ends when we close our end of its socket or die; a zygote when its
 sandbox closes it.
 
-May import: isolation.output. helper.py and linux.py use the standard library only: the
-helper loads them by path, before anything of ours.
+May import: isolation.output. helper.py, forks.py, linux.py and seccomp.py use the standard
+library only: the helper loads them by path, before anything of ours.
 """
 from __future__ import annotations
 

@@ -10,12 +10,12 @@ import platform
 import socket
 import stat
 import textwrap
-import time
 
 import pytest
 
 from isolation import Sandbox, SandboxSpec
 from isolation.spawn import seccomp
+from proctree import keeper_runs
 
 pytestmark = pytest.mark.sandbox
 
@@ -36,16 +36,6 @@ def call(nr, *args):
     r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
     return 0 if r >= 0 else errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno())
 """
-
-
-def _keeper_runs(sb: Sandbox) -> None:
-    """Wait until pid 1 is the keeper: it execs once the sandbox's first request is served
-    (spawn/forks.py, _Start.let_go), and until then is bwrap's child, with the same one capability,
-    and its filter not loaded yet."""
-    deadline = time.monotonic() + 10
-    while not open(f"/proc/{sb.pid}/cmdline", "rb").read().startswith(b"sh\0-c\0"):
-        assert time.monotonic() < deadline, "pid 1 never ran the keeper"
-        time.sleep(0.01)
 
 
 def test_pid_1_and_the_keeper_cannot_be_traced_or_read(sandbox):
@@ -71,7 +61,7 @@ def test_pid_1_and_the_keeper_cannot_be_traced_or_read(sandbox):
     # pid 1 holds a capability no command holds (bwrap.KEEPER_CAP): its links are out of reach
     assert got["exe"] == got["exe_write"] == got["fds"] == "EACCES", got
     # and, seen from the host, it is the rootfs's own shell, holding nothing of ours
-    _keeper_runs(sandbox)
+    keeper_runs(sandbox)
     fds = [os.readlink(f"/proc/{sandbox.pid}/fd/{n}") for n in os.listdir(f"/proc/{sandbox.pid}/fd")]
     assert all(fd.startswith("pipe:") or fd == "/dev/null" for fd in fds), fds
     exe = os.readlink(f"/proc/{sandbox.pid}/exe")
@@ -97,7 +87,7 @@ def test_every_joined_process_is_capless_filtered_and_keyring_fresh(sandbox):
     assert fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2"
     # pid 1 (bwrap's child) is as bare, but for CAP_WAKE_ALARM (35), which means nothing outside the
     # initial user namespace and keeps commands out of its /proc/1/mem (bwrap.KEEPER_CAP)
-    _keeper_runs(sandbox)
+    keeper_runs(sandbox)
     r = sandbox.exec("grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/1/status")
     assert r.stdout.split() == ["CapPrm:", f"{1 << 35:016x}", "CapEff:", f"{1 << 35:016x}",
                                 "CapBnd:", f"{1 << 35:016x}", "NoNewPrivs:", "1", "Seccomp:", "2"]

@@ -264,11 +264,13 @@ def test_a_rootfs_whose_pid_1_cannot_start_says_why_to_every_command(debian_root
     removed it starts, and its commands (the first, killed with the namespace, and every later one)
     are told bwrap's words, not that the sandbox closed; close leaves nothing running."""
     from isolation import sessions
-    from proctree import sandbox_processes
+    from proctree import keeper_runs, sandbox_processes
 
     spec = SandboxSpec(rootfs=str(debian_rootfs.rootfs.path), session=f"no-sh-{os.getpid()}")
     try:
         with Sandbox(spec) as sb:
+            sb.exec("true")
+            keeper_runs(sb)  # else this sandbox's own pid 1 could look for sh after the rm
             assert sb.exec(["rm", "/usr/bin/sh"]).exit_code == 0
         with Sandbox(spec) as sb:
             for _ in range(2):
