@@ -67,6 +67,8 @@ def listen(sandbox: Sandbox, port: int, backlog: int = 128) -> socket.socket:
     try:
         return sandbox._zygote.listen(port, backlog)
     except spawn.SpawnError as exc:
+        if getattr(sandbox._zygote, "failed", ""):
+            raise SandboxError(sandbox._not_running()) from None
         raise SandboxError(f"could not open port {port} in the sandbox: {exc.strerror}") from None
 
 
@@ -108,7 +110,12 @@ def _require_running(sandbox: Sandbox) -> None:
 
 
 def _not_running(sandbox: Sandbox) -> str:
-    if failed := getattr(sandbox._zygote, "failed", ""):  # after start returned (spawn.PID_1_FAILED)
+    # after start returned (spawn.PID_1_FAILED): the zygote's words, bwrap's; else bwrap's status
+    # alone (its own errors exit 1; pid 1 killed, 128 + the signal), once no zygote is left to say
+    failed = getattr(sandbox._zygote, "failed", "")
+    if not failed and not sandbox._stopped and sandbox._proc is not None and sandbox._proc.returncode == 1:
+        failed = f"{spawn.PID_1_FAILED} (bwrap exited with status 1)"
+    if failed:
         return f"{failed}. pid 1 runs the rootfs's own `sh`; run `lis-tui doctor`"
     if sandbox._stopped:
         return f"the sandbox was stopped: {sandbox._stopped}."

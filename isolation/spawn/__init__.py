@@ -434,6 +434,10 @@ class Zygote:
                     with self._lock:
                         if self._channel is channel:
                             self._drop_channel()
+                except SpawnError as exc:
+                    if exc.strerror.startswith(PID_1_FAILED):
+                        self.failed = exc.strerror
+                    raise
             if time.monotonic() > deadline:
                 raise SpawnError(0, "the sandbox's spawner keeps exiting; run `lis-tui doctor`")
 
@@ -445,12 +449,10 @@ class Zygote:
         request = {"op": "exec", "argv": list(argv), "env": env, "cwd": cwd, "ctty": ctty}
         try:
             reply, message, got = self._call(request, [child for child, _ in ends])
-        except BaseException as exc:
+        except BaseException:
             for _, ours in ends:
                 if ours is not None:
                     ours.close()
-            if isinstance(exc, SpawnError) and exc.strerror.startswith(PID_1_FAILED):
-                self.failed = exc.strerror
             raise
         finally:
             for (child, ours), spec in zip(ends, (stdin, stdout, stderr)):

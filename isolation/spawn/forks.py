@@ -771,6 +771,8 @@ def _waiting(sock: socket.socket) -> bool:
 
 
 def _serve_request(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
+    if request["op"] == "listen" and state.starting is not None:  # a first request with no end to tell
+        state.starting.settle(state, poller)  # so its answer says whether pid 1 runs
     if state.pid_1_failed:
         _send(reply, f"E {state.pid_1_failed}".encode())
         return False

@@ -14,6 +14,7 @@ import pytest
 from isolation import Limits, NotARegularFile, Sandbox, SandboxError, SandboxSpec
 from isolation import records
 from isolation.output import ready
+from isolation.spawn.forks import IDLE
 
 pytestmark = pytest.mark.sandbox
 
@@ -260,12 +261,14 @@ def test_unknown_rootfs_is_a_clear_error():
 
 
 def test_a_rootfs_whose_pid_1_cannot_start_says_why_to_every_command(debian_rootfs):
-    """pid 1 is the rootfs's own `sh`, exec'd once the first command started: a session that
-    removed it starts, and its commands (the first, killed with the namespace, and every later one)
-    are told bwrap's words, not that the sandbox closed; close leaves nothing running."""
+    """pid 1 is the rootfs's own `sh`, exec'd once the first command started (or at once, when
+    none waits): a session that removed it starts, and its commands (the first, killed with the
+    namespace, and every later one) are told so, not that the sandbox closed: in bwrap's words,
+    or by its exit status once no zygote that heard them is left; close leaves nothing running."""
     from isolation import sessions
     from proctree import keeper_runs, sandbox_processes
 
+    why = r"pid 1 did not start(: bwrap: execvp sh: No such file or directory| \(bwrap exited with status 1\))\. .*`sh`"
     spec = SandboxSpec(rootfs=str(debian_rootfs.rootfs.path), session=f"no-sh-{os.getpid()}")
     try:
         with Sandbox(spec) as sb:
@@ -274,8 +277,14 @@ def test_a_rootfs_whose_pid_1_cannot_start_says_why_to_every_command(debian_root
             assert sb.exec(["rm", "/usr/bin/sh"]).exit_code == 0
         with Sandbox(spec) as sb:
             for _ in range(2):
-                with pytest.raises(SandboxError, match=r"pid 1 did not start: bwrap: execvp sh: No such file.*`sh`"):
+                with pytest.raises(SandboxError, match=why):
                     sb.exec("true")
+        with Sandbox(spec) as sb:  # no command until the zygote that heard it has exited idle
+            time.sleep(IDLE + 0.5)
+            with pytest.raises(SandboxError, match=r"pid 1 did not start \(bwrap exited with status 1\)"):
+                sb.exec("true")
+        with pytest.raises(SandboxError, match=why):  # with the network on, the proxy's port is asked for in start
+            Sandbox(SandboxSpec(rootfs=spec.rootfs, session=spec.session, network="on")).start()
         assert sandbox_processes(os.getpid()) == []
     finally:
         sessions.remove(spec.session)
