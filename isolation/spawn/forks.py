@@ -195,7 +195,7 @@ def _request(channel: socket.socket, handle, state: _State, poller) -> bool:
     return True
 
 
-def _reap(state: _State, poller=None) -> None:
+def _reap(state: _State, poller) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -674,10 +674,10 @@ class _Start:
             self.filter = -1
 
     def settle(self, state: _State, poller) -> None:
-        """A first command ended (or could not start) before pid 1 said it runs: hear pid 1 first (it was let go when
-        that command started, so it is about to exec or has failed to), so that the command's end
-        is told as the sandbox's failure if bwrap could not exec pid 1 (the kernel kills the command
-        with the namespace then, or it ended just before)."""
+        """A first request is to be answered before pid 1 said it runs (a command ended or could
+        not start, a listen): hear pid 1 first, let go now if it was not, so that the answer is
+        the sandbox's failure if bwrap could not exec pid 1 (the kernel killed the command with
+        the namespace then, or it ended just before)."""
         self.let_go()
         said = select.poll()
         said.register(self.ready, select.POLLIN)
