@@ -39,8 +39,13 @@ class Transcript(VerticalScroll):
         """When the person last scrolled away from the end (None: not since the last task)."""
 
     def release_anchor(self) -> None:
-        # Textual calls this for the person's scrolling (wheel, keys, scrollbar), never for ours
+        # Textual calls this for the person's scrolling (wheel, keys, scrollbar), never for ours.
+        # The anchor goes too, not only "released": Textual takes a released anchor back whenever
+        # the view is at its end, and Tab's focus change shrank the view as Home's (deferred)
+        # scroll began, so every frame of that scroll was pinned back to the end (the CI's Tab,
+        # Home, twice). show() anchors again once the person is at the end or HOLD_SECONDS passed.
         super().release_anchor()
+        self.anchor(False)
         self._scrolled_at = time.monotonic()
 
     def follow(self) -> None:
