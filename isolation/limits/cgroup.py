@@ -16,9 +16,9 @@ terminal's shell), that would take them along: lis-tui leaves them and says how 
 of its own. The root cgroup is exempt from the rule, so root there moves nothing.
 
 A sandbox's processes are in its cgroup before they run anything of the sandbox's: pid 1 (bwrap's
-child) waits on bwrap's --block-fd until we have moved it (`admit`; the sandbox's one block fd,
-which waits for pid 1's rlimits too: sandbox.Sandbox._admit_pid_1), and each zygote moves
-itself before it joins the namespaces (spawn/forks.py); commands are the zygote's children. At
+child) waits on bwrap's --block-fd until the sandbox's first zygote has moved it, with its rlimits
+(spawn/forks.py, _Start.pid_1), and each zygote moves itself before it joins the namespaces;
+commands are the zygote's children. At
 close the cgroup is killed (cgroup.kill) and removed; what a crash left is removed at the next start.
 
 Found once per process (`delegation`), so a machine without a delegated hierarchy pays one cached
@@ -341,16 +341,6 @@ class SandboxCgroup:
     def procs(self) -> str:
         """Its leaf's cgroup.procs: a zygote moves itself there (spawn/forks.py)."""
         return str(self.path / "run" / "cgroup.procs")
-
-    def admit(self, pid: int) -> None:
-        """Move bwrap's child into the cgroup (it waits on --block-fd, before it executes anything)."""
-        try:
-            _write(Path(self.procs), str(pid))
-        except ProcessLookupError:
-            pass  # gone already: the readiness pipe says why
-        except OSError as exc:
-            raise SandboxError(f"could not move the sandbox into its cgroup {self.path}: "
-                               f"{exc.strerror}. Run `lis-tui doctor`.") from None
 
     def memory_note(self, limit: int | None) -> str:
         """Once per new event: the memory limit refused memory or killed a process (else "")."""

@@ -38,7 +38,7 @@ F_SETPIPE_SZ = 1031
 
 def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo, planned: Callable[[], None]) -> None:
     """Start bwrap, with the sandbox's first zygote asked for before it builds anything
-    (spawn.Zygote.start): that zygote takes bwrap's child from its first moment (helper._Start),
+    (spawn.Zygote.start): that zygote takes bwrap's child from its first moment (forks._Start),
     so this process wakes when bwrap has let it go on (launched) and when the sandbox runs
     (confined), nowhere in between. bwrap itself starts first, reading its arguments from a pipe
     (--args): its exec and its loader's work run while `planned()` plans the sandbox (a root
@@ -54,7 +54,7 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo, planned: Callable[[], None]
         info_r, info_w = pipe()
         block_r, block_w = pipe()  # bwrap execs pid 1 once this is readable: after pid 1's limits
         # One slot: bwrap's child reads the byte once it has built the sandbox, and our end, the
-        # zygote's, turns writable then (helper._Start.root), before pid 1 execs.
+        # zygote's, turns writable then (forks._Start.root), before pid 1 execs.
         fcntl.fcntl(block_w, F_SETPIPE_SZ, mmap.PAGESIZE)
         # bwrap's child builds nothing until this is readable: after its maps and its layers' tmpfs
         userns_r, userns_w = pipe()

@@ -32,7 +32,7 @@ PIPE, DEVNULL = subprocess.PIPE, subprocess.DEVNULL
 REPLY_TIMEOUT = 30.0
 _INLINE_MAX = 1 << 15  # bigger requests travel in a memfd
 PID_1_FAILED = "the sandbox's pid 1 did not start"
-"""How a command's error begins when bwrap never ran pid 1 (helper._Start.keeper_runs)."""
+"""How a command's error begins when bwrap never ran pid 1 (forks._Start.keeper_said)."""
 _helper: _Helper | None = None
 _helper_lock = threading.Lock()
 
@@ -57,7 +57,7 @@ class _Helper:
 
     The process we start forks the helper and exits, so that the helper is no child of ours: a
     supervisor that kills its worker's children when the worker ends (Ray does, by default)
-    would otherwise kill it with us, before it could end the sandboxes we leave (helper.py,
+    would otherwise kill it with us, before it could end the sandboxes we leave (forks.py,
     _end_sandboxes). It is told its owner is gone by its socket, not by its parent; its argv
     names its owner's pid last, for whoever looks (ps, the tests' process trees)."""
 
@@ -264,7 +264,7 @@ _ONCE = {"sysctl": [], "remounts": [], "masks": []}
 
 class Zygote:
     """Starts commands in one sandbox through a process joined to it and confined as its
-    commands are before it runs anything (helper.py). That process exits when idle; the next
+    commands are before it runs anything (forks.py). That process exits when idle; the next
     request forks a new one. Close this when the sandbox closes."""
 
     def __init__(self, rlimits: list[tuple[int, int]] = (), nested_userns: bool = False, cgroup: str | None = None,
@@ -315,8 +315,8 @@ class Zygote:
 
     def start(self, pipes: list[int], owner: tuple[int, int], marker: str | None = None) -> None:
         """Have the helper fork the sandbox's first zygote now, before bwrap runs, with the ends of
-        bwrap's pipes it needs (helper._Start: the info fd's read end, --block-fd's write end, pid
-        1's readiness pipe's read end, bwrap's stderr and, unless the caller lets bwrap go itself,
+        bwrap's pipes it needs (forks._Start: the info fd's read end, --block-fd's write end, pid
+        1's readiness pipe's read end, bwrap's stderr, the write end of pid 1's filter pipe and, unless the caller lets bwrap go itself,
         the write end of --userns-block-fd): that zygote then starts the sandbox while our process
         sleeps. `owner`: the ids outside of the sandbox's uid and gid 0, for its maps. `marker`:
         the sandbox's, told to the helper with this request, as end_with_us tells it (one message)."""

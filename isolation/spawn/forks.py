@@ -1,6 +1,6 @@
 """The spawn helper, and the per-sandbox zygotes it forks.
 
-The helper is started once per lis-tui process (`python -I -S helper.py FD`, which loads this
+The helper is started once per lis-tui process (`python -I -S helper.py FD OWNER`, which loads this
 module; an empty environment, no terminal) and is single-threaded, as joining a user namespace
 requires. For a sandbox it forks a zygote, which:
 1. joins the sandbox's namespaces (user, mount, network, ipc, uts, cgroup; the pid namespace for
@@ -252,7 +252,7 @@ def _serve_owner(request: dict, fds: list[int], reply: socket.socket, state: _St
         return False
     if reply is None:
         raise ValueError("a request without its reply socket")
-    if request.get("marker"):  # a sandbox's first zygote, asked for with its marker (Zygote.ask_early)
+    if request.get("marker"):  # a sandbox's first zygote, asked for with its marker (Zygote.start)
         state.markers.add(request["marker"].encode())
     return _fork_zygote(request, fds, reply, state, poller)
 
@@ -902,13 +902,6 @@ def _write_all(path: str, text: str, dir_fd: int | None = None) -> None:
         os.write(fd, text.encode())
     finally:
         os.close(fd)
-
-
-def _close(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
 
 
 def _drain(fd: int) -> None:

@@ -96,7 +96,7 @@ def test_every_command_given_a_bad_path_answers_one_line(cli, tmp_path, afile, a
 
 
 def test_a_full_scratch_disk_is_one_line_and_leaves_nothing(tmp_path):
-    """ENOSPC where the sandbox writes its record (set_pgid) and again where it clears it
+    """ENOSPC where the sandbox writes its record (Record.make) and again where it clears it
     (release): a tmpfs of our own, filled, in a user and mount namespace of the test's."""
     if not shutil.which("unshare") or subprocess.run(["unshare", "-Urm", "true"]).returncode:
         pytest.skip("no unprivileged user and mount namespaces for a small tmpfs")
