@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 from .. import bwrap, idmap, session_layers, spawn
 from ..limits import capacity
 from ..spec import SandboxError
+from .closing import _kill_group
 from .disk import _size
 from .lifeline import _lifeline, _popen_from_lasting_thread
 from .pid1 import _rlimits, _sysctls
@@ -182,9 +183,7 @@ def _abandon_start(sandbox: Sandbox, pidfd: int | None) -> None:
     if pidfd is not None:
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        os.killpg(sandbox._proc.pid, signal.SIGKILL)  # ours until reaped: the group's number is its own
-    sandbox._proc.wait()
+    _kill_group(sandbox._proc)
 
 
 def _start_failure(exc: spawn.SpawnError, sandbox: Sandbox, info: bwrap.BwrapInfo) -> str:

@@ -345,16 +345,7 @@ class Zygote:
         pidfd = os.pidfd_open(bwrap.pid)
         try:
             told = {"bwrap": bwrap.pid, "layers": list(layers) if layers else None, "cgroup": cgroup}
-            socket.send_fds(channel, [marshal.dumps(told)], [pidfd])
-            _, message, got = _answer(channel, maxfds=2, timeout=timeout)  # closes the channel on an error
-        except OSError as exc:
-            with self._lock:
-                self._starting = False
-                channel.close()
-                self._channel = None
-            if isinstance(exc, SpawnError):
-                raise
-            raise SpawnError(0, "the sandbox's spawner is gone") from None
+            message, got = self._start_step(channel, timeout, maxfds=2, send=(marshal.dumps(told), [pidfd]))
         finally:
             os.close(pidfd)
         return int(message.split()[1]), got[0], got[1] if len(got) > 1 else None
@@ -365,15 +356,25 @@ class Zygote:
         as for launched."""
         with self._lock:
             channel = self._channel
+        self._start_step(channel, timeout)  # "U"
+
+    def _start_step(self, channel: socket.socket, timeout: float, maxfds: int = 1,
+                    send: tuple[bytes, list[int]] | None = None) -> tuple[bytes, list[int]]:
+        """The starting zygote's answer to one step of the start (`send`: what it is told first, a
+        message and descriptors); on any failure the channel goes and SpawnError says why."""
         try:
-            _answer(channel, timeout=timeout)  # "U"; closes the channel on an error
+            if send is not None:
+                socket.send_fds(channel, [send[0]], send[1])
+            _, message, got = _answer(channel, maxfds=maxfds, timeout=timeout)
         except OSError as exc:
             with self._lock:
                 self._starting = False
                 self._channel = None
+            channel.close()  # _answer closed it already, unless the send failed
             if isinstance(exc, SpawnError):
                 raise
             raise SpawnError(0, "the sandbox's spawner is gone") from None
+        return message, got
 
     def set_root(self, open_pid_1: Callable[[], tuple[int, int]]) -> None:
         """How to reach the sandbox, now running, for every later zygote: `open_pid_1()` returns
