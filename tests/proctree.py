@@ -51,11 +51,25 @@ def pss_kib(pid: int) -> int:
     return 0
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (its state, then its parent...); []
+    once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def _ppid(pid: int) -> int:
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
+        return int(_stat(pid)[1])
+    except (ValueError, IndexError):
         return -1
+
+
+def _live(pid: int) -> bool:
+    """Running, or at least not a zombie."""
+    return _stat(pid)[:1] not in ([], ["Z"])
 
 
 def fork_servers(root: int) -> list[int]:
@@ -104,12 +118,8 @@ def marked(markers: set[bytes]) -> list[int]:
     """Live processes (zombies left out) whose argv holds one of `markers`."""
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if markers.intersection(_cmdline(int(proc.name))) and \
-                    (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                found.append(int(proc.name))
-        except (OSError, IndexError):
-            continue
+        if markers.intersection(_cmdline(int(proc.name))) and _live(int(proc.name)):
+            found.append(int(proc.name))
     return found
 
 
@@ -120,13 +130,9 @@ def other_sandboxes(root: int) -> list[int]:
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         pid = int(proc.name)
-        try:
-            if any(word.startswith(b"lis-sandbox-") for word in _cmdline(pid)) and \
-                    (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z" and \
-                    root not in (_ppid(pid), _ppid(_ppid(pid))):
-                found.append(pid)
-        except (OSError, IndexError):
-            continue
+        if any(word.startswith(b"lis-sandbox-") for word in _cmdline(pid)) and _live(pid) and \
+                root not in (_ppid(pid), _ppid(_ppid(pid))):
+            found.append(pid)
     return found
 
 

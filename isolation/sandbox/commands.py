@@ -39,7 +39,7 @@ def _run(sandbox: Sandbox, command, timeout, stdin, cwd, env, max_output):
     proc = sandbox.popen(argv, cwd, env, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err, timed_out, dropped = collect(proc, stdin, timeout, max_output)
-    if getattr(sandbox._zygote, "failed", ""):  # its pid 1 never ran: the kernel killed this command with the namespace
+    if _pid_1_failed(sandbox):  # its pid 1 never ran: the kernel killed this command with the namespace
         raise SandboxError(sandbox._not_running())
     return 124 if timed_out else spawn.exit_status(proc.returncode), out, err, timed_out, dropped
 
@@ -53,7 +53,7 @@ def popen(sandbox: Sandbox, argv: list[str], cwd: str = "/testbed", env: dict[st
         return sandbox._zygote.spawn(argv, env={**sandbox.env, **(env or {})}, cwd=cwd, stdin=stdin,
                                   stdout=stdout, stderr=stderr, ctty=ctty)
     except spawn.SpawnError as exc:
-        if getattr(sandbox._zygote, "failed", "") or not sandbox.running:  # failed: bwrap could not exec pid 1
+        if _pid_1_failed(sandbox) or not sandbox.running:  # failed: bwrap could not exec pid 1
             raise SandboxError(sandbox._not_running()) from None
         raise SandboxError(f"could not start {argv[0]!r} in the sandbox: {exc.strerror}") from None
     finally:  # once it runs (or failed): a watcher that found the sandbox quiet looks again
@@ -67,7 +67,7 @@ def listen(sandbox: Sandbox, port: int, backlog: int = 128) -> socket.socket:
     try:
         return sandbox._zygote.listen(port, backlog)
     except spawn.SpawnError as exc:
-        if getattr(sandbox._zygote, "failed", ""):
+        if _pid_1_failed(sandbox):
             raise SandboxError(sandbox._not_running()) from None
         raise SandboxError(f"could not open port {port} in the sandbox: {exc.strerror}") from None
 
@@ -109,10 +109,15 @@ def _require_running(sandbox: Sandbox) -> None:
         raise SandboxError(sandbox._not_running())
 
 
+def _pid_1_failed(sandbox: Sandbox) -> str:
+    """Why bwrap never ran the sandbox's pid 1, once its zygote said so (spawn.PID_1_FAILED); else ""."""
+    return sandbox._zygote.failed if sandbox._zygote is not None else ""
+
+
 def _not_running(sandbox: Sandbox) -> str:
     # after start returned (spawn.PID_1_FAILED): the zygote's words, bwrap's; else bwrap's status
     # alone (its own errors exit 1; pid 1 killed, 128 + the signal), once no zygote is left to say
-    failed = getattr(sandbox._zygote, "failed", "")
+    failed = _pid_1_failed(sandbox)
     if not failed and not sandbox._stopped and sandbox._proc is not None and sandbox._proc.returncode == 1:
         failed = f"{spawn.PID_1_FAILED} (bwrap exited with status 1)"
     if failed:
