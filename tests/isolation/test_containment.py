@@ -117,6 +117,7 @@ def test_a_first_command_that_runs_before_pid_1_is_the_keeper_cannot_reach_it():
             break
     assert window, "no first command ran before pid 1 execed the keeper: this test no longer tests that window"
 
+
 def test_the_filter_refuses_its_eperm_list_syscall_by_syscall(sandbox):
     """Called for real (every number, harmlessly: tests/isolation/test_filter.py)."""
     numbers = {name: nr for name, nr in seccomp.numbers(platform.machine()).items()
