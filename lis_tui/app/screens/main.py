@@ -279,9 +279,13 @@ class MainScreen(Screen):
             prompt.take(event.text)
 
     def _prompt_for_transcript(self) -> PromptInput | None:
-        """The prompt, when the transcript has the keys and the prompt takes text."""
+        """The prompt, when the transcript has the keys and the prompt takes text; or when the
+        prompt has them already: the focus moves after the key that sent it there, and keys typed
+        on meanwhile, dispatched to the transcript, reach us once it has (the prompt takes its own
+        keys and pastes, so what reaches us with it focused is theirs). The CI lost "w?" of a fast
+        "and now?" so."""
         prompt = self.query_one(PromptInput)
-        if isinstance(self.focused, Transcript) and not prompt.disabled:
+        if isinstance(self.focused, (Transcript, PromptInput)) and not prompt.disabled:
             return prompt
         return None
 
