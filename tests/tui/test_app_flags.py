@@ -27,8 +27,7 @@ def test_the_app_takes_the_tool_format_max_tokens_and_temperature_of_run(tmp_pat
                                        "--max-tokens", "64", "--temperature", "0.2", "-t", "say hi"),
                        width=size[0], height=size[1])
             server.wait_for_requests(1, timeout=60)
-            term.wait_for("submit")
-            term.keys("C-q")
+            term.quit_after_run()
             wait_gone(term)
         finally:
             term.kill()

@@ -30,8 +30,7 @@ def approving(tmp_path, server: FakeOpenAI) -> str:
 
 
 def quit_app(term: Tmux) -> None:
-    term.wait_for("Answer")  # the task has ended: ctrl+q quits without asking
-    term.keys("C-q")
+    term.quit_after_run()
     wait_gone(term)
 
 
@@ -182,10 +181,7 @@ def test_toasts_spare_the_answer_and_a_follow_up_typed_while_scrolled_up_is_seen
             term.wait_for("and now?")
             term.keys("Enter")
             term.wait_for("second-run-42", "exit 0")  # the new step, in view
-            # the second run has ended: the prompt is back ("Answer" could be the first run's box, still
-            # in view, and a ctrl+q while the task runs asks first)
-            term.wait_for("Type a follow-up")
-            term.keys("C-q")
+            term.quit_after_run()  # "Answer" could be the first run's box, still in view
             wait_gone(term)
         finally:
             term.kill()

@@ -50,6 +50,13 @@ class Tmux:
     def keys(self, *keys: str) -> None:
         self.tmux("send-keys", "-t", "t", *keys)
 
+    def quit_after_run(self) -> None:
+        """ctrl+q once the run has ended, which the status line's "ready" says (the prompt's
+        placeholder may be covered by a key typed meanwhile): the answer, "submitted" or an exit
+        code show while the run still finishes, and a ctrl+q then asks first."""
+        self.wait_for(" · ready ", line=0)
+        self.keys("C-q")
+
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "t")
 
@@ -117,7 +124,7 @@ def test_a_task_in_a_real_terminal(tmp_path):
             assert "echo $((6*7))" in shown
             assert "exit 0" in shown
             assert "42" in shown.split("Answer", 1)[1]
-            term.keys("C-q")
+            term.quit_after_run()
             wait_gone(term)
         finally:
             term.kill()
@@ -197,7 +204,7 @@ def test_hostile_text_sets_neither_the_title_nor_the_clipboard(tmp_path):
             assert "\\x1b]52;c;SGFja2Vk\\x07" in shown and MARKUP in shown
             # the Answer box shows the file as a terminal would (escapes done, the rest visible)
             assert "42 31m\\u202eevil" in shown.split("Answer", 1)[1]
-            term.keys("C-q")
+            term.quit_after_run()
             wait_gone(term)
         finally:
             term.kill()
@@ -261,8 +268,7 @@ def test_a_running_command_s_output_shows_as_it_comes(tmp_path, size):
             assert "NET OFF" in status[0] and status[1].lstrip().startswith("▶ step 1")  # no wrap
             shown = term.wait_for("tick-10", "exit 0", timeout=40)
             assert "all of it shows when it ends" not in shown  # the live view gave way
-            term.wait_for("Answer")  # the task has ended: ctrl+q quits without asking
-            term.keys("C-q")
+            term.quit_after_run()
             wait_gone(term)
         finally:
             term.kill()
