@@ -102,8 +102,8 @@ BEFORE_THE_KEEPER = ("read -r -d '' a < /proc/1/cmdline; echo \"cmdline $a\"; "
 
 
 def test_a_first_command_that_runs_before_pid_1_is_the_keeper_cannot_reach_it():
-    """The first command may start while pid 1 is still bwrap's child, which waits for its filter
-    (written once that command started, forks._Start.let_go) to exec the keeper: already as bare
+    """The first command may run while pid 1 is still bwrap's child, which waits for its filter
+    (written once that command ended or ran a while, forks._Start.let_go) to exec the keeper: already as bare
     as the keeper, but for CAP_WAKE_ALARM, so its links, environment and memory are out of reach
     the same way. New sandboxes until their first command met that window a few times."""
     window = 0
@@ -116,6 +116,17 @@ def test_a_first_command_that_runs_before_pid_1_is_the_keeper_cannot_reach_it():
         if window == 3:
             break
     assert window, "no first command ran before pid 1 execed the keeper: this test no longer tests that window"
+
+
+def test_a_long_first_command_does_not_hold_pid_1_back_and_its_early_orphans_are_reaped():
+    """pid 1 execs the keeper once the first command ended or ran a while (forks.LET_GO_AFTER):
+    one that runs on (a shell session) has the keeper as pid 1 well before it ends (the zygote's
+    idle exit would take a pid 1 never let go along), and an orphan that ended before the keeper
+    ran, reparented to bwrap's child, which reaps nothing, is reaped as it starts (launch.KEEPER)."""
+    with Sandbox() as sb:
+        r = sb.exec("sh -c 'sleep 0 & exit'; sleep 1; read -r -d '' a < /proc/1/cmdline; echo \"pid 1 $a\"; "
+                    "grep -l '^State:.*zombie' /proc/[0-9]*/status || echo 'no zombie'")
+    assert r.stdout.splitlines() == ["pid 1 sh", "no zombie"], r.stdout
 
 
 def test_the_filter_refuses_its_eperm_list_syscall_by_syscall(sandbox):
