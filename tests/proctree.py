@@ -138,9 +138,8 @@ def other_sandboxes(root: int) -> list[int]:
 
 def keeper_runs(sb) -> None:
     """Wait until a sandbox's pid 1 is the keeper: it execs once the sandbox's first request is
-    served, or the command that request started ended or ran a while (spawn/forks.py,
-    _Start.let_go), and until then is bwrap's child, with the same one capability, and its filter
-    not loaded yet."""
+    served (spawn/forks.py, _Start.let_go), and until then is bwrap's child, with the same one
+    capability, and its filter not loaded yet."""
     deadline = time.monotonic() + 10
     while not Path(f"/proc/{sb.pid}/cmdline").read_bytes().startswith(b"sh\0-c\0"):
         assert time.monotonic() < deadline, "pid 1 never ran the keeper"

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 # _lifeline), until EOF: when we die, it exits, and the sandbox with it. It is `sh` (dash, ~1 ms
 # less to start than bash, on every start's path), whose trap on SIGCHLD has it reap the orphans
 # pid 1 inherits; the SIGCHLD it sends itself first reaps those that ended before it ran (the first
-# command runs before it, forks._Start.let_go, and bwrap's child reaps nothing). A signal ends
+# command may start before it, forks._Start.let_go, and bwrap's child reaps nothing). A signal ends
 # `read` as EOF does (status 1), so it stops only when no trap ran meanwhile (an EOF answers again
 # at once). Its $0 is the record's marker, which the sweep looks for (records.py).
 KEEPER = ["sh", "-c", "trap c=1 CHLD; kill -s CHLD $$; printf x; exec >/dev/null 2>&1; "
@@ -62,7 +62,7 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo, planned: Callable[[], None]
         userns_r, userns_w = pipe()
         args_r, args_w = pipe()
         # pid 1's filter, which bwrap reads to its end once it has built the sandbox, before it
-        # execs pid 1: the zygote writes it once the first command ended or ran a while (forks._Start.let_go)
+        # execs pid 1: the zygote writes it after the first command started (forks._Start.let_go)
         filter_r, filter_w = pipe()
         # bwrap's stderr: a memfd, so no host file is open inside, and ours closes once it runs
         # (a pipe would need our end open for as long as bwrap lives: one descriptor per idle sandbox).

@@ -48,14 +48,12 @@ import select
 import stat
 import sys
 import termios
-import time
 import warnings  # noqa: F401 (os.execvpe imports it: it must be loaded before imports are sealed)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import linux  # noqa: E402
 
 IDLE = 1.0  # seconds a zygote waits for work before it exits
-LET_GO_AFTER = 0.02  # seconds a sandbox's first command runs before its pid 1 execs, unless it ends first
 SPARE_AFTER = 0.05  # seconds without a request after which the helper forks its next spare, unhinted
 _FILTERS: dict[bool, linux.SeccompProgram] = {}  # nested_userns -> the filter, sent by our owner at the start
 _LAST_CAP = linux.last_cap()
@@ -151,16 +149,10 @@ def _serve(channel: socket.socket, handle, state: _State, idle: float | None,
     while True:
         helper = idle is None  # else a zygote, which forks no spares
         wait = SPARE_AFTER if helper and state.spare is None else first or idle  # _take_handoff: the hint
-        due = state.starting.due() if state.starting is not None else None
-        if due is not None and (wait is None or due < wait):
-            wait = due
         events = poller.poll(None if wait is None else wait * 1000)
         if not events:
             if helper:
                 _fork_spare(state)
-                continue
-            if due is not None:  # a first command still runs: pid 1 goes on now
-                state.starting.let_go()
                 continue
             return  # idle: the caller hands off what runs
         for fd, _ in events:
@@ -213,15 +205,10 @@ def _reap(state: _State, poller) -> None:
             return
         reply = state.watched.pop(pid, None)
         if reply is not None:
-            # A first command that ended once pid 1 was let go, before it said it runs: hear it
-            # first (the kernel killed the command with the namespace if bwrap could not exec it).
-            # Before, the command ran all of its course, and what it says is its own.
-            if state.starting is not None and state.starting.filter < 0:
+            if state.starting is not None:  # a first command, ended before pid 1 said it runs
                 state.starting.settle(state, poller)
             _send(reply, f"E {state.pid_1_failed}".encode() if state.pid_1_failed else f"S {status}".encode())
             reply.close()
-            if state.starting is not None:
-                state.starting.let_go()
         elif pid in state.zygotes:
             state.zygotes.discard(pid)
         else:
@@ -569,9 +556,8 @@ class _Start:
     pipes bwrap is given, it takes bwrap's child from its first moment: checks it, sets pid 1's
     limits, admits it to its cgroup, writes its uid and gid maps (bwrap waits on
     --userns-block-fd meanwhile), joins it, mounts the writable layers' tmpfs and lets bwrap go
-    on; then waits for bwrap to have built the sandbox, chroots and confines itself, and lets pid 1
-    exec once the first command is done with the CPU (let_go). Our owner's process sleeps through
-    all of it."""
+    on; then waits for bwrap to have built the sandbox, chroots and confines itself while pid 1
+    execs, and answers once pid 1 says it runs. Our owner's process sleeps through all of it."""
 
     def __init__(self, request: dict, fds: list[int], channel: socket.socket) -> None:
         self.request, self.channel = request, channel
@@ -579,7 +565,6 @@ class _Start:
         self.userns = fds[5] if len(fds) > 5 else None  # None: our owner lets bwrap go (a kept session's layers first)
         self.proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # the host's, before the join hides it
         self.pid, self.pidfd = 0, -1
-        self.let_go_at: float | None = None  # set once the first command runs (_zygote_request)
 
     def pid_1(self) -> int:
         """A pidfd of bwrap's child, pid 1 to be, once it is checked, limited, admitted and mapped."""
@@ -675,13 +660,11 @@ class _Start:
         return root
 
     def let_go(self) -> None:
-        """pid 1's filter, written to bwrap, which loads it and execs the keeper: once the first
-        command has ended, or has run LET_GO_AFTER (or at once when no command waits, or when another
-        request comes), so that the keeper's start does not take the CPU that command runs on; a
-        sandbox closed after one quick command never execs it at all. Till then bwrap's child waits
-        on this pipe, having built the sandbox; nothing a command holds reaches it (keeper_said).
-        Our death closes the pipe empty, and bwrap, given no filter, ends there: pid 1 never runs
-        unfiltered."""
+        """pid 1's filter, written to bwrap, which loads it and execs the keeper: after the first
+        command started (or at once when none waits), so that the keeper's start does not take the
+        CPU that command's start waits for. Till then bwrap's child waits on this pipe, having built
+        the sandbox; nothing a command holds reaches it (keeper_said). Our death closes the pipe
+        empty, and bwrap, given no filter, ends there: pid 1 never runs unfiltered."""
         if self.filter >= 0:
             try:
                 os.write(self.filter, _FILTERS[self.request["nested_userns"]].program)
@@ -689,12 +672,6 @@ class _Start:
                 pass
             os.close(self.filter)
             self.filter = -1
-
-    def due(self) -> float | None:
-        """Seconds until pid 1 is let go while a first command runs (None: no such wait)."""
-        if self.filter < 0 or self.let_go_at is None:
-            return None
-        return max(0.0, self.let_go_at - time.monotonic())
 
     def settle(self, state: _State, poller) -> None:
         """A first request is to be answered before pid 1 said it runs (a command ended or could
@@ -779,18 +756,12 @@ def _confine(request: dict) -> None:
 
 def _zygote_request(request: dict, fds: list[int], reply: socket.socket, state: _State, poller) -> bool:
     """Start a command (True: `reply` is kept, for its status) or bind the proxy's socket; the
-    sandbox's first request served, its pid 1 may exec (_Start.let_go): at once, or, when that
-    request started a command, once it ends (_reap) or has run LET_GO_AFTER (_serve)."""
-    kept = False
+    sandbox's first request served, its pid 1 may exec (_Start.let_go)."""
     try:
-        kept = _serve_request(request, fds, reply, state, poller)
-        return kept
+        return _serve_request(request, fds, reply, state, poller)
     finally:
-        start = state.starting
-        if start is not None and kept and start.let_go_at is None:
-            start.let_go_at = time.monotonic() + LET_GO_AFTER
-        elif start is not None:
-            start.let_go()
+        if state.starting is not None:
+            state.starting.let_go()
 
 
 def _waiting(sock: socket.socket) -> bool:

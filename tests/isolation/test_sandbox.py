@@ -261,9 +261,9 @@ def test_unknown_rootfs_is_a_clear_error():
 
 
 def test_a_rootfs_whose_pid_1_cannot_start_says_why_to_every_command(debian_rootfs):
-    """pid 1 is the rootfs's own `sh`, exec'd once the first command ended or ran a while (or at
-    once, when none waits): a session that removed it starts, and its commands (the first, whose
-    `sh` is not there either, and every later one) are told so, not that the sandbox closed: in bwrap's words,
+    """pid 1 is the rootfs's own `sh`, exec'd once the first command started (or at once, when
+    none waits): a session that removed it starts, and its commands (the first, killed with the
+    namespace, and every later one) are told so, not that the sandbox closed: in bwrap's words,
     or by its exit status once no zygote that heard them is left; close leaves nothing running."""
     from isolation import sessions
     from proctree import keeper_runs, sandbox_processes
