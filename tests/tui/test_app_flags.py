@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from fakes.openai_server import FakeOpenAI, reply
-from test_tmux import Tmux, lis_tui_command, wait_gone
+from test_tmux import Tmux, lis_tui_command
 
 pytestmark = [pytest.mark.sandbox,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
@@ -28,7 +28,6 @@ def test_the_app_takes_the_tool_format_max_tokens_and_temperature_of_run(tmp_pat
                        width=size[0], height=size[1])
             server.wait_for_requests(1, timeout=60)
             term.quit_after_run()
-            wait_gone(term)
         finally:
             term.kill()
         (request,) = server.chat_requests

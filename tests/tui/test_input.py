@@ -29,11 +29,6 @@ def approving(tmp_path, server: FakeOpenAI) -> str:
                            "--approve")
 
 
-def quit_app(term: Tmux) -> None:
-    term.quit_after_run()
-    wait_gone(term)
-
-
 def test_a_reason_with_every_action_letter_is_text_and_skips(tmp_path):
     script = [reply(tool_calls=[bash("echo ran > /testbed/output/ran.txt")]), submit()]
     term = Tmux(f"lis-reason-{os.getpid()}")
@@ -47,7 +42,7 @@ def test_a_reason_with_every_action_letter_is_text_and_skips(tmp_path):
             term.wait_for(REASON)
             assert DIALOG in term.screen()  # nothing ran, nothing closed the dialog
             term.keys("Enter")  # in the reason: skip, with it
-            quit_app(term)
+            term.quit_after_run()
         finally:
             term.kill()
         told = server.chat_requests[1].tool_outputs[0]
@@ -71,7 +66,7 @@ def test_edit_puts_the_cursor_at_the_end_of_the_command(tmp_path):
             term.keys("-l", " person-added")  # goes after the command, where the cursor is
             term.wait_for("echo model-wrote person-added")
             term.keys("C-r")
-            quit_app(term)
+            term.quit_after_run()
         finally:
             term.kill()
         ran = server.chat_requests[1].tool_outputs[0]
@@ -182,7 +177,6 @@ def test_toasts_spare_the_answer_and_a_follow_up_typed_while_scrolled_up_is_seen
             term.keys("Enter")
             term.wait_for("second-run-42", "exit 0")  # the new step, in view
             term.quit_after_run()  # "Answer" could be the first run's box, still in view
-            wait_gone(term)
         finally:
             term.kill()
     assert "and now?" in server.chat_requests[2].messages[-1]["content"]

@@ -15,7 +15,7 @@ from fakes.openai_server import FakeOpenAI, reply, submit
 from lis_tui.app.widgets.blocks import AnswerBlock, NoticeBlock
 from lis_tui.app.widgets.status import StatusBar
 from test_app import SIZE, app_for, bash, modal_ready, run, texts, wait_for, web  # noqa: F401 (web: a fixture)
-from test_tmux import Tmux, lis_tui_command, wait_gone
+from test_tmux import Tmux, lis_tui_command
 
 pytestmark = pytest.mark.sandbox
 
@@ -142,7 +142,6 @@ def test_in_a_real_terminal_the_dialog_closes_when_curl_gives_up(tmp_path, web, 
                 done = term.screen()
             term.keys("a")  # "Always" to no dialog: nothing to save
             term.quit_after_run()
-            wait_gone(term)
         finally:
             term.kill()
     assert web.hostport in asked

@@ -53,9 +53,11 @@ class Tmux:
     def quit_after_run(self) -> None:
         """ctrl+q once the run has ended, which the status line's "ready" says (the prompt's
         placeholder may be covered by a key typed meanwhile): the answer, "submitted" or an exit
-        code show while the run still finishes, and a ctrl+q then asks first."""
+        code show while the run still finishes, and a ctrl+q then asks first. Returns once the
+        app is gone."""
         self.wait_for(" · ready ", line=0)
         self.keys("C-q")
+        wait_gone(self)
 
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "t")
@@ -125,7 +127,6 @@ def test_a_task_in_a_real_terminal(tmp_path):
             assert "exit 0" in shown
             assert "42" in shown.split("Answer", 1)[1]
             term.quit_after_run()
-            wait_gone(term)
         finally:
             term.kill()
     assert (tmp_path / "out" / "answer.txt").read_text() == "42\n"
@@ -205,7 +206,6 @@ def test_hostile_text_sets_neither_the_title_nor_the_clipboard(tmp_path):
             # the Answer box shows the file as a terminal would (escapes done, the rest visible)
             assert "42 31m\\u202eevil" in shown.split("Answer", 1)[1]
             term.quit_after_run()
-            wait_gone(term)
         finally:
             term.kill()
 
@@ -269,7 +269,6 @@ def test_a_running_command_s_output_shows_as_it_comes(tmp_path, size):
             shown = term.wait_for("tick-10", "exit 0", timeout=40)
             assert "all of it shows when it ends" not in shown  # the live view gave way
             term.quit_after_run()
-            wait_gone(term)
         finally:
             term.kill()
 
