@@ -94,11 +94,29 @@ def test_every_joined_process_is_capless_filtered_and_keyring_fresh(sandbox):
 
 
 # Bash builtins only, to be quick: the first command often runs before pid 1 execs the keeper
-BEFORE_THE_KEEPER = ("read -r -d '' a < /proc/1/cmdline; echo \"cmdline $a\"; "
-                     "while read -r k v; do case $k in CapEff:|NoNewPrivs:) echo $k $v;; esac; done < /proc/1/status; "
+PID_1_CMDLINE = "read -r -d '' a < /proc/1/cmdline; echo \"cmdline $a\"; "
+BEFORE_THE_KEEPER = (PID_1_CMDLINE +
+                     "read -r -d '' s < /proc/1/status; "  # in one read: pid 1's exec between two would shift them
+                     "while read -r k v; do case $k in CapEff:|NoNewPrivs:) echo $k $v;; esac; done <<< \"$s\"; "
                      "for link in exe cwd root fd/0 fd/2; do [ -e /proc/1/$link ] && echo reached $link; done; "
                      "{ read -r x < /proc/1/environ; } 2>/dev/null && echo reached environ; "
                      "{ read -r x < /proc/1/mem; } 2>/dev/null && echo reached mem; true")
+
+
+def first_commands_before_the_keeper(command: str, then: str | None = None):
+    """The output lines of `command` run first in new sandboxes (or of `then`, run next, if
+    given), whose first line is PID_1_CMDLINE's, until that met pid 1 still bwrap's child three
+    times; fails if it never did."""
+    window = 0
+    for _ in range(200):
+        with Sandbox() as sb:
+            marker, r = sb._record.marker, sb.exec(command)
+            lines = (r if then is None else sb.exec(then)).stdout.splitlines()
+        yield lines
+        window += lines[0] == f"cmdline {marker}"
+        if window == 3:
+            return
+    assert window, "no first command ran before pid 1 execed the keeper: this test no longer tests that window"
 
 
 def test_a_first_command_that_runs_before_pid_1_is_the_keeper_cannot_reach_it():
@@ -106,33 +124,23 @@ def test_a_first_command_that_runs_before_pid_1_is_the_keeper_cannot_reach_it():
     (written once that command started, forks._Start.let_go) to exec the keeper: already as bare
     as the keeper, but for CAP_WAKE_ALARM, so its links, environment and memory are out of reach
     the same way. New sandboxes until their first command met that window a few times."""
-    window = 0
-    for _ in range(200):
-        with Sandbox() as sb:
-            r, marker = sb.exec(BEFORE_THE_KEEPER), sb._record.marker
-        lines = r.stdout.splitlines()
-        assert lines[1:] == ["CapEff: " + f"{1 << 35:016x}", "NoNewPrivs: 1"], r.stdout
-        window += lines[0] == f"cmdline {marker}"
-        if window == 3:
-            break
-    assert window, "no first command ran before pid 1 execed the keeper: this test no longer tests that window"
+    for lines in first_commands_before_the_keeper(BEFORE_THE_KEEPER):
+        assert lines[1:] == ["CapEff: " + f"{1 << 35:016x}", "NoNewPrivs: 1"], lines
 
 
 def test_an_orphan_that_ended_before_the_keeper_ran_is_reaped():
     """An orphan of the first command that ends while pid 1 is still bwrap's child, which reaps
     nothing, is reparented to it and left a zombie; the keeper reaps it as it starts (launch.KEEPER
-    sends itself SIGCHLD). New sandboxes until the orphan met that window a few times."""
-    window = 0
-    for _ in range(200):
-        with Sandbox() as sb:
-            r, marker = sb.exec("( : & ); read -r -d '' a < /proc/1/cmdline; echo \"$a\"; sleep 0.1; "
-                                "grep -l '^State:.*zombie' /proc/[0-9]*/status || echo 'no zombie'"), sb._record.marker
-        lines = r.stdout.splitlines()
-        assert lines[1:] == ["no zombie"], r.stdout
-        window += lines[0] == marker
-        if window == 3:
-            break
-    assert window, "no orphan ended before pid 1 execed the keeper: this test no longer tests that window"
+    sends itself SIGCHLD). New sandboxes until the orphan met that window a few times: the first
+    command leaves it at once, and it writes pid 1's command line to a file once reparented (its
+    parent's pid is 1), just before it ends (a command's output is kept only until it exits).
+    Checked next, once the keeper runs and has had a moment for its first line."""
+    orphaned = "until read -r _ _ _ parent _ < /proc/self/stat; [ \"$parent\" = 1 ]; do :; done; "
+    then = ("until [ -s /tmp/orphan ]; do :; done; cat /tmp/orphan; "
+            "until read -r -d '' a < /proc/1/cmdline; [ \"$a\" = sh ]; do :; done; sleep 0.02; "
+            "grep -l '^State:.*zombie' /proc/[0-9]*/status || echo 'no zombie'")
+    for lines in first_commands_before_the_keeper(f"{{ {orphaned}{PID_1_CMDLINE}}} > /tmp/orphan & exit", then):
+        assert lines[1:] == ["no zombie"], lines
 
 
 def test_the_filter_refuses_its_eperm_list_syscall_by_syscall(sandbox):
