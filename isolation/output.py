@@ -1,4 +1,5 @@
-"""Collect a child's stdout and stderr with a byte cap and a timeout, feeding its stdin meanwhile."""
+"""Collect a child's stdout and stderr with a byte cap and a timeout, feeding its stdin meanwhile;
+and write all of some bytes to a descriptor."""
 from __future__ import annotations
 
 import os
@@ -99,3 +100,10 @@ def ready(fds: list[int], timeout: float | None) -> list[int]:
     for fd in fds:
         poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     return [fd for fd, _ in poller.poll(None if timeout is None else max(timeout, 0) * 1000)]
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """All of `data` to a blocking `fd`, however many writes that takes (a pipe or pty takes part)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

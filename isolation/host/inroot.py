@@ -21,6 +21,7 @@ import stat
 import struct
 
 from ..idmap import as_sandbox_root, sandbox_owner
+from ..output import write_all
 
 _SYS_OPENAT2 = 437  # the same number on every architecture (it is in the shared syscall table)
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -94,9 +95,7 @@ def _write_in_root(root_fd: int, path: str, data: bytes, mode: int, exclusive: b
     try:
         _check_file(fd, path, 0 if created else stat.S_IWUSR)
         os.ftruncate(fd, 0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
         if created:
             os.fchmod(fd, mode)  # after the write, so a read-only mode can be asked for
     finally:

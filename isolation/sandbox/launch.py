@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 from .. import bwrap, idmap, session_layers, spawn
 from ..limits import capacity
+from ..output import write_all
 from ..spec import SandboxError
 from .closing import _kill_group
 from .disk import _size
@@ -110,7 +111,7 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo, planned: Callable[[], None]
         if ids is not None:
             popen(path, functools.partial(idmap.launching, folders + more, ids))
         options = argv[1:argv.index("--")]
-        _write_all(args_w, "".join(f"{arg}\0" for arg in options).encode())
+        write_all(args_w, "".join(f"{arg}\0" for arg in options).encode())
     except BaseException:
         if session:
             os.close(userns_w)
@@ -168,12 +169,6 @@ def _layers_tmpfs(sandbox: Sandbox, ids: idmap.SubIds | None) -> tuple[str, str,
     target = (idmap.STAGE if ids is not None else "") + str(sandbox._scratch)
     return (target, f"size={limits.disk},nr_inodes={limits.inode_limit()},mode=0755,uid=0,gid=0",
             [] if sandbox._session is not None else list(sandbox._root.folders))  # a session's: _restore_layers
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _abandon_start(sandbox: Sandbox, pidfd: int | None) -> None:

@@ -19,6 +19,7 @@ import signal
 import termios
 import tty
 
+from isolation.output import write_all
 from lis_tui.app.ptyfilter import EscapeStringFilter
 from lis_tui.app.ptymodes import ScreenGuard
 
@@ -44,7 +45,7 @@ def relay(child, stdin_fd: int = 0, output_fd: int = 1, forward_input: bool = Tr
             previous = signal.signal(signal.SIGWINCH, lambda *_: os.write(wake_w, b"w"))
             undo.callback(signal.signal, signal.SIGWINCH, previous)
         if os.isatty(output_fd):  # however the relay ends: the program may have died mid-screen
-            undo.callback(lambda: _write_all(output_fd, screen.restore()))
+            undo.callback(lambda: write_all(output_fd, screen.restore()))
         _pump(child, stdin_fd if forward_input else -1, output_fd, size_fd, wake_r, interactive, screen)
     child.close()
     return child.exit_code or 0
@@ -76,8 +77,8 @@ def _pump(child, stdin_fd: int, output_fd: int, size_fd: int, wake_r: int, inter
                 _copy_size(size_fd, child.fd)
             elif fd == exit_fd:  # the program is gone: what it printed last, then stop
                 while data := _read(child.fd):
-                    _write_all(output_fd, shown(data))
-                _write_all(output_fd, screen.feed(strings.flush()))
+                    write_all(output_fd, shown(data))
+                write_all(output_fd, screen.feed(strings.flush()))
                 return
             elif fd == stdin_fd:
                 pending = _read(stdin_fd)
@@ -89,7 +90,7 @@ def _pump(child, stdin_fd: int, output_fd: int, size_fd: int, wake_r: int, inter
             if fd == child.fd and events & (select.POLLIN | select.POLLHUP | select.POLLERR):
                 data = _read(child.fd)
                 if data:
-                    _write_all(output_fd, shown(data))
+                    write_all(output_fd, shown(data))
 
 
 def _copy_size(from_fd: int, to_fd: int) -> None:
@@ -114,12 +115,6 @@ def _write_some(fd: int, data: bytes) -> int:
         return os.write(fd, data)
     except (BlockingIOError, InterruptedError):
         return 0
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _drain(fd: int) -> None:
