@@ -166,7 +166,7 @@ def test_toasts_spare_the_answer_and_a_follow_up_typed_while_scrolled_up_is_seen
             term.wait_for("Type a task")
             term.keys("-l", "Count, then answer.")
             term.keys("Enter")
-            term.wait_for("Answer", wide)
+            term.wait_for("Answer", wide, "Type a follow-up")  # idle: the prompt takes keys again
             term.keys("F2")  # a toast ("Network mode: ASK") while the answer is on screen
             shown = term.wait_for("Network mode")
             assert wide in shown  # not a character of it covered

@@ -227,7 +227,8 @@ def test_started_where_it_cannot_write_the_run_goes_to_the_data_dir_and_a_failur
                        width=100, height=30)
             term.wait_for("Type a task", "Runs go to")
             term.keys("What is 3+4?", "Enter")
-            shown = term.wait_for("Answer", "7", "run ")
+            # the prompt's placeholder comes back once the run is idle: an Enter before that is not a follow-up
+            shown = term.wait_for("Answer", "7", "run ", "Type a follow-up")
             assert "data/lis-tui/runs/" in shown  # the status line names the run's directory
             term.keys("And now?", "Enter")
             term.wait_for("The run failed", "refuses the follow-up")
@@ -294,7 +295,7 @@ def test_setup_then_tab_keeps_the_draft_and_goes_prompt_transcript_prompt(tmp_pa
             term.keys("C-s")
             term.wait_for("Type a task", "Saved to")  # the setup screen closed
             term.keys("List them.", "Enter")
-            term.wait_for("Answer", "exit 0")
+            term.wait_for("Answer", "exit 0", "Type a follow-up")  # idle: the draft is typed into the follow-up prompt
             term.keys("draft")
             term.wait_for("draft")
             # Tab: to the transcript, past no output block; Tab: back to the prompt, where the
