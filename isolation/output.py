@@ -103,7 +103,7 @@ def ready(fds: list[int], timeout: float | None) -> list[int]:
 
 
 def write_all(fd: int, data: bytes) -> None:
-    """All of `data` to a blocking `fd`, however many writes that takes (a pipe or pty takes part)."""
+    """All of `data` to a blocking `fd`, however many writes that takes (a pipe or a pty may take part of one)."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
