@@ -40,6 +40,16 @@ def sandbox_processes(root: int) -> list[int]:
     return [p for p in dict.fromkeys(descendants(root, *helpers)) if not helper(cmdlines.get(p) or _cmdline(p))]
 
 
+def left_behind(root: int, timeout: float = 10.0) -> list[tuple[int, list[str], list[bytes]]]:
+    """sandbox_processes(root) still there after `timeout` (none: []), each with its state and
+    parent, and its argv: a process killed as a sandbox closed can take a moment to go, and one
+    that is done is a zombie (argv empty) until its parent, the spawn helper or a zygote, reaps it."""
+    deadline = time.monotonic() + timeout
+    while (left := sandbox_processes(root)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [(pid, _stat(pid)[:2], _cmdline(pid)) for pid in left]
+
+
 def pss_kib(pid: int) -> int:
     """A process's proportional set size in KiB; 0 once it is gone."""
     try:

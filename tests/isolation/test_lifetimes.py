@@ -470,8 +470,16 @@ def test_a_start_that_fails_part_way_leaves_no_process(monkeypatch, where):
         monkeypatch.setattr(launch, "_rlimits", lambda limits: [*pid1._rlimits(limits), (4242, 1)])
     elif where == "layers":  # a tmpfs the kernel refuses, mounted while bwrap's child waits for it
         monkeypatch.setattr(Sandbox, "_layers_tmpfs", lambda sb, ids: (str(sb._scratch), "lis-no-such-option", []))
-    else:  # bwrap never builds the sandbox in time (a start past its timeout)
-        monkeypatch.setattr(launch, "START_TIMEOUT", 1e-4)
+    else:  # bwrap never builds the sandbox in time (a start past its timeout): its group is stopped
+        # once it runs, its child with it if cloned already (a timeout alone, however short, was
+        # met on a fast machine: each step's answer came within the poll's first millisecond)
+        admit = Sandbox._admit
+
+        def stopped(sb):
+            os.killpg(sb._proc.pid, signal.SIGSTOP)
+            admit(sb)
+        monkeypatch.setattr(Sandbox, "_admit", stopped)
+        monkeypatch.setattr(launch, "START_TIMEOUT", 0.5)
     before = set(_ours_marked("lis-sandbox-"))
     with pytest.raises(SandboxError) as failed:
         Sandbox().start()

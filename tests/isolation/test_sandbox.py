@@ -266,7 +266,7 @@ def test_a_rootfs_whose_pid_1_cannot_start_says_why_to_every_command(debian_root
     namespace, and every later one) are told so, not that the sandbox closed: in bwrap's words,
     or by its exit status once no zygote that heard them is left; close leaves nothing running."""
     from isolation import sessions
-    from proctree import keeper_runs, sandbox_processes
+    from proctree import keeper_runs, left_behind
 
     why = r"pid 1 did not start(: bwrap: execvp sh: No such file or directory| \(bwrap exited with status 1\))\. .*`sh`"
     spec = SandboxSpec(rootfs=str(debian_rootfs.rootfs.path), session=f"no-sh-{os.getpid()}")
@@ -285,7 +285,7 @@ def test_a_rootfs_whose_pid_1_cannot_start_says_why_to_every_command(debian_root
                 sb.exec("true")
         with pytest.raises(SandboxError, match=why):  # with the network on, the proxy's port is asked for in start
             Sandbox(SandboxSpec(rootfs=spec.rootfs, session=spec.session, network="on")).start()
-        assert sandbox_processes(os.getpid()) == []
+        assert not (left := left_behind(os.getpid())), left
     finally:
         sessions.remove(spec.session)
 
