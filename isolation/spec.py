@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .limits import counters
@@ -171,10 +171,27 @@ class SandboxSpec:
         if self.network not in NETWORK_MODES:
             raise SandboxError(f"network must be one of {', '.join(NETWORK_MODES)}, not {self.network!r}")
 
+    def resolved(self) -> SandboxSpec:
+        """This spec with its host folders (workspace, input_dir, documents_dir) absolute and free of
+        links, as seen from here and now: what a record keeps, so that a run, a session or an apply
+        finds the same project wherever it is typed later (a relative "." means another folder then)."""
+        found = {key: Path(host_path(value)) if isinstance(value, Path) else host_path(value)
+                 for key in HOST_FOLDERS if (value := getattr(self, key)) is not None}
+        return self if all(getattr(self, key) == value for key, value in found.items()) else replace(self, **found)
+
     @property
     def places(self) -> Places:
         """Where this sandbox's folders are, as its processes see them."""
         return WORKSPACE_PLACES if self.workspace is not None else PAPER_PLACES
+
+
+HOST_FOLDERS = ("workspace", "input_dir", "documents_dir")
+"""The SandboxSpec fields that name folders of the host."""
+
+
+def host_path(path: Path | str) -> str:
+    """`path` (~ expanded) absolute and with its links resolved, against the current folder."""
+    return os.path.realpath(os.path.expanduser(os.fspath(path)))
 
 
 @dataclass(frozen=True)

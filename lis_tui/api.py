@@ -138,7 +138,8 @@ def _run(task: str, config: Config, spec: SandboxSpec | None, prompts: Prompts,
          out: Path, resume: Any = None) -> tuple[RunFinished, dict]:
     with ModelClient(config.model) as client:
         def make_agent(tools: Any) -> Agent:
-            kind, more = (FollowUpAgent, {"history": resume.messages}) if resume is not None else (Agent, {})
+            kind, more = (FollowUpAgent, {"history": resume.messages, "missed": resume.missed}) \
+                if resume is not None else (Agent, {})
             return kind(client, tools, config.agent, prompts=prompts, listener=listeners,
                         prompt_values=prompt_values(spec), command_approval=command_approval,
                         stream=stream, reply_reserve=config.model.max_tokens or 0, **more)
@@ -282,7 +283,8 @@ def run_prompts(config: Config, spec: SandboxSpec | None,
 
 def trajectory_header(config: Config, spec: SandboxSpec | None, out: Path) -> dict[str, Any]:
     """The trajectory's fixed fields: id, version, output dir, model settings (no key), sandbox."""
-    sandbox = json.loads(json.dumps(asdict(spec), default=str)) if spec else None
+    # Host folders as absolute paths: "." would name whichever folder a resume is typed in
+    sandbox = json.loads(json.dumps(asdict(spec.resolved()), default=str)) if spec else None
     return {"id": out.name, "lis_tui_version": __version__,
             "output_dir": str(out), "started_in": _cwd(), "model": config.model.public_dict(),
             "agent": asdict(config.agent), "sandbox": sandbox}

@@ -105,13 +105,15 @@ class Conversation:
         except (SandboxError, _shell_error(), OSError) as exc:  # evaluated only on a failure
             self._close_parts()
             return _failed(f"the sandbox failed to start: {exc}", listeners)
+        missed: list[str] = []
         if self._put_back and self._sandbox is not None:
             self._put_back = False
             listeners.on_event(ResumeNote(self.resumed.restore(self._sandbox)))
+            missed = self.resumed.missed  # the model is told with this first follow-up
         with self._lock:
             if self._closing:
                 return _failed("lis-tui was closing", listeners)
-            agent = self._agent = self._make_agent(listeners)
+            agent = self._agent = self._make_agent(listeners, missed)
             self._listeners = listeners  # the proxy's notes go to the task at work
             self.state = "working"
         try:
@@ -287,7 +289,7 @@ class Conversation:
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in handle.env.items())
         _quietly(self._toolbox.shell.run, f"export {exports}")
 
-    def _make_agent(self, listeners: Listeners) -> Agent:
+    def _make_agent(self, listeners: Listeners, missed: list[str] | None = None) -> Agent:
         from lis_tui import api  # noqa: PLC0415 (see the top)
 
         agent = self.config.agent
@@ -297,7 +299,7 @@ class Conversation:
                              prompts=self._prompts, prompt_values=api.prompt_values(self.spec),
                              command_approval=self.command_approval, stream=self.stream,
                              reply_reserve=self.config.model.max_tokens or 0,
-                             history=self.messages)
+                             history=self.messages, missed=missed)
 
     def _save_answer(self, finished: RunFinished) -> None:
         if self.out is not None:

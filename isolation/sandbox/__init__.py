@@ -38,7 +38,7 @@ class Sandbox:
     def __init__(self, spec: SandboxSpec | None = None, network: NetworkPolicy | None = None) -> None:
         """`network`: the policy with its approval callbacks; None builds one from the spec's
         network, allow_hosts and deny_hosts (and `ask` then refuses what they do not allow)."""
-        self.spec = spec or SandboxSpec()
+        self.spec = (spec or SandboxSpec()).resolved()
         self.policy = network
         self.network: ProxyHandle | None = None
         """The proxy port while the network is not off: `.records()` is the request log."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..limits import budget, capacity, cgroup, diskcap, memcap
 from .. import bwrap, records, session_layers, sessions
 from ..changes import workspace
-from ..spec import SandboxError, default_disk
+from ..spec import SandboxError, SandboxSpec, default_disk, host_path
 
 if TYPE_CHECKING:
     from . import Sandbox
@@ -52,6 +52,8 @@ def _sweep(first: bool) -> None:
 def start(sandbox: Sandbox) -> Sandbox:
     if sandbox._proc is not None:
         raise SandboxError("this sandbox was already started")
+    if sandbox.spec.workspace is not None:
+        _refuse_own_state(sandbox.spec.workspace)
     info = bwrap.find_bwrap()
     _sweep(first=True)
     # This process's cgroup subtree, set up once, before the spawn helper or any bwrap is forked:
@@ -131,18 +133,48 @@ def _open_session(sandbox: Sandbox) -> None:
     if sandbox.spec.git_writable and sandbox.spec.workspace is not None:
         from ..changes.gitbundle import head_commit  # noqa: PLC0415
 
-        sandbox.git_base = head_commit(Path(sandbox.spec.workspace).expanduser().resolve())
+        sandbox.git_base = head_commit(Path(sandbox.spec.workspace))
     if not sandbox.spec.session:
         if sandbox.spec.workspace is not None:
-            sandbox._before = workspace.snapshot(Path(sandbox.spec.workspace).expanduser().resolve())
+            sandbox._before = workspace.snapshot(Path(sandbox.spec.workspace))
         return
     sandbox._session = sessions.Session(sandbox.spec.session)
     saved = sandbox._session.load_spec()
-    if saved is not None and (saved.rootfs, saved.workspace) != (sandbox.spec.rootfs, sandbox.spec.workspace):
-        raise SandboxError(f"session {sandbox.spec.session} was made with rootfs {saved.rootfs!r} and workspace "
-                           f"{saved.workspace!r}; resume it with the same ones (or leave them out)")
+    if saved is not None:
+        _check_same_project(sandbox.spec, saved)
     session_layers.prepare(sandbox._session.dir, diskcap.on_tmpfs(sandbox.spec))  # its size is checked at _admit
     sandbox._before = sandbox._session.snapshot()
     if sandbox._before is None and sandbox.spec.workspace is not None:
-        sandbox._before = workspace.snapshot(Path(sandbox.spec.workspace).expanduser().resolve())
+        sandbox._before = workspace.snapshot(Path(sandbox.spec.workspace))
     sandbox._session.save(sandbox.spec, sandbox._before)
+
+
+def _check_same_project(spec: SandboxSpec, saved: SandboxSpec) -> None:
+    """A kept session's layers are changes to the project it was made on: laid over another one they
+    would read as the model's edits there. Its rootfs and workspace hold; the workspace is compared
+    as a resolved path, so "." typed in another folder is another project."""
+    was, now = saved.workspace, spec.workspace
+    if was is not None and now is not None and not os.path.isabs(was):
+        return  # an earlier version kept only "."; the caller named the project (see spec_from_args)
+    if saved.rootfs == spec.rootfs and (was is None) == (now is None) and (was is None or host_path(was) == now):
+        return
+
+    def made(spec: SandboxSpec, workspace: str | Path | None) -> str:
+        return f"rootfs {spec.rootfs!r} with " + (f"workspace {workspace}" if workspace is not None else "no workspace")
+
+    raise SandboxError(f"session {spec.session} was made on {made(saved, was)}, not {made(spec, now)}: its files are "
+                       "changes to that one. Fix: leave --rootfs and --workspace out to resume it as it was made, "
+                       "or give a new session id")
+
+
+def _refuse_own_state(workspace: str | Path) -> None:
+    """A workspace that holds lis-tui's own state (its sandboxes' layers, kept sessions) or lies inside
+    it: the sandbox's writable layers would sit inside the folder laid under them (the kernel refuses
+    such an overlay, or worse, lets it loop), and the model would see every other sandbox's files."""
+    ours = {records.state_dir(), records.scratch_root(), sessions.sessions_root()}
+    where = Path(workspace)
+    for place in sorted({Path(host_path(p)) for p in ours}):
+        if place == where or place.is_relative_to(where) or where.is_relative_to(place):
+            raise SandboxError(f"--workspace {where} overlaps lis-tui's own state ({place}): a sandbox cannot be "
+                               "laid over its own layers. Fix: give the project's folder, or keep lis-tui's state "
+                               "elsewhere (XDG_STATE_HOME, or LIS_SCRATCH and LIS_SESSIONS)")

@@ -56,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     overrides = {**agent_overrides(args), "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     if resumed is not None:
-        overrides = resumed.overrides(overrides)
+        overrides = resumed.overrides(overrides, args.profile)
     try:
         config = load_config(args.profile, overrides)
         spec = None

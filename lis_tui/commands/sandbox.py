@@ -163,16 +163,40 @@ def spec_from_args(args: argparse.Namespace, config=None):
         env[name] = value
     saved = _saved_session_spec(args.session) if getattr(args, "session", None) else None
     if saved is not None:  # resuming: what was not given again comes from the session
+        _session_project(args, saved)
         return SandboxSpec(rootfs=args.rootfs or saved.rootfs, network=args.network or saved.network,
                            workspace=args.workspace or saved.workspace, input_dir=args.input_dir or saved.input_dir,
                            documents_dir=args.documents_dir or saved.documents_dir,
                            env={**(saved.env or {}), **env}, limits=_resumed_limits(saved.limits, args, config),
                            session=args.session,
-                           nested_userns=saved.nested_userns, **hosts)
+                           nested_userns=saved.nested_userns, **hosts).resolved()
     return SandboxSpec(rootfs=args.rootfs or configured_rootfs(config), network=args.network or config.network.mode,
                        workspace=args.workspace, input_dir=args.input_dir, documents_dir=args.documents_dir,
                        env=env, session=getattr(args, "session", None), limits=sandbox_limits(config),
-                       nested_userns=config.sandbox.nested_userns, **hosts)
+                       nested_userns=config.sandbox.nested_userns, **hosts).resolved()
+
+
+def _session_project(args: argparse.Namespace, saved) -> None:
+    """A kept session goes on in the project it was made on, wherever this is typed: said when that
+    is not here; refused when an earlier version kept it only as a relative path (whose folder it
+    did not note), until the person names the project."""
+    from isolation import SandboxError  # noqa: PLC0415
+    from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
+
+    was = saved.workspace
+    if args.workspace is not None or was is None:
+        return
+    if not os.path.isabs(was):
+        raise SandboxError(f"session {args.session} kept its workspace only as {str(was)!r}, relative to a folder "
+                           "an earlier lis-tui did not note. Fix: name the project it was made on, once: "
+                           "--workspace DIR")
+    try:
+        here = os.path.realpath(os.getcwd())
+    except OSError:  # the folder it is typed in is gone
+        here = ""
+    if here != was:
+        print(safe_terminal_text(f"lis-tui: session {args.session} works in {was} (its project), not here"),
+              file=sys.stderr)
 
 
 def _check_host_dirs(args: argparse.Namespace) -> None:

@@ -95,7 +95,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
     overrides = {**agent_overrides(args), "network.mode": args.network, "sandbox.rootfs": args.rootfs}
     if resumed is not None:
-        overrides = resumed.overrides(overrides)
+        overrides = resumed.overrides(overrides, args.profile)
     try:
         config = load_config(args.profile, overrides)
         if config.agent.prompts:  # a bad --prompts file: said here, not after the app opened

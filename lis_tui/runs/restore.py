@@ -32,8 +32,9 @@ rm -rf "$d"
 """
 
 
-def put_back(sandbox: Any, run_dir: Path, name: str) -> str:
-    """Put run `name`'s changes and output files into `sandbox`; one line saying what was done."""
+def put_back(sandbox: Any, run_dir: Path, name: str) -> tuple[str, list[str]]:
+    """Put run `name`'s changes and output files into `sandbox`; one line saying what was done, and
+    "path (why)" of each change or file that was not put back."""
     done: list[str] = []
     missed: list[str] = []
     if sandbox.spec.workspace is not None and (run_dir / PATCH).exists():
@@ -50,7 +51,7 @@ def put_back(sandbox: Any, run_dir: Path, name: str) -> str:
     if missed:
         shown = ", ".join(missed[:5]) + (f" and {len(missed) - 5} more" if len(missed) > 5 else "")
         line += f"; not put back: {shown}"
-    return line
+    return line, missed
 
 
 def reapply(sandbox: Any, run_dir: Path) -> tuple[int, list[str]]:

@@ -16,10 +16,14 @@ from typing import Any, Iterator
 
 from lis_tui.agent.loop import Agent
 from lis_tui.runs.replay import load_trajectory, replay_events
-from lis_tui.runs.store import app_runs_dir, find_run, list_runs
+from isolation.spec import HOST_FOLDERS
+from lis_tui.runs.store import find_run, in_store, list_runs, store_places
 
 FOLLOW_UP = ("{task}\n\n(This continues the task above, in the same computer. When you are done, "
              "update {answer} if the answer changed and call `submit` again.)")
+NOT_PUT_BACK = ("\n(Not all of the earlier work could be put back into this computer: {missed}. Those files are "
+                "as the project has them now; look before you rely on them.)")
+"""Added to the follow-up when some of the run's changes or output files were not put back."""
 CARRIED = {"max_steps": "agent.max_steps", "max_context_tokens": "agent.max_context_tokens",
            "wall_time": "agent.wall_time", "mode": "agent.mode"}
 """The earlier run's agent settings that hold again unless a flag gives them (its limits)."""
@@ -31,14 +35,20 @@ WHERE_IDS = "Fix: `lis-tui runs` lists past runs and sessions with their ids"
 class FollowUpAgent(Agent):
     """An Agent that goes on with an earlier conversation instead of starting a new one."""
 
-    def __init__(self, *args: Any, history: list[dict] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, history: list[dict] | None = None, missed: list[str] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.history = list(history or [])
+        self.missed = list(missed or [])
+        """What of the earlier run's work was not put back ("path (why)"): the model is told."""
 
     def _first_messages(self, task: str) -> list[dict]:
         if not self.history:
             return super()._first_messages(task)
-        return [*self.history, {"role": "user", "content": FOLLOW_UP.format(task=task, answer=self.answer_path)}]
+        text = FOLLOW_UP.format(task=task, answer=self.answer_path)
+        if self.missed:
+            text += NOT_PUT_BACK.format(missed="; ".join(self.missed))
+        return [*self.history, {"role": "user", "content": text}]
 
 
 @dataclass
@@ -53,6 +63,8 @@ class Resumable:
     kept: str | None = None
     """The kept session the new sandbox resumes (its files are as the run left them); None: a
     fresh sandbox, into which the run's changes and output files are put back."""
+    missed: list[str] = field(default_factory=list)
+    """What restore() could not put back ("path (why)"), which the model is told."""
 
     @property
     def name(self) -> str:
@@ -67,9 +79,9 @@ class Resumable:
         """What the new trajectory records of the chain."""
         return {"resumed_from": self.name, "resumed_from_path": str(self.run_dir)}
 
-    def overrides(self, given: dict[str, Any]) -> dict[str, Any]:
-        """`given` (config overrides from flags, None: not given) with the earlier run's limits
-        and tool format where no flag gave them."""
+    def overrides(self, given: dict[str, Any], profile: str | None = None) -> dict[str, Any]:
+        """`given` (config overrides from flags, None: not given) with the earlier run's limits, tool
+        format, model and server where no flag (nor `profile`, for the model) gave them."""
         agent = self.doc.get("agent") if isinstance(self.doc.get("agent"), dict) else {}
         merged = dict(given)
         for key, dotted in CARRIED.items():
@@ -78,6 +90,14 @@ class Resumable:
         model = self.doc.get("model") if isinstance(self.doc.get("model"), dict) else {}
         if merged.get("model.max_tokens") is None and isinstance(model.get("max_tokens"), int):
             merged["model.max_tokens"] = model["max_tokens"]
+        # The model and its server, unless a flag or a profile names them: the conversation goes on
+        # with the model that wrote it. Only from lis-tui's own store: a run folder found elsewhere
+        # may be anyone's, and a server it names would get the API key.
+        if profile is None and merged.get("model.model") is None and merged.get("model.base_url") is None \
+                and in_store(self.run_dir):
+            for key in ("model", "base_url", "api_key_env"):
+                if isinstance(model.get(key), str) and model[key]:
+                    merged[f"model.{key}"] = model[key]
         # Its messages are written in the format it ended in: one it was given, or auto's switch
         settled = agent.get("tool_format") if agent.get("tool_format") != "auto" else \
             self.doc.get("tool_format") if "tool_format_switch" in self.doc else None
@@ -90,6 +110,9 @@ class Resumable:
         could not be had. Each value is checked for its type: the file may not be lis-tui's."""
         saved, notes = self.sandbox, []
         text = {key: value for key, value in saved.items() if isinstance(value, str) and value}
+        for key in HOST_FOLDERS:  # absolute since this version; before, relative to where it started
+            if key in text:
+                text[key] = self._host_folder(key, text[key])
         taken = [f"{flag} {text[key]}" for key, flag in (("rootfs", "--rootfs"), ("network", "--network"),
                                                         ("workspace", "--workspace"))
                  if getattr(args, key) is None and key in text]
@@ -99,6 +122,8 @@ class Resumable:
                 raise ValueError(f"the run's workspace {text['workspace']} is gone (moved or removed?). Fix: "
                                  f"give the project's folder: --workspace DIR")
             args.workspace = text["workspace"]
+            if _here() != text["workspace"]:
+                notes.append(f"continuing in {text['workspace']}, its project (not here)")
         for key in ("input_dir", "documents_dir"):
             if getattr(args, key) is None and key in text:
                 if os.path.isdir(text[key]):
@@ -114,6 +139,18 @@ class Resumable:
         self.notes = ([f"as it ran: {', '.join(taken)} (a flag changes each)"] if taken else []) + notes \
             + self.limit_notes()
         return self.notes
+
+    def _host_folder(self, key: str, value: str) -> str:
+        """A host folder the run named, absolute: a relative one (an earlier version's record) is read
+        against the folder the run was started in, never the one this is typed in."""
+        if os.path.isabs(value):
+            return value
+        started = self.doc.get("started_in")
+        if not isinstance(started, str) or not os.path.isabs(started):
+            flag = "--" + key.replace("_", "-")
+            raise ValueError(f"the run kept its {flag} only as {value!r}, relative to a folder it did not note. "
+                             f"Fix: name that folder: {flag} DIR")
+        return os.path.normpath(os.path.join(started, value))
 
     def _kept_session(self, args: argparse.Namespace, saved: str | None) -> list[str]:
         """Resume the run's kept session when it is still there (and note when it is gone)."""
@@ -157,7 +194,8 @@ class Resumable:
             return f"continuing in the kept session {self.kept}: its files are as the run left them"
         from lis_tui.runs.restore import put_back  # noqa: PLC0415
 
-        return put_back(sandbox, self.run_dir, self.name)
+        line, self.missed = put_back(sandbox, self.run_dir, self.name)
+        return line
 
 
 def chain_events(doc: dict) -> Iterator[Any]:
@@ -185,7 +223,7 @@ def load_resumable(ref: str) -> Resumable:
         if run_dir is None:
             raise
     doc = load_trajectory(run_dir)
-    run_dir = run_dir.parent if run_dir.name == "trajectory.json" else run_dir
+    run_dir = (run_dir.parent if run_dir.name == "trajectory.json" else run_dir).absolute()
     if "bench_mode" in doc or "task_id" in doc:
         raise ValueError(f"{run_dir} is a bench or rollout episode: it is scored as it ran, once, so it is not "
                          "continued. Fix: run its task again with `lis-tui run`")
@@ -207,16 +245,24 @@ def load_resumable(ref: str) -> Resumable:
 def last_here(folder: Path | None = None) -> Resumable:
     """The newest run or session started in `folder` (default: here) or with it as workspace."""
     folder = (folder or Path.cwd()).resolve()
-    # Only where lis-tui itself keeps runs: ./lis-output may hold folders a sandbox made
-    from isolation.records import state_dir  # noqa: PLC0415 (the app's first frame needs no records)
-
-    for run in list_runs([app_runs_dir(), state_dir() / "runs"], indexed=True):
-        if folder in (_resolved(run.started_in), _resolved(run.workspace)):
+    for run in list_runs(store_places(), indexed=True):
+        started = _resolved(run.started_in)
+        # an earlier version's relative workspace is read against where the run started, never here
+        workspace = None if not run.workspace else _resolved(os.path.join(run.started_in, run.workspace)) \
+            if started else _resolved(run.workspace)
+        if folder in (started, workspace):
             return load_resumable(str(run.path))
     raise ValueError(f"no run or session was started in {folder} (nor with it as --workspace). "
                      f"{WHERE_IDS}; `lis-tui resume ID` continues one of them")
 
 
 def _resolved(path: str) -> Path | None:
-    return Path(path).expanduser().resolve() if path else None
+    return Path(path).resolve() if path and os.path.isabs(path) else None
+
+
+def _here() -> str:
+    try:
+        return os.path.realpath(os.getcwd())
+    except OSError:  # the folder this was typed in is gone
+        return ""
 

@@ -46,6 +46,21 @@ def default_places() -> list[Path]:
     return [app_runs_dir(), state_dir() / "runs", RUN_OUTPUT.absolute()]
 
 
+def store_places() -> list[Path]:
+    """Where lis-tui itself keeps runs (the index names the others): never ./lis-output, which a
+    workspace run's applied changes may have filled with folders a sandbox made."""
+    from isolation.records import state_dir  # noqa: PLC0415 (see default_places)
+
+    return [app_runs_dir(), state_dir() / "runs"]
+
+
+def in_store(run_dir: Path) -> bool:
+    """Whether lis-tui itself made `run_dir`: it is in a place of store_places(), or in the index."""
+    where = run_dir.resolve()
+    return where.parent in {place.resolve() for place in store_places()} or \
+        where in {path.resolve() for path in indexed_runs()}
+
+
 def remember(run_dir: Path) -> None:
     """Note a run folder outside the runs folder (an --output-dir) in the index, so it is listed."""
     run_dir = run_dir.absolute()

@@ -38,8 +38,33 @@ def test_resume_refuses_a_different_workspace(tmp_path):
     (tmp_path / "w").mkdir()
     with Sandbox(SandboxSpec(session="w1")):
         pass
-    with pytest.raises(SandboxError, match="same ones"):
+    with pytest.raises(SandboxError, match="was made on rootfs 'host' with no workspace, not rootfs 'host' with "
+                                           "workspace .*/w: .* Fix: leave --rootfs and --workspace out"):
         Sandbox(SandboxSpec(session="w1", workspace=tmp_path / "w")).start()
+
+
+def test_a_session_kept_by_an_earlier_version_as_dot_waits_for_the_project_to_be_named(tmp_path):
+    (tmp_path / "p").mkdir()
+    with Sandbox(SandboxSpec(session="old", workspace=tmp_path / "p")) as sb:
+        sb.exec("echo kept > /testbed/f")
+    saved = tmp_path / "sessions" / "old" / "spec.json"
+    saved.write_text(saved.read_text().replace(str(tmp_path / "p"), "."))  # as lis-tui kept `--workspace .`
+    guessed = subprocess.run([LIS, "exec", "--session", "old", "--", "cat /testbed/f"], cwd=tmp_path,
+                             capture_output=True, text=True)
+    assert guessed.returncode == 1 and "kept its workspace only as '.'" in guessed.stderr, guessed.stderr
+    named = subprocess.run([LIS, "exec", "--session", "old", "--workspace", "p", "--", "cat /testbed/f"],
+                           cwd=tmp_path, capture_output=True, text=True)
+    assert named.stdout == "kept\n", named.stderr
+    assert sessions.load_spec(saved.parent).workspace == str(tmp_path / "p")  # kept whole from now on
+
+
+def test_a_workspace_over_lis_tuis_own_state_is_refused_in_one_line(tmp_path_factory):
+    holds = tmp_path_factory.getbasetemp()  # the scratch of every test's sandboxes is below it (conftest)
+    for workspace in (holds, holds / "scratch"):
+        workspace.mkdir(exist_ok=True)
+        with pytest.raises(SandboxError, match=r"^--workspace \S+ overlaps lis-tui's own state \(\S+\): a sandbox "
+                                               "cannot be laid over its own layers. Fix: give the project's folder"):
+            Sandbox(SandboxSpec(workspace=workspace)).start()
 
 
 def test_bad_ids_are_refused():

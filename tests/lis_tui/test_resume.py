@@ -55,6 +55,8 @@ def test_run_resume_sends_the_conversation_and_puts_the_work_back_inside_the_new
     # The model got the first conversation as it was, then the follow-up.
     assert seen["messages"][:len(before)] == before
     assert seen["messages"][len(before)]["role"] == "user" and seen["messages"][len(before)]["content"].startswith("again")
+    assert ("Not all of the earlier work could be put back into this computer: notes.txt (patch does not apply: the "
+            "project changed since the run)") in seen["messages"][len(before)]["content"]  # the model is told
     # The run's new file and output files are in the new sandbox; the host's edit wins over the run's.
     assert seen["output"].split() == ["made-in-run-1", "kept-output", "42", "one", "changed", "on", "the", "host",
                                       "since"]
@@ -128,3 +130,67 @@ def test_a_kept_session_resumes_its_last_run_in_that_session(tmp_path, monkeypat
     assert second.returncode == 0, second.stderr
     assert "resumed: continuing in the kept session s1: its files are as the run left them" in second.stderr
     assert seen["output"].split() == ["in-session", "answer.txt"]  # nothing put back twice
+
+
+def _git_project(where: Path, text: str) -> Path:
+    where.mkdir()
+    (where / "main.py").write_text(text)
+    for argv in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start"]):
+        subprocess.run(["git", *argv], cwd=where, check=True, capture_output=True)
+    return where
+
+
+def _lis_in(tmp_path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lis_tui.cli", *args], cwd=cwd, env=env_for(tmp_path),
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.sandbox
+def test_resume_continue_apply_and_a_session_stay_on_their_project_wherever_they_are_typed(tmp_path):
+    a = _git_project(tmp_path / "a", "print('a')\n")
+    b = _git_project(tmp_path / "b", "print('b')\n")
+    with FakeOpenAI([reply("working", [bash("echo 'print(1)' >> main.py && echo new > made.txt")]), submit()]) as server:
+        first = _lis_in(tmp_path, a, "run", "--base-url", server.base_url, "--model", "m", "--rootfs", "host",
+                        "--workspace", ".", "edit it")
+    assert first.returncode == 0, first.stderr
+    run1 = Path(re.search(r"saved in (/\S+)", first.stderr).group(1))
+    doc = json.loads((run1 / "trajectory.json").read_text())
+    assert doc["sandbox"]["workspace"] == str(a) and json.loads((run1 / "changes.json").read_text())["workspace"] == str(a)
+
+    # --continue: only a run of this folder; from b there is none, from a there is (then the app needs a terminal)
+    none = _lis_in(tmp_path, b, "--continue")
+    assert none.returncode == 2 and f"no run or session was started in {b}" in none.stderr, none.stderr
+    here = _lis_in(tmp_path, a, "--continue")
+    assert here.returncode == 2 and "the app needs a terminal" in here.stderr, here.stderr
+
+    # An earlier version's record kept "." as its workspace: read against where it started, never here.
+    doc["sandbox"]["workspace"] = "."
+    (run1 / "trajectory.json").write_text(json.dumps(doc))
+    seen: dict = {}
+
+    def look(request):
+        seen["output"] = request.tool_outputs[-1]
+        return submit()
+
+    with FakeOpenAI([reply("looking", [bash("cat main.py made.txt")]), look]) as server:
+        second = _lis_in(tmp_path, b, "run", "--base-url", server.base_url, "--resume", run1.name, "again")
+    assert second.returncode == 0, second.stderr
+    assert f"continuing in {a}, its project (not here)" in second.stderr  # said, and the model server was kept
+    assert seen["output"].split() == ["print('a')", "print(1)", "new"]  # a's files with run 1's work put back
+    run2 = Path(re.search(r"saved in (/\S+)", second.stderr).group(1))
+    assert json.loads((run2 / "trajectory.json").read_text())["sandbox"]["workspace"] == str(a)
+
+    applied = _lis_in(tmp_path, b, "apply", run1.name)
+    assert applied.returncode == 0 and f"applied 2 changes to {a}" in applied.stderr, applied.stderr
+    assert (a / "made.txt").read_text() == "new\n" and not (b / "made.txt").exists()
+    assert (b / "main.py").read_text() == "print('b')\n"
+
+    # A kept session is its project's: from b it works in a, and is never laid over b.
+    made = _lis_in(tmp_path, a, "exec", "--session", "s1", "--workspace", ".", "--", "echo kept > /testbed/s.txt")
+    assert made.returncode == 0, made.stderr
+    over = _lis_in(tmp_path, b, "exec", "--session", "s1", "--workspace", ".", "--", "cat /testbed/s.txt")
+    assert over.returncode == 1 and f"was made on rootfs 'host' with workspace {a}, not rootfs 'host' with " \
+        f"workspace {b}" in over.stderr, over.stderr
+    there = _lis_in(tmp_path, b, "exec", "--session", "s1", "--", "cat /testbed/s.txt /testbed/main.py")
+    assert there.returncode == 0 and there.stdout.split() == ["kept", "print('a')", "print(1)"], there.stderr
+    assert f"session s1 works in {a} (its project), not here" in there.stderr
