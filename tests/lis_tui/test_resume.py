@@ -149,9 +149,16 @@ def _lis_in(tmp_path: Path, cwd: Path, *args: str) -> subprocess.CompletedProces
 def test_resume_continue_apply_and_a_session_stay_on_their_project_wherever_they_are_typed(tmp_path):
     a = _git_project(tmp_path / "a", "print('a')\n")
     b = _git_project(tmp_path / "b", "print('b')\n")
-    with FakeOpenAI([reply("working", [bash("echo 'print(1)' >> main.py && echo new > made.txt")]), submit()]) as server:
-        first = _lis_in(tmp_path, a, "run", "--base-url", server.base_url, "--model", "m", "--rootfs", "host",
-                        "--workspace", ".", "edit it")
+    seen: dict = {}
+
+    def look(request):
+        seen["output"], seen["model"] = request.tool_outputs[-1], request.body.get("model")
+        return submit()
+
+    server = FakeOpenAI([reply("working", [bash("echo 'print(1)' >> main.py && echo new > made.txt")]), submit(),
+                         reply("looking", [bash("cat main.py made.txt")]), look]).start()
+    first = _lis_in(tmp_path, a, "run", "--base-url", server.base_url, "--model", "m7", "--rootfs", "host",
+                    "--workspace", ".", "edit it")
     assert first.returncode == 0, first.stderr
     run1 = Path(re.search(r"saved in (/\S+)", first.stderr).group(1))
     doc = json.loads((run1 / "trajectory.json").read_text())
@@ -166,16 +173,12 @@ def test_resume_continue_apply_and_a_session_stay_on_their_project_wherever_they
     # An earlier version's record kept "." as its workspace: read against where it started, never here.
     doc["sandbox"]["workspace"] = "."
     (run1 / "trajectory.json").write_text(json.dumps(doc))
-    seen: dict = {}
-
-    def look(request):
-        seen["output"] = request.tool_outputs[-1]
-        return submit()
-
-    with FakeOpenAI([reply("looking", [bash("cat main.py made.txt")]), look]) as server:
-        second = _lis_in(tmp_path, b, "run", "--base-url", server.base_url, "--resume", run1.name, "again")
+    try:  # no --model nor --base-url: the run's own model and server go on with its conversation
+        second = _lis_in(tmp_path, b, "run", "--resume", run1.name, "again")
+    finally:
+        server.close()
     assert second.returncode == 0, second.stderr
-    assert f"continuing in {a}, its project (not here)" in second.stderr  # said, and the model server was kept
+    assert f"continuing in {a}, its project (not here)" in second.stderr and seen["model"] == "m7"
     assert seen["output"].split() == ["print('a')", "print(1)", "new"]  # a's files with run 1's work put back
     run2 = Path(re.search(r"saved in (/\S+)", second.stderr).group(1))
     assert json.loads((run2 / "trajectory.json").read_text())["sandbox"]["workspace"] == str(a)
