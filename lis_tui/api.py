@@ -32,9 +32,9 @@ from lis_tui.model.client import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
 from lis_tui.prompts.environment import environment_note
 from lis_tui.runs.resume import FollowUpAgent
-from lis_tui.runs.changes import save_changes
+from lis_tui.runs.autosave import WorkSaver
 from lis_tui.runs.store import app_runs_dir, remember
-from lis_tui.agent.trajectory import TrajectoryWriter, export_output
+from lis_tui.agent.trajectory import TrajectoryWriter
 from lis_tui.config.workspace import workspace_options
 
 EXIT_CODES = {"submitted": 0, "error": 1, "cancelled": 130, **{r: 3 for r in LIMIT_REASONS}}
@@ -173,16 +173,16 @@ def _run_in_sandbox(spec: SandboxSpec, config: Config, make_agent: Any, task: st
         with Sandbox(spec, network=policy) as sandbox:
             toolbox = Toolbox(sandbox, shell=Shell(sandbox, timeout=config.sandbox.timeout,
                                                    separate_stderr=paper), network_notes=notes)
+            saver = WorkSaver(sandbox, out)  # the work is saved after each step, and once more at the end
+            listeners.listeners.append(saver)
             try:
                 if resume is not None:  # the resumed run's work goes back in before the first step
                     listeners.on_event(ResumeNote(resume.restore(sandbox)))
                 finished = _drive(make_agent(toolbox), task, sandbox)
             finally:
+                saver.close()
                 toolbox.close()
-            files = export_output(sandbox, out / "files", spec.places.output) if sandbox.readable else {}
-            if spec.workspace is not None:  # kept whatever the run's end: the model's work is never lost
-                files["changes"] = save_changes(sandbox, out)
-            return finished, files
+            return finished, saver.save()
     except (SandboxError, ShellError) as exc:
         return f"the sandbox failed: {exc}", {}
 

@@ -26,7 +26,8 @@ from lis_tui.model.client import ModelClient
 from lis_tui.prompts import Prompts
 from lis_tui.runs.resume import FOLLOW_UP, FollowUpAgent, Resumable  # noqa: F401 (FOLLOW_UP: imported from here before)
 from lis_tui.runs.store import app_runs_dir
-from lis_tui.agent.trajectory import TrajectoryWriter, export_output
+from lis_tui.agent.trajectory import TrajectoryWriter
+from lis_tui.runs.autosave import WorkSaver
 
 if TYPE_CHECKING:  # the sandbox, the shell, api and runs/changes.py load with the first task (or
     from isolation import Sandbox  # the close that saves changes): the app's first frame needs none
@@ -61,6 +62,8 @@ class Conversation:
         """idle (no sandbox yet), starting, ready, working, closed."""
         self._sandbox: Sandbox | None = None
         self._toolbox: Any = None
+        self._saver: WorkSaver | None = None
+        """Saves the work in the run folder after each step (and at close), once the sandbox runs."""
         self._client: ModelClient | None = None
         self._prompts: Prompts | None = None
         self._writer: TrajectoryWriter | None = None
@@ -105,6 +108,8 @@ class Conversation:
         except (SandboxError, _shell_error(), OSError) as exc:  # evaluated only on a failure
             self._close_parts()
             return _failed(f"the sandbox failed to start: {exc}", listeners)
+        if self._saver is not None:  # after the trajectory's own save: the run folder is whole after each step
+            listeners.listeners.append(self._saver)
         missed: list[str] = []
         if self._put_back and self._sandbox is not None:
             self._put_back = False
@@ -210,21 +215,19 @@ class Conversation:
         self.cancel()
         self._idle.wait(wait)
         self.state = "closed"
-        if self._sandbox is not None and self._sandbox.running and self.out is not None:
-            files = _quietly(export_output, self._sandbox, self.out / "files", self.spec.places.output) or {}
-            if self._writer is not None:
-                self._writer.update(files=files.get("files", []))
-            if self._sandbox.spec.workspace is not None:  # what was not applied stays: lis-tui apply RUN
-                from lis_tui.runs.changes import save_changes  # noqa: PLC0415 (see the top)
-
-                _quietly(save_changes, self._sandbox, self.out)
+        if self._saver is not None:
+            self._saver.close()
+            if self._sandbox is not None and self._sandbox.running:  # what was not applied stays: lis-tui apply RUN
+                files = _quietly(self._saver.save) or {}
+                if self._writer is not None and "files" in files:
+                    self._writer.update(files=files["files"])
         self._close_parts()
 
     def _close_parts(self) -> None:
         for part in (self._toolbox, self._sandbox, self._client):
             if part is not None:
                 _quietly(part.close)
-        self._sandbox = self._toolbox = self._client = None
+        self._sandbox = self._toolbox = self._client = self._saver = None
         self.state = "closed" if self._closing else "idle"
 
     # -- pieces -----------------------------------------------------------------------------
@@ -259,6 +262,7 @@ class Conversation:
         paper = self.config.agent.observation == "paper"
         self._notes = None if paper else NetworkNotes(allow_words(APP_WORDS))
         self._sandbox = Sandbox(self.spec, network=self._policy()).start()
+        self._saver = WorkSaver(self._sandbox, self.out) if self.out is not None else None
         self._toolbox = Toolbox(self._sandbox, shell=Shell(
             self._sandbox, timeout=self.config.sandbox.timeout,
             separate_stderr=paper, on_output=self._shell_output), network_notes=self._notes)

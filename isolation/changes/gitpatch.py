@@ -92,12 +92,24 @@ def write_patch(lower, upper, before: dict[str, tuple] | None, out: BinaryIO,
     _review(lower, upper, found, skip)
     saved.unsaved += [f"{top} ({count} change{'' if count == 1 else 's'} inside: git apply never writes in a "
                       "repository's own folder)" for top, count in sorted(repos.items())]
-    if before is not None:
-        from .workspace import snapshot  # noqa: PLC0415
-
-        now = snapshot(lower)
-        saved.moved = sorted(p for p in saved.paths if now.get(p) != before.get(p))
+    if before is not None:  # each saved path looked at on the host, not the whole project (a save follows each step)
+        saved.moved = sorted(p for p in saved.paths if _host_entry(lower, p) != before.get(p))
     return saved
+
+
+def _host_entry(lower, path: str) -> tuple | None:
+    """`path`'s entry under `lower` as workspace.snapshot notes it (type, size, mtime_ns, mode), reached
+    without following a link; None when it is not there."""
+    names = path.split("/")
+    try:
+        with Cursor.open(lower) as host:
+            for name in names[:-1]:
+                if not host.down(name):
+                    return None
+            st = host.lstat(names[-1])
+    except OSError:  # a folder we may not enter: it cannot be what the sandbox started with
+        return ("unreadable",)
+    return None if st is None else (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
 
 
 def _is_git(name: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -156,13 +157,25 @@ def export_output(sandbox: Any, dest: Path, source: str = "/testbed/output",
     """Copy `source` out of the sandbox into `dest`: directories and regular files only, holes kept,
     at most `cap` bytes of data (default: the sandbox's export cap, `Limits.export_bytes()`); what
     would pass it is listed as skipped. `Sandbox.export` does the copy (read from the host without
-    following a link, no fifo opened, nothing overwritten); links are skipped here.
+    following a link, no fifo opened); links are skipped here. The copy is made beside `dest` and
+    takes its place once whole, so a run saved again after each step (lis_tui.runs.autosave) never
+    leaves half a copy, nor a file the sandbox has removed since; one that fails leaves `dest` as it was.
     Returns {"files": [...], "skipped": ["name (why)", ...]}."""
+    fresh, old = dest.with_name(f".{dest.name}.new"), dest.with_name(f".{dest.name}.old")
+    for leftover in (fresh, old):  # a save a crash cut short
+        shutil.rmtree(leftover, ignore_errors=True)
     skipped: list[str] = []
     try:
-        sandbox.export(source, dest, links=False, limit=cap)
+        sandbox.export(source, fresh, links=False, limit=cap)
     except RefusedPaths as exc:
         skipped = exc.refused
     except (SandboxError, OSError) as exc:
-        skipped = [f"{source} ({exc})"]
-    return {"files": files_below(dest) if dest.is_dir() else [], "skipped": skipped}
+        shutil.rmtree(fresh, ignore_errors=True)
+        return {"files": files_below(dest) if dest.is_dir() else [], "skipped": [f"{source} ({exc})"]}
+    if dest.is_dir():
+        os.rename(dest, old)
+        os.rename(fresh, dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(fresh, dest)
+    return {"files": files_below(dest), "skipped": skipped}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import Any, Iterable
@@ -58,6 +60,10 @@ class LisApp(App):
         """Network approvals waiting for the person (the status badge shows any)."""
 
     def on_mount(self) -> None:
+        if not self.is_headless:  # a closed terminal, a kill or a logout ends the session as ctrl+q does
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self._signalled, signum)
         # The stderr line about an ignored ./lis-tui.toml is hidden once the app has the screen.
         files = self.conversation.config.files if self.conversation is not None else {}
         for path, state in files.items():
@@ -85,6 +91,16 @@ class LisApp(App):
         if not isinstance(self.screen, ConfirmScreen):
             self.push_screen(ConfirmScreen(question, "Quit", "Stay"),
                              lambda yes: self._stop_and_exit() if yes else None)
+
+    def _signalled(self, signum: int) -> None:
+        """SIGHUP, SIGTERM or SIGINT: quit without asking; closing stops the run (its trajectory
+        finished) and saves its work in the run folder (lis-tui apply RUN), as after ctrl+q."""
+        log.info("quitting on signal %d", signum)
+        if signum == signal.SIGHUP:
+            from lis_tui.commands.live import detach_from_terminal  # noqa: PLC0415
+
+            detach_from_terminal()
+        self._stop_and_exit()
 
     def _stop_and_exit(self) -> None:
         self.rootfs_job.stop.set()  # the worker's thread ends with the build's process

@@ -23,6 +23,15 @@ def running_text(name: str, args: dict) -> str:
     return name
 
 
+def detach_from_terminal() -> None:
+    """Standard input, output and error onto /dev/null, once the terminal they were is gone (SIGHUP):
+    a write to a hung-up terminal fails, and what is left to say has no one to read it."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
 class LiveLine:
     """One status line at the bottom of a terminal; does nothing when `out` is not one."""
 

@@ -12,13 +12,15 @@ from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
 exit codes: 0 submitted; 3 stopped by a limit (max steps, context, wall time, replies without a
-tool call); 1 error (model server, sandbox); 2 usage or config error; 130 interrupted (Ctrl-C or
-SIGTERM: the run stops after the current command, the trajectory is saved and the sandbox
-removed; a second Ctrl-C stops at once).
+tool call); 1 error (model server, sandbox); 2 usage or config error; 130 interrupted (Ctrl-C,
+SIGTERM or SIGHUP, a closed terminal: the run stops after the current command, the trajectory and
+the work are saved and the sandbox removed; a second Ctrl-C or SIGTERM stops at once).
 
 The run's directory (--output-dir, default $XDG_DATA_HOME/lis-tui/runs/<UTC time>-<id>/) holds
-answer.txt, files/ (a copy of /testbed/output) and trajectory.json, saved after every step; with
---workspace, also changes.patch (what the sandbox changed there, for `git apply` or `lis-tui apply RUN`)."""
+answer.txt, files/ (a copy of the output folder) and trajectory.json; with --workspace, also
+changes.patch (what the sandbox changed there, for `git apply` or `lis-tui apply RUN`). All but
+answer.txt are saved after every step that ran a command or an edit, so a kill -9, an OOM kill or a
+power cut loses at most the step in flight: `lis-tui apply RUN` applies what was saved."""
 
 
 def add_parsers(sub) -> None:
@@ -68,6 +70,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ValueError("--apply applies the changes to a workspace: give --workspace DIR too")
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _interrupt)
+            signal.signal(signal.SIGHUP, _hung_up)
         log = None if args.quiet else StepLog(sys.stderr)
         try:
             result = run_task(task, config=config, spec=spec, output_dir=args.output_dir, listener=log,
@@ -161,6 +164,17 @@ def _read_task(args: argparse.Namespace) -> str | None:
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # SIGTERM stops a run the way Ctrl-C does
+
+
+def _hung_up(signum: int, frame: Any) -> None:
+    """The terminal is gone (closed, an ssh that dropped): the run ends as after Ctrl-C, its record
+    finished and its work saved, writing what it says to /dev/null (a write to a hung-up terminal
+    fails). Once: a shell that passes its SIGHUP on makes a second, which must not stop it hard."""
+    from lis_tui.commands.live import detach_from_terminal  # noqa: PLC0415
+
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    detach_from_terminal()
+    raise KeyboardInterrupt
 
 
 def _summary(result: Any, out: TextIO) -> None:

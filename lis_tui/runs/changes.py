@@ -66,29 +66,41 @@ def branch_for(run_dir: Path) -> str:
     return f"lis-tui/{run_dir.name}"
 
 
-def save_changes(sandbox: Any, run_dir: Path) -> SavedChanges:
-    """Write the sandbox's workspace changes into `run_dir`; a failure is reported, never raised."""
+def save_changes(sandbox: Any, run_dir: Path, final: bool = True) -> SavedChanges:
+    """Write the sandbox's workspace changes into `run_dir`; a failure is reported, never raised.
+    Not `final` (the save after a step, lis_tui.runs.autosave): the patch and its record only, not
+    the commits nor which changes are held back. Each file is written whole, then renamed over the
+    last one (patch first, then the record that names its sha256), with its bytes on the disk: a
+    crash, or a power cut, leaves the last save whole."""
     saved = SavedChanges(run_dir)
+    temp = run_dir / f".{PATCH}.tmp"
     try:
-        with open(run_dir / PATCH, "wb") as out:
+        with open(temp, "wb") as out:
             patch = sandbox.save_changes(out)
-        digest = _sha256(run_dir / PATCH)
+            out.flush()
+            os.fsync(out.fileno())
+        digest = _sha256(temp)
+        os.replace(temp, run_dir / PATCH)
     except (OSError, SandboxError) as exc:
         saved.error = str(exc)
         return saved
-    project = Path(sandbox.spec.workspace).expanduser().resolve()
+    project = Path(sandbox.spec.workspace)  # absolute: the sandbox's spec is resolved
     record = {"format": FORMAT, "workspace": str(project), "patch": PATCH, "sha256": digest,
               "paths": patch.paths, "moved": patch.moved, "unsaved": patch.unsaved}
-    if sandbox.spec.git_writable:
+    if sandbox.spec.git_writable and final:
         try:
             record["commits"] = save_bundle(sandbox, run_dir)
         except (OSError, SandboxError) as exc:
             saved.error = f"the new commits could not be saved: {exc}"
         saved.commits = (record.get("commits") or {}).get("count", 0)
-    temp = run_dir / f".{RECORD}.tmp"
-    temp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    os.replace(temp, run_dir / RECORD)
+    try:
+        _write_synced(run_dir / RECORD, (json.dumps(record, indent=1) + "\n").encode("utf-8"))
+    except OSError as exc:  # a full disk: the patch alone is there, for `git apply` by hand
+        saved.error = f"{run_dir / RECORD} could not be written ({exc.strerror}); {run_dir / PATCH} holds the changes"
+        return saved
     saved.paths, saved.unsaved = patch.paths, patch.unsaved
+    if not final:
+        return saved
     try:
         saved.held = held_back(project, _read(run_dir / PATCH), sandbox.spec.held_back)
     except PatchError as exc:  # ours, just written: a bug, said rather than hidden
@@ -225,6 +237,16 @@ def _record(run_dir: Path) -> dict:
 def _read(patch_file: Path) -> dict[str, list[Entry]]:
     with open(patch_file, "rb") as handle:
         return read_patch(handle.read())
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    """`data` into `path` whole: a file beside it, its bytes on the disk, then renamed over it."""
+    temp = path.with_name(f".{path.name}.tmp")
+    with open(temp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temp, path)
 
 
 def _sha256(file: Path) -> str:
