@@ -20,7 +20,7 @@ from lis_tui.agent.loop import Agent
 from lis_tui.agent.allow_words import APP as APP_WORDS, allow_words
 from lis_tui.config.settings import Config, save_network_allow
 from lis_tui.agent.events import (Listeners, ResumeNote, RunFinished, RunStarted, RunUsage, ToolFinished,
-                                  ToolOutput, ToolStarted, network_listener)
+                                  ToolOutput, ToolStarted, WorkSaved, network_listener)
 from lis_tui.agent.instructions import read_instructions
 from lis_tui.model.client import ModelClient
 from lis_tui.prompts import Prompts
@@ -131,12 +131,24 @@ class Conversation:
             if handle is not None:  # a question a background job left open closes with its task
                 handle.withdraw_questions()
         self.messages = agent.messages
+        saved = _quietly(self.save_work)  # the task's end: what is not applied, said (and kept)
+        if saved is not None and not saved.error:
+            listeners.on_event(WorkSaved(len(saved.paths), str(self.out)))
         if agent.format.name != "native" or getattr(agent.format, "accepted", False):
             # auto's choice holds for the follow-ups too: a text format it switched to, or native
             # once the server took `tools` (a later 400 is then about something else)
             self._auto_chose = agent.format.name
         self._save_answer(finished)
         return finished
+
+    def save_work(self) -> Any:
+        """Save the run's work now (files/, and changes.patch: what the workspace has not taken yet);
+        the workspace's lis_tui.runs.changes.SavedChanges, or None without a workspace or a sandbox."""
+        saver, sandbox = self._saver, self._sandbox
+        if saver is None or sandbox is None or not sandbox.running or sandbox.spec.workspace is None:
+            return None
+        saver.wait()  # a step's save still under way
+        return saver.save(final=False).get("changes")
 
     def list_files(self, root: str = "/testbed", depth: int = 4, cap: int = 500) -> list[str]:
         """Files under `root` and the output folder inside the sandbox (none before it starts), at

@@ -61,6 +61,33 @@ def copy_out(root_fd: int, src: str, dest: Path, *, force: bool = False, links: 
         return walk.copied
 
 
+def stamp(root_fd: int, src: str) -> int:
+    """A number that differs once anything a copy of the sandbox's directory `src` would copy has
+    changed: each entry's name, type, size, mode and times (links not followed); 0 when `src` is no
+    directory. A folder saved again after each step is copied out only when this moved."""
+    parts = [part for part in src.split("/") if part not in ("", ".")]
+    with Cursor(os.open(".", _DIR, dir_fd=root_fd)) as source:
+        for part in parts:
+            if ".." == part or not source.down(part):
+                return 0
+        walk = _Stamp(source)
+        walk.run()
+        return hash(tuple(walk.seen))
+
+
+class _Stamp(Walk):
+    def __init__(self, top: Cursor) -> None:
+        super().__init__(top)
+        self.seen: list[tuple] = []
+
+    def entry(self, name: str, st: os.stat_result) -> bool:
+        self.seen.append((self.rel(name), st.st_mode, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
+        return True
+
+    def refuse(self, name: str, why: str) -> None:
+        self.seen.append((self.rel(name), why))
+
+
 class _CopyOut(Walk):
     def __init__(self, source: Cursor, host: Cursor, root: Path, force: bool, links: bool,
                  allow_outside_links: bool, limit: int | None) -> None:

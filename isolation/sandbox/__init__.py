@@ -141,6 +141,7 @@ class Sandbox:
     read_file_ends = files.read_file_ends
     write_file = files.write_file
     export = files.export
+    tree_stamp = files.tree_stamp
     _in_root = files._in_root
     _open_running_root = files._open_running_root
     _file_op = files._file_op

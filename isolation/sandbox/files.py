@@ -88,6 +88,15 @@ def export(sandbox: Sandbox, src: str, host_dir: Path | str, force: bool = False
     return dest
 
 
+def tree_stamp(sandbox: Sandbox, src: str) -> int:
+    """A number that differs once anything under the sandbox's directory `src` changed (names, types,
+    sizes, modes, times; read as export reads it): to export a folder again only when it changed."""
+    from ..host.copyout import stamp  # noqa: PLC0415
+
+    with sandbox._readable(src) as (root, inside):
+        return stamp(root, inside)
+
+
 @contextlib.contextmanager
 def _in_root(sandbox: Sandbox) -> Iterator[int]:
     """A descriptor of the sandbox's / for one host-side file operation. close() lets the

@@ -296,9 +296,18 @@ class ResumeNote:
     text: str
 
 
+@dataclass
+class WorkSaved:
+    """A task in a workspace ended: `changes` paths of the project differ in the sandbox (not applied
+    yet), kept in `run_dir`'s changes.patch (`lis-tui apply RUN`)."""
+
+    changes: int
+    run_dir: str
+
+
 Event = Union[RunStarted, ToolFormatChanged, StepStarted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
               ApprovalNeeded, ToolStarted, ToolOutput, ToolFinished, StepFinished, RunFinished,
-              CredentialAdded, NetworkRefused, InstructionsRead, ResumeNote]
+              CredentialAdded, NetworkRefused, InstructionsRead, ResumeNote, WorkSaved]
 
 
 def network_listener(listener: Any):

@@ -80,17 +80,30 @@ class LisApp(App):
         return self.screen_stack[0]  # type: ignore[return-value]
 
     async def action_quit(self) -> None:
-        building = self.rootfs_job.state == "building"
-        if not self.main.busy and not building:
+        if self.main.busy:
+            question = "A task is running. Quit? It is stopped and its trajectory kept."
+        elif self.rootfs_job.state == "building":
+            question = ("The rootfs is still building. Quit? The build stops and keeps nothing half-made; F4 "
+                        "starts it again.")
+        else:
+            question = await self._unapplied()
+        if not question:
             self.exit()
-            return
-        question = ("A task is running. Quit? It is stopped and its trajectory kept."
-                    if self.main.busy else
-                    "The rootfs is still building. Quit? The build stops and keeps nothing "
-                    "half-made; F4 starts it again.")
-        if not isinstance(self.screen, ConfirmScreen):
+        elif not isinstance(self.screen, ConfirmScreen):
             self.push_screen(ConfirmScreen(question, "Quit", "Stay"),
                              lambda yes: self._stop_and_exit() if yes else None)
+
+    async def _unapplied(self) -> str:
+        """The question to ask before quitting when the workspace has not taken all of the sandbox's
+        changes (saved first: they are kept in the run folder), else ""."""
+        conversation = self.conversation
+        saved = await asyncio.to_thread(conversation.save_work) if conversation is not None else None
+        if saved is None or not saved.paths:
+            return ""
+        count = f"{len(saved.paths)} change{'' if len(saved.paths) == 1 else 's'}"
+        return (f"{count} to {conversation.spec.workspace} {'is' if len(saved.paths) == 1 else 'are'} not applied. "
+                f"Quit? They are kept in {saved.run_dir}/changes.patch: `lis-tui apply "
+                f"{saved.run_dir.name}` applies them later (F6 reviews them now).")
 
     def _signalled(self, signum: int) -> None:
         """SIGHUP, SIGTERM or SIGINT: quit without asking; closing stops the run (its trajectory

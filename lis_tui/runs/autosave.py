@@ -4,10 +4,12 @@ date, so a closed terminal, SIGKILL or an OOM kill loses at most the step in fli
 sandbox's writable layers are memory: nothing else keeps them.
 
 The save runs in a thread of its own while the model is asked for the next step, and the next
-tool call waits for it: no command of the model runs while it reads the sandbox's files, and a
-step costs no more than before unless the model answers faster than the save. Its cost follows
-what the sandbox changed (the patch is made from the writable layer; isolation.changes.gitpatch
-looks at the host only for the paths it saves), not the size of the project.
+tool call waits for the part that reads the sandbox (not for the disk's part: syncing and renaming
+the files), so no command of the model runs while it reads, and a step costs no more than before
+unless the model answers faster than that read. Its cost follows what the sandbox changed (the
+patch is made from the writable layer; isolation.changes.gitpatch looks at the host only for the
+paths it saves), not the size of the project; the output folder is copied again only when
+something in it changed (Sandbox.tree_stamp).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from isolation import SandboxError
 from lis_tui.agent.events import StepFinished, ToolRecord, ToolStarted
 from lis_tui.agent.loop import decode_arguments
 from lis_tui.agent.trajectory import export_output
@@ -33,19 +36,21 @@ class WorkSaver:
     def __init__(self, sandbox: Any, run_dir: Path) -> None:
         self.sandbox, self.run_dir = sandbox, run_dir
         self._cond = threading.Condition()
-        self._wanted = self._busy = self._closed = False
+        self._wanted = self._busy = self._reading = self._closed = False
+        self._output: int | None = None
+        """The output folder's Sandbox.tree_stamp when files/ was last copied."""
 
     def on_event(self, event: Any) -> None:
         if isinstance(event, StepFinished):
             if self.enabled and any(_may_change_files(tool) for tool in event.record.tool_calls):
                 self._ask()
         elif isinstance(event, ToolStarted):
-            self.wait()
+            self.wait(reading=True)
 
-    def wait(self) -> None:
-        """Until no save is under way."""
+    def wait(self, reading: bool = False) -> None:
+        """Until no save is under way (`reading`: until none is reading the sandbox)."""
         with self._cond:
-            while self._busy:
+            while self._reading if reading else self._busy:
                 self._cond.wait()
 
     def close(self) -> None:
@@ -56,16 +61,38 @@ class WorkSaver:
 
     def save(self, final: bool = True) -> dict:
         """Bring the run folder up to date now: {"files": [...], "skipped": [...]} of the output
-        folder's copy, and with a workspace "changes" (lis_tui.runs.changes.SavedChanges). `final`:
-        the run's last save (the changes' held-back rules and the new commits too)."""
+        folder's copy (none when it did not change since the last, but for a `final` save), and with
+        a workspace "changes" (lis_tui.runs.changes.SavedChanges). `final`: the run's last save (the
+        changes' held-back rules and the new commits too)."""
         from lis_tui.runs.changes import save_changes  # noqa: PLC0415 (the patch code: only with a workspace)
 
-        sandbox = self.sandbox
-        found = export_output(sandbox, self.run_dir / "files", sandbox.spec.places.output) \
-            if sandbox.readable else {}
-        if sandbox.spec.workspace is not None:  # whatever the run's end: the model's work is never lost
-            found["changes"] = save_changes(sandbox, self.run_dir, final=final)
+        sandbox, found = self.sandbox, {}
+        try:
+            if sandbox.readable:
+                found = self._copy_output(final)
+            if sandbox.spec.workspace is not None:  # whatever the run's end: the model's work is never lost
+                found["changes"] = save_changes(sandbox, self.run_dir, final=final, read=self._read)
+        finally:
+            self._read()
         return found
+
+    def _copy_output(self, final: bool) -> dict:
+        output = self.sandbox.spec.places.output
+        try:
+            now = self.sandbox.tree_stamp(output)
+        except (OSError, SandboxError):
+            now = None  # copied, and export_output says why it could not be
+        if not final and now is not None and now == self._output and (self.run_dir / "files").is_dir():
+            return {}
+        self._output = now
+        return export_output(self.sandbox, self.run_dir / "files", output)
+
+    def _read(self) -> None:
+        """Nothing more is read from the sandbox in this save: a tool call may run."""
+        with self._cond:
+            if self._reading:
+                self._reading = False
+                self._cond.notify_all()
 
     def _ask(self) -> None:
         with self._cond:
@@ -84,7 +111,7 @@ class WorkSaver:
                     self._busy = False
                     self._cond.notify_all()
                     return
-                self._wanted = False
+                self._wanted, self._reading = False, True
             try:
                 changes = self.save(final=False).get("changes")
                 if changes is not None and changes.error:

@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from isolation import SandboxError
 from isolation.changes.gitbundle import BundleError, check_target, fetch_bundle
@@ -66,17 +66,23 @@ def branch_for(run_dir: Path) -> str:
     return f"lis-tui/{run_dir.name}"
 
 
-def save_changes(sandbox: Any, run_dir: Path, final: bool = True) -> SavedChanges:
+def save_changes(sandbox: Any, run_dir: Path, final: bool = True,
+                 read: Callable[[], None] | None = None) -> SavedChanges:
     """Write the sandbox's workspace changes into `run_dir`; a failure is reported, never raised.
     Not `final` (the save after a step, lis_tui.runs.autosave): the patch and its record only, not
     the commits nor which changes are held back. Each file is written whole, then renamed over the
     last one (patch first, then the record that names its sha256), with its bytes on the disk: a
-    crash, or a power cut, leaves the last save whole."""
+    crash, or a power cut, leaves the last save whole. `read()` is called once nothing more is read
+    from the sandbox (the disk's part follows)."""
     saved = SavedChanges(run_dir)
     temp = run_dir / f".{PATCH}.tmp"
     try:
         with open(temp, "wb") as out:
-            patch = sandbox.save_changes(out)
+            try:
+                patch = sandbox.save_changes(out)
+            finally:
+                if read is not None:
+                    read()
             out.flush()
             os.fsync(out.fileno())
         digest = _sha256(temp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import Future
+from pathlib import Path
 from dataclasses import replace
 from typing import Any, Iterable
 
@@ -230,6 +231,14 @@ class MainScreen(Screen):
         from lis_tui.app.screens.approve_command import CommandApprovalScreen  # noqa: PLC0415 (not on the first screen)
 
         self.app.push_screen(CommandApprovalScreen(e.command, e.future), answered)
+
+    def _on_WorkSaved(self, e: ev.WorkSaved) -> None:
+        if e.changes and self.replayed is None:
+            count = f"{e.changes} change{'' if e.changes == 1 else 's'}"
+            self.query_one(Transcript).mount(NoticeBlock(
+                f"{count} to your project to review (F6): nothing is applied until you say so. Kept in "
+                f"{e.run_dir}/changes.patch meanwhile (`lis-tui apply {Path(e.run_dir).name}`)."))
+            self.query_one(Transcript).anchor()
 
     def _on_RunFinished(self, e: ev.RunFinished) -> None:
         self._idle(failed=e.reason == "error")

@@ -29,6 +29,7 @@ from isolation.changes.workspace import WorkspaceConflict
 from lis_tui.runs.changes import ApplyRefused, branch_for, fetch_commits, save_bundle
 from lis_tui.app.screens.confirm import ConfirmScreen
 from lis_tui.app.widgets.plain import notify_plain, plain
+from lis_tui.app.widgets.status import short_path
 from tools.terminal_text import safe_terminal_text
 
 log = logging.getLogger(__name__)
@@ -295,7 +296,7 @@ class ReviewScreen(Screen[None]):
 
     def _title(self) -> str:
         where = getattr(getattr(self.sandbox, "spec", None), "workspace", None)
-        on = f"workspace {where}" if where else "/testbed (no host workspace)"
+        on = f"workspace {short_path(where, here=True)}" if where else "/testbed (no host workspace)"
         return f"Review changes · {on}"
 
     def _default_export(self) -> str:

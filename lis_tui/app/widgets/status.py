@@ -3,6 +3,7 @@ under it what the running step does (and for how long), or where the run is kept
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -124,7 +125,15 @@ def _second_line(s: Status, doing_for: float) -> Text:
     return Text()
 
 
-def short_path(path: str | Path) -> str:
-    """`~/…` for paths in the home directory: the part a person needs, in less room."""
+def short_path(path: str | Path, here: bool = False) -> str:
+    """`~/…` for paths in the home directory: the part a person needs, in less room; with `here`,
+    one in the current folder relative to it (`src`, `.`), as the person typed it."""
+    if here:
+        try:
+            cwd = os.getcwd()
+        except OSError:  # the current folder is gone
+            cwd = ""
+        if cwd and (str(path) == cwd or str(path).startswith(cwd.rstrip("/") + "/")):
+            return os.path.relpath(path, cwd)
     path, home = str(path), str(Path.home())
     return "~" + path[len(home):] if home != "/" and path.startswith(home + "/") else path
