@@ -179,14 +179,15 @@ def test_a_workspace_in_a_subfolder_of_a_repository_is_patched_where_it_is(tmp_p
     (sub / "main.py").write_text("print('a')\n")
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "app")
-    done, inside = run_in(tmp_path, sub, work="cd /testbed && echo \"print('b')\" > main.py && echo new > more.txt")
-    # At the top of a workspace inside a repository, a change is held back (git would take the
-    # workspace for a repository once it held HEAD, objects/ and refs/): named, it goes.
-    held = lis(tmp_path, "apply", str(run_dir(done)))
-    assert "applied 0 changes" in held.stderr and "nested repository" in held.stderr, held.stderr
-    applied = lis(tmp_path, "apply", str(run_dir(done)), "main.py", "more.txt")
-    assert applied.returncode == 0 and "applied 2 changes" in applied.stderr, applied.stderr
-    assert tree(sub) == inside and (sub / "main.py").read_text() == "print('b')\n"
+    done, inside = run_in(tmp_path, sub, work="cd /testbed && echo \"print('b')\" > main.py && echo new > more.txt "
+                                              "&& echo ref: refs/heads/main > HEAD")
+    # At the top of a workspace inside a repository, what git's discovery reads there (HEAD, and
+    # objects/ and refs/) is held back; an ordinary edit at the top goes (it was held too).
+    applied = lis(tmp_path, "apply", str(run_dir(done)))
+    assert "applied 2 changes" in applied.stderr and "held back 1" in applied.stderr, applied.stderr
+    assert "HEAD (nested repository: at the top of a workspace inside the repository" in applied.stderr
+    assert tree(sub) == {k: v for k, v in inside.items() if k != "HEAD"}
+    assert (sub / "main.py").read_text() == "print('b')\n"
 
 
 def test_runs_live_outside_the_project_and_are_all_listed_with_their_folder(tmp_path):
