@@ -83,3 +83,10 @@ def bundle_commits(sandbox: Sandbox) -> tuple[bytes, int] | None:
     from ..changes.gitbundle import make_bundle  # noqa: PLC0415
 
     return None if sandbox.git_base is None else make_bundle(sandbox, sandbox.git_base, sandbox.spec.limits.export_bytes())
+
+
+def committed_paths(sandbox: Sandbox) -> list[str] | None:
+    """The paths the sandbox's new commits change (its git says; None when it cannot, or no base)."""
+    from ..changes.gitbundle import committed_paths as paths  # noqa: PLC0415
+
+    return None if sandbox.git_base is None else paths(sandbox, sandbox.git_base)

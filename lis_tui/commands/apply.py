@@ -10,7 +10,9 @@ the review's rules: held-back changes (links the sandbox made, new executables, 
 config, ...) only when named; nothing at all when a chosen file changed in the project since the
 run (the message names it). With --commits, the model's new commits (a run with --git-writable)
 are fetched into a new branch lis-tui/RUN of the project's repository: objects and that branch
-only, never the sandbox's hooks, config or other refs."""
+only, never the sandbox's hooks, config or other refs. The committed changes are in the patch too
+(the model's work tree holds them): take one or the other, as the end of `lis-tui run`, --list and
+apply say; both taken, `git merge lis-tui/RUN` refuses over those files."""
 
 
 def add_parsers(sub) -> None:
@@ -44,8 +46,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
         patterns = workspace_options(load_config())["held_back"]
         project = Path(args.workspace).expanduser() if args.workspace else None
         if args.list:
-            for path, kind, why in listing(run_dir, patterns, project):
-                print(safe_terminal_text(f"{kind:8}  {path}" + (f"  (held back: {why})" if why else "")))
+            for path, kind, why, note in listing(run_dir, patterns, project):
+                print(safe_terminal_text(f"{kind:8}  {path}" + (f"  (held back: {why})" if why else "")
+                                         + (f"  ({note})" if note else "")))
             return 0
         done = apply_run(run_dir, args.paths or None, patterns, project, commits=args.commits)
     except (ValueError, ConfigError) as exc:
@@ -61,4 +64,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if done.held:
         names = ", ".join(f"{path} ({why})" for path, why in sorted(done.held.items()))
         say(f"held back {len(done.held)}, applied only by name (lis-tui apply {run_dir} PATH): {names}")
+    if done.note:
+        say(done.note)
     return 0

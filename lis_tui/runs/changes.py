@@ -40,6 +40,8 @@ class SavedChanges:
     held: dict[str, str] = field(default_factory=dict)
     unsaved: list[str] = field(default_factory=list)
     commits: int = 0
+    both: list[str] | None = None
+    """Paths the commits change that changes.patch holds too (None: the sandbox's git could not say)."""
     error: str = ""
 
     def line(self) -> str:
@@ -57,6 +59,8 @@ class SavedChanges:
             line += (f"; {self.commits} new commit{'' if self.commits == 1 else 's'} saved in "
                      f"{self.run_dir / BUNDLE} (`lis-tui apply {self.run_dir} --commits` fetches them into "
                      f"branch {branch_for(self.run_dir)})")
+            if self.paths and self.both != []:
+                line += f"; {one_or_other(self.both, 'changes.patch')}"
         more = f" and {len(self.unsaved) - 5} more (changes.json lists them)" if len(self.unsaved) > 5 else ""
         return line + (f"; not saved: {', '.join(self.unsaved[:5])}{more}" if self.unsaved else "")
 
@@ -64,6 +68,14 @@ class SavedChanges:
 def branch_for(run_dir: Path) -> str:
     """The branch a run's commits come home as."""
     return f"lis-tui/{run_dir.name}"
+
+
+def one_or_other(both: list[str] | None, other: str) -> str:
+    """That the commits and the patch hold the same changes (to `both`; None: maybe): take one only.
+    Both taken, `git merge` of the branch refuses over the files the patch already changed."""
+    shown = ", ".join(both[:5]) + (f" and {len(both) - 5} more" if len(both) > 5 else "") if both else ""
+    what = f"the same changes to {shown}" if both else "the committed changes (its git could not list them)"
+    return f"the commits and {other} hold {what}: take one or the other, not both"
 
 
 def save_changes(sandbox: Any, run_dir: Path, final: bool = True) -> SavedChanges:
@@ -89,10 +101,11 @@ def save_changes(sandbox: Any, run_dir: Path, final: bool = True) -> SavedChange
               "paths": patch.paths, "moved": patch.moved, "unsaved": patch.unsaved}
     if sandbox.spec.git_writable and final:
         try:
-            record["commits"] = save_bundle(sandbox, run_dir)
+            record["commits"] = save_bundle(sandbox, run_dir, patch.paths)
         except (OSError, SandboxError) as exc:
             saved.error = f"the new commits could not be saved: {exc}"
         saved.commits = (record.get("commits") or {}).get("count", 0)
+        saved.both = (record.get("commits") or {}).get("in_patch")
     try:
         _write_synced(run_dir / RECORD, (json.dumps(record, indent=1) + "\n").encode("utf-8"))
     except OSError as exc:  # a full disk: the patch alone is there, for `git apply` by hand
@@ -108,14 +121,17 @@ def save_changes(sandbox: Any, run_dir: Path, final: bool = True) -> SavedChange
     return saved
 
 
-def save_bundle(sandbox: Any, run_dir: Path) -> dict | None:
-    """The sandbox's new commits into RUN/commits.bundle; what changes.json records of them (None: none)."""
+def save_bundle(sandbox: Any, run_dir: Path, patched: list[str] = ()) -> dict | None:
+    """The sandbox's new commits into RUN/commits.bundle; what changes.json records of them (None: none),
+    with `in_patch`, the paths they change that the patch (`patched`) holds too (None: unknown)."""
     made = sandbox.bundle_commits()
     if made is None:
         return None
     data, count = made
     (run_dir / BUNDLE).write_bytes(data)
-    return {"bundle": BUNDLE, "sha256": hashlib.sha256(data).hexdigest(), "count": count}
+    committed = sandbox.committed_paths()
+    both = None if committed is None else sorted(set(committed) & set(patched))
+    return {"bundle": BUNDLE, "sha256": hashlib.sha256(data).hexdigest(), "count": count, "in_patch": both}
 
 
 def fetch_commits(run_dir: Path, project: Path, record: dict | None = None) -> str:
@@ -144,6 +160,8 @@ class Applied:
     record: dict
     commits: str = ""
     """The commit fetched into branch lis-tui/RUN, when asked for."""
+    note: str = ""
+    """What the person should know of what was taken (that the commits and the patch hold the same change)."""
 
 
 def load_run(run_dir: Path, project: Path | None = None) -> tuple[dict, dict[str, list[Entry]], Path]:
@@ -204,16 +222,42 @@ def apply_run(run_dir: Path, paths: list[str] | None, patterns: tuple[str, ...] 
     done = Applied(where, sorted(set(chosen)), left, record)
     if commits:
         done.commits = fetch_commits(run_dir, where, record)
+    done.note = _overlap(run_dir, record, done.applied, commits)
     return done
 
 
-def listing(run_dir: Path, patterns: tuple[str, ...] = (), project: Path | None = None) -> list[tuple[str, str, str]]:
-    """(path, kind, why it is held back or '') of every change the run saved."""
+def _overlap(run_dir: Path, record: dict, applied: list[str], commits: bool) -> str:
+    """The line saying that what was taken is in both the commits and the patch ('' when it is not)."""
+    saved = record.get("commits")
+    both = saved.get("in_patch") if isinstance(saved, dict) else []
+    if not record.get("paths") or both == []:
+        return ""
+    taken = [p for p in applied if both is None or p in both]
+    names = ", ".join(taken[:5]) + (f" and {len(taken) - 5} more" if len(taken) > 5 else "")
+    branch = branch_for(run_dir)
+    if commits and taken:
+        return (f"you took both the commits and the patch's {names}, which hold the same changes: `git merge "
+                f"{branch}` refuses over those files until you undo the applied ones; take one or the other")
+    if commits:
+        return (f"{one_or_other(both, str(run_dir / PATCH))}: you took the commits (merge {branch}), so do not "
+                "apply the patch too")
+    if taken:
+        return (f"the run's commits hold the same changes to {names}: you took the patch, so leave the commits "
+                f"(`lis-tui apply {run_dir} --commits`, whose merge would refuse over those files)")
+    return ""
+
+
+def listing(run_dir: Path, patterns: tuple[str, ...] = (), project: Path | None = None) -> list[tuple[str, str, str, str]]:
+    """(path, kind, why it is held back or '', a note or '') of every change the run saved."""
     record, patch, where = load_run(run_dir, project)
     held = held_back(where, patch, patterns)
-    found = [(path, kind_of(entries), held.get(path, "")) for path, entries in sorted(patch.items())]
-    if isinstance(record.get("commits"), dict):
-        found.append((branch_for(run_dir), f"{record['commits'].get('count')} commits", ""))
+    found = [(path, kind_of(entries), held.get(path, ""), "") for path, entries in sorted(patch.items())]
+    saved = record.get("commits")
+    if isinstance(saved, dict):
+        count = saved.get("count")
+        both = saved.get("in_patch")
+        note = one_or_other(both, "the patch") if patch and both != [] else ""
+        found.append((branch_for(run_dir), f"{count} commit{'' if count == 1 else 's'}", "", note))
     return found
 
 

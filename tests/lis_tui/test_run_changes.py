@@ -233,12 +233,17 @@ def test_commits_made_inside_come_home_as_one_branch_and_nothing_else(tmp_path):
     done, _ = run_in(tmp_path, project, "--git-writable", work=COMMITS)
     run = run_dir(done)
     assert f"2 new commits saved in {run}/commits.bundle" in done.stderr, done.stderr
+    # The commits' change to notes.txt is in the work tree, so in changes.patch too: said, take one
+    both = "the commits and {} hold the same changes to notes.txt: take one or the other"
+    assert both.format("changes.patch") in done.stderr, done.stderr
     assert done.stderr.count(".git/") == 1  # one note for the repository's folder, not an item per file
     listed = lis(tmp_path, "apply", str(run), "--list")
-    assert f"2 commits  lis-tui/{run.name}" in listed.stdout and ".git" not in listed.stdout, listed.stdout
+    assert f"2 commits  lis-tui/{run.name}  ({both.format('the patch')}" in listed.stdout, listed.stdout
+    assert ".git" not in listed.stdout
 
     fetched = lis(tmp_path, "apply", str(run), "--commits")
     assert fetched.returncode == 0 and f"branch lis-tui/{run.name}" in fetched.stderr, fetched.stderr
+    assert "you took the commits" in fetched.stderr and "do not apply the patch too" in fetched.stderr
     log = git(project, "log", "--format=%s", f"lis-tui/{run.name}").stdout.split("\n")
     assert log[:3] == ["model: two", "model: one", "start"]
     new = [line for line in refs(project) if line not in before_refs]
@@ -255,3 +260,13 @@ def test_commits_made_inside_come_home_as_one_branch_and_nothing_else(tmp_path):
     elsewhere = lis(tmp_path, "apply", str(run), "--commits", "--workspace", str(plain))
     assert elsewhere.returncode == 1 and "is not a git repository" in elsewhere.stderr, elsewhere.stderr
     assert not (plain / ".git").exists() and refs(project) == fetched_refs
+
+    patched = lis(tmp_path, "apply", str(run), "notes.txt")  # both taken: what the note says is so
+    assert "the run's commits hold the same changes to notes.txt: you took the patch" in patched.stderr
+    merged = subprocess.run(["git", "merge", "--ff-only", f"lis-tui/{run.name}"], cwd=project, capture_output=True,
+                            text=True)
+    assert merged.returncode != 0 and "notes.txt" in merged.stderr, merged.stderr
+    record = json.loads((run / "changes.json").read_text())
+    record["commits"]["count"] = 1
+    (run / "changes.json").write_text(json.dumps(record))
+    assert f"1 commit  lis-tui/{run.name}" in lis(tmp_path, "apply", str(run), "--list").stdout  # was "1 commits"
