@@ -129,17 +129,29 @@ def test_a_workspace_run_saves_a_patch_and_lis_tui_apply_reproduces_the_sandboxs
 
 def test_a_file_changed_in_the_project_since_the_run_is_named_and_nothing_is_written(tmp_path):
     project = make_project(tmp_path / "project")
-    done, inside = run_in(tmp_path, project)
+    done, inside = run_in(tmp_path, project, work=WORK + " && head -c 9000000 /dev/urandom > big.bin")
     run = run_dir(done)
+    # A large file is kept beside the patch, not base85 in it, and said with its size.
+    assert "too large for the patch: big.bin (8.6 MiB)" in done.stderr, done.stderr
+    assert b"big.bin" not in (run / "changes.patch").read_bytes()
+    listed = lis(tmp_path, "apply", str(run), "--list").stdout
+    assert "added     big.bin  (8.6 MiB, kept beside the patch in blobs/, not in it)" in listed, listed
     (project / "logo.png").write_bytes(b"changed by the person")
+    (project / "notes.txt").write_text("ONE\ntwo\nthree\n")
     before = tree(project)
     refused = lis(tmp_path, "apply", str(run))
     assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert "logo.png" in refused.stderr and "nothing was applied" in refused.stderr
+    assert "Fix: look at logo.png, then apply the others by name, with --3way to merge notes.txt" in refused.stderr
+    alone = lis(tmp_path, "apply", str(run), "notes.txt")
+    assert f"Fix: `lis-tui apply {run} --3way notes.txt` merges notes.txt with the project's edits" in alone.stderr
     assert tree(project) == before
-    others = lis(tmp_path, "apply", str(run), "notes.txt", "old.txt")
-    assert others.returncode == 0, others.stderr
-    assert tree(project)["notes.txt"] == inside["notes.txt"] and "old.txt" not in tree(project)
+    # git's 3-way apply: the same lines changed on both sides, so git's conflict markers, said by name
+    merged = lis(tmp_path, "apply", str(run), "notes.txt", "old.txt", "big.bin", "--3way")
+    assert merged.returncode == 1 and "merged with conflicts: notes.txt" in merged.stderr, merged.stderr
+    assert (project / "notes.txt").read_text() == ("<<<<<<< ours\nONE\ntwo\n=======\none\nTWO\n>>>>>>> theirs\n"
+                                                   "three\nfour\n")
+    assert "old.txt" not in tree(project) and tree(project)["big.bin"] == inside["big.bin"]
 
 
 def test_bad_input_is_one_line_with_the_fix_and_writes_nothing(tmp_path):
