@@ -223,7 +223,7 @@ def write_checked(project: Path, path: str, fill: Callable[[int], None], executa
     descriptors (no link followed, missing folders made), renamed over the old entry (which is
     replaced, never written through), with no mode wider than the umask, and only while the entry
     there is `expect` ((git mode, blob id); None: nothing), checked before and again at the rename."""
-    names = _names(path)
+    names = safe_names(path)
     with Cursor.open(project) as cursor:
         for name in names[:-1]:
             cursor.follow(name)
@@ -254,7 +254,8 @@ def open_file_at(path: Path) -> int | None:
         return open_file(cursor.fd, path.name)
 
 
-def _names(path: str) -> list[str]:
+def safe_names(path: str) -> list[str]:
+    """The names of a patch's relative path; SandboxError for one no patch may write (`..`, a `.git`)."""
     names = path.split("/")
     if any(name in ("", ".", "..") or _is_git(name) for name in names):
         raise SandboxError(f"{path!r} is no path a patch may write")

@@ -22,18 +22,23 @@ import stat
 import tempfile
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO, Protocol
 
 from ..host.walk import Cursor, open_file
 from .workspace import DIFF_LIMIT, Change, _Deleted, _review, _Site
-
-if TYPE_CHECKING:
-    from .beside import Beside
 
 ZERO_ID = "0" * 40
 LINK, EXEC, FILE = "120000", "100755", "100644"
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/+@,=~%:")
 _ESCAPES = {ord("\\"): b"\\\\", ord('"'): b'\\"', ord("\t"): b"\\t", ord("\n"): b"\\n"}
+
+
+class Keeper(Protocol):
+    """Where write_patch keeps what is not in the patch: isolation.changes.beside.Beside."""
+
+    def takes(self, kind: str, st: os.stat_result) -> bool: ...
+    def keep(self, path: str, site: _Site, old_present: bool) -> str: ...
+    def base(self, blob_id: str, data: bytes) -> None: ...
 
 
 @dataclass
@@ -70,7 +75,7 @@ def quote_path(path: str) -> bytes:
 
 
 def write_patch(lower, upper, before: dict[str, tuple] | None, out: BinaryIO,
-                skip: frozenset[str] = frozenset(), beside: Beside | None = None) -> SavedPatch:
+                skip: frozenset[str] = frozenset(), beside: Keeper | None = None) -> SavedPatch:
     """Write every change between `lower` (the host workspace) and `upper` (what the sandbox wrote)
     to `out` as a git patch. `before`: the host as it was when the sandbox started
     (workspace.snapshot), to tell which changed paths the host changed meanwhile. `beside`: where
@@ -123,7 +128,7 @@ def _is_git(name: str) -> bool:
     return name.rstrip(". ") == ".git" or name.startswith("git~")
 
 
-def _entries(change: Change, site: _Site, out: BinaryIO, saved: SavedPatch, beside: Beside | None = None) -> bool:
+def _entries(change: Change, site: _Site, out: BinaryIO, saved: SavedPatch, beside: Keeper | None = None) -> bool:
     """The entries for one change; False when it is none a patch can carry (noted in `saved`)."""
     old, new, path = site.old, site.new, change.path
     olds = old is not None and (stat.S_ISREG(old.st_mode) or stat.S_ISLNK(old.st_mode))

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from . import threeway
 from .beside import place, write_checked
-from .gitpatch import EXEC, LINK, ZERO_ID, git_mode
+from .gitpatch import EXEC, FILE, LINK, ZERO_ID, git_mode
 from .heldback import hold_reasons
 from ..host.walk import Cursor, files_below, open_file
 from ..spec import SandboxError
@@ -183,19 +183,20 @@ def apply_patch(project: Path, patch: dict[str, list[Entry]], chosen: Iterable[s
     deleted = {p for p in chosen if patch[p][0].new_mode is None or len(patch[p]) > 1}
     reasons = {p: "changed on the host while the sandbox ran" for p in chosen if p in moved}
     reasons.update({p: why for p in chosen if p not in moved and (why := _differs(project, p, patch[p][0], deleted))})
-    mergeable = sorted(p for p, why in reasons.items() if why == _CHANGED and not threeway.why_not(patch[p], blobs))
+    mergeable = sorted(p for p, why in reasons.items() if why == _CHANGED and not _why_not_merged(patch[p], blobs))
     merging = mergeable if three_way else []
     conflicts = {p: why for p, why in reasons.items() if p not in merging}
     if conflicts:
         if three_way:  # and why each was not merged
-            conflicts = {p: f"{why}; {threeway.why_not(patch[p], blobs)}" if why == _CHANGED else why
+            conflicts = {p: f"{why}; {_why_not_merged(patch[p], blobs)}" if why == _CHANGED else why
                          for p, why in conflicts.items()}
         shown = ", ".join(f"{p} ({why})" for p, why in sorted(conflicts.items()))
         head = f"the project changed since the run under {shown}; nothing was applied"
         raise PatchConflict(f"{head}. Fix: look at those files, then apply the others by name", sorted(conflicts),
                             [] if three_way else mergeable, head)
     try:
-        merged = threeway.merge(project, {p: patch[p][0] for p in merging}, blobs) if merging else threeway.Merged()
+        merged = threeway.merge(project, {p: (patch[p][0].old_id, patch[p][0].text) for p in merging}, blobs) \
+            if merging else threeway.Merged()
     except threeway.MergeError as exc:
         fix = "" if "Fix:" in str(exc) else f". Fix: look at {', '.join(exc.paths) or 'them'}, then apply the others " \
             "by name"
@@ -205,6 +206,20 @@ def apply_patch(project: Path, patch: dict[str, list[Entry]], chosen: Iterable[s
         _git_apply(project, text)
     _write_beside(project, [patch[p][0] for p in chosen if patch[p][0].kept], blobs, merged)
     return merged.conflicts
+
+
+def _why_not_merged(entries: list[Entry], bases: Path | None) -> str:
+    """Why a path's change cannot be merged with a 3-way apply ('' when it can)."""
+    entry = entries[0]
+    if len(entries) > 1 or entry.old_mode not in (FILE, EXEC) or entry.new_mode not in (FILE, EXEC):
+        return "only a change to a file's text is merged"
+    if entry.kept or b"\nGIT binary patch\n" in entry.text:
+        return "a binary or large file is not merged"
+    if b"\n@@ " not in entry.text:
+        return "only a change to a file's text is merged"
+    if bases is None or not (bases / entry.old_id).is_file():
+        return "its old content was not kept beside the patch, so there is nothing to merge from"
+    return ""
 
 
 def _write_beside(project: Path, kept: list[Entry], blobs: Path | None, merged: threeway.Merged) -> None:

@@ -20,15 +20,11 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..host.walk import Cursor, open_file
 from ..spec import SandboxError
-from .beside import _names
-from .gitpatch import EXEC, FILE, git_mode
-
-if TYPE_CHECKING:
-    from .patchapply import Entry
+from .beside import safe_names
+from .gitpatch import git_mode
 
 MERGE_LIMIT = 64 << 20
 """Bytes of a project file merged at most."""
@@ -53,27 +49,14 @@ class Merged:
     conflicts: list[str] = field(default_factory=list)
 
 
-def why_not(entries: list[Entry], bases: Path | None) -> str:
-    """Why a path's change cannot be merged with a 3-way apply ('' when it can)."""
-    entry = entries[0]
-    if len(entries) > 1 or entry.old_mode not in (FILE, EXEC) or entry.new_mode not in (FILE, EXEC):
-        return "only a change to a file's text is merged"
-    if entry.kept or b"\nGIT binary patch\n" in entry.text:
-        return "a binary or large file is not merged"
-    if b"\n@@ " not in entry.text:
-        return "only a change to a file's text is merged"
-    if bases is None or not (bases / entry.old_id).is_file():
-        return "its old content was not kept beside the patch, so there is nothing to merge from"
-    return ""
-
-
-def merge(project: Path, entries: dict[str, Entry], bases: Path) -> Merged:
-    """Each entry merged with the project's file now, in a scratch copy; nothing in `project` is
-    written. MergeError names what cannot be merged."""
+def merge(project: Path, changes: dict[str, tuple[str, bytes]], bases: Path) -> Merged:
+    """Each change (path -> the blob id of its old side, its `diff --git` entry) merged with the
+    project's file now, in a scratch copy; nothing in `project` is written. MergeError names what
+    cannot be merged."""
     git = shutil.which("git")
     if git is None:
         raise MergeError("git is not installed, and a 3-way apply needs it. Fix: install git (apt-get install "
-                         "git)", list(entries))
+                         "git)", list(changes))
     with tempfile.TemporaryDirectory(prefix="lis-tui-3way-") as scratch:
         work, repo = Path(scratch, "work"), Path(scratch, "repo")
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": scratch, "LC_ALL": "C",
@@ -83,20 +66,20 @@ def merge(project: Path, entries: dict[str, Entry], bases: Path) -> Merged:
         _git(git, ["init", "-q", "--template="], scratch, env)
         (repo / "info").mkdir()
         (repo / "info" / "attributes").write_text(NEUTRAL, encoding="ascii")
-        ours = {path: _copy_in(project, path, work) for path in entries}
+        ours = {path: _copy_in(project, path, work) for path in changes}
         stored = Path(scratch, "bases")
         stored.mkdir()
-        for entry in entries.values():
-            data = (bases / entry.old_id).read_bytes()
-            if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() != entry.old_id:
-                raise MergeError(f"{bases / entry.old_id} is not the old content the run kept (its blob id "
-                                 "differs); nothing was applied", [entry.path])
-            (stored / entry.old_id).write_bytes(data)
+        for path, (old_id, _) in changes.items():
+            data = (bases / old_id).read_bytes()
+            if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() != old_id:
+                raise MergeError(f"{bases / old_id} is not the old content the run kept (its blob id differs); "
+                                 "nothing was applied", [path])
+            (stored / old_id).write_bytes(data)
         patch = Path(scratch, "chosen.patch")
-        patch.write_bytes(b"".join(entry.text for entry in entries.values()))
-        names = "".join(f"{path}\0" for path in entries)
+        patch.write_bytes(b"".join(text for _, text in changes.values()))
+        names = "".join(f"{path}\0" for path in changes)
         _git(git, ["hash-object", "-w", "--no-filters", "--stdin-paths"], work, env,
-             "".join(f"{stored / e.old_id}\n" for e in entries.values()))
+             "".join(f"{stored / old_id}\n" for old_id, _ in changes.values()))
         _git(git, ["update-index", "--add", "-z", "--stdin"], work, env, names)
         applied = subprocess.run([git, "apply", "--3way", "--whitespace=nowarn", str(patch)], cwd=work, env=env,
                                  capture_output=True, text=True, errors="replace", timeout=600)
@@ -104,10 +87,10 @@ def merge(project: Path, entries: dict[str, Entry], bases: Path) -> Merged:
         conflicts = sorted({line.split("\t", 1)[1] for line in unmerged if "\t" in line})
         if applied.returncode != 0 and not conflicts:
             why = " ".join(applied.stderr.split())[:500] or f"exit {applied.returncode}"
-            raise MergeError(f"git's 3-way apply refused, so nothing was applied: {why}", list(entries))
+            raise MergeError(f"git's 3-way apply refused, so nothing was applied: {why}", list(changes))
         merged = Merged(conflicts=conflicts)
-        for path in entries:
-            result = work.joinpath(*_names(path))
+        for path in changes:
+            result = work.joinpath(*safe_names(path))
             merged.files[path] = (result.read_bytes(), bool(result.stat().st_mode & stat.S_IXUSR), ours[path])
         return merged
 
@@ -115,7 +98,7 @@ def merge(project: Path, entries: dict[str, Entry], bases: Path) -> Merged:
 def _copy_in(project: Path, path: str, work: Path) -> tuple[str, str]:
     """The project's file at `path` copied into the scratch work tree (read through directory
     descriptors, no link followed); its (git mode, blob id)."""
-    *parents, name = _names(path)
+    *parents, name = safe_names(path)
     with Cursor.open(project) as cursor:
         for part in parents:
             if not cursor.down(part):
