@@ -155,6 +155,7 @@ class Beside:
             out = os.open(temp, _NEW, 0o600, dir_fd=folder)
             try:
                 blob_id = _copy_hashing(fd, out, st.st_size)
+                os.fsync(out)  # on the disk before a record names it: a power cut leaves the last save whole
             finally:
                 os.close(out)
             if blob_id is None or _ident(os.fstat(fd)) != _ident(st):
@@ -175,11 +176,17 @@ class Beside:
         """Keep `data` (a modified text file's old content, blob `blob_id`) while the budget lasts."""
         if blob_id in self.bases or self._base_bytes + len(data) > BASES_LIMIT:
             return
-        self.folder.mkdir(exist_ok=True)
-        if not (self.folder / blob_id).exists():
-            temp = self.folder / f".{blob_id}.{secrets.token_hex(4)}.tmp"
-            temp.write_bytes(data)
-            os.replace(temp, self.folder / blob_id)
+        try:
+            self.folder.mkdir(exist_ok=True)
+            if not (self.folder / blob_id).exists():
+                temp = self.folder / f".{blob_id}.{secrets.token_hex(4)}.tmp"
+                with open(temp, "wb") as out:
+                    out.write(data)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(temp, self.folder / blob_id)
+        except OSError:  # a full disk: that file cannot be merged later, and the patch is whole
+            return
         self.bases.append(blob_id)
         self._base_bytes += len(data)
 
