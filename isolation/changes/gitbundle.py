@@ -83,6 +83,16 @@ def make_bundle(sandbox: Any, base: str, limit: int) -> tuple[bytes, int] | None
     return data, count
 
 
+def committed_paths(sandbox: Any, base: str) -> list[str] | None:
+    """The paths the sandbox's commits since `base` change, as its git says (a label only: what the
+    patch holds too is said, nothing is decided by it); None when its git cannot say."""
+    done = sandbox.exec(shlex.join(_GIT + ["diff", "--name-only", "-z", "--no-renames", "--no-ext-diff", base,
+                                           "HEAD"]), timeout=120)
+    if done.exit_code != 0:
+        return None
+    return sorted({name for name in done.stdout.split("\0") if name})
+
+
 def _said(result: Any) -> str:
     return " ".join((result.stderr or result.stdout).split())[:300] or f"exit {result.exit_code}"
 

@@ -9,7 +9,8 @@ unified diff (lines split at "\\n" only, as git does); a file git would call bin
 first 8000 bytes) or one over DIFF_LIMIT is a `GIT binary patch` literal (zlib, git's base85). A
 link is mode 120000 with its target as content. Directories are not entries (git has none), nor is
 anything inside a `.git` folder (git apply never writes there; commits come home as a bundle), nor
-special files: those are listed as not saved.
+special files: those are listed as not saved. With a `beside` (isolation.changes.beside), a large
+file's new content is kept there instead of in the patch, and a modified text file's old content too.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import stat
 import tempfile
 import zlib
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from ..host.walk import Cursor, open_file
 from .workspace import DIFF_LIMIT, Change, _Deleted, _review, _Site
@@ -30,6 +31,14 @@ ZERO_ID = "0" * 40
 LINK, EXEC, FILE = "120000", "100755", "100644"
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/+@,=~%:")
 _ESCAPES = {ord("\\"): b"\\\\", ord('"'): b'\\"', ord("\t"): b"\\t", ord("\n"): b"\\n"}
+
+
+class Keeper(Protocol):
+    """Where write_patch keeps what is not in the patch: isolation.changes.beside.Beside."""
+
+    def takes(self, kind: str, st: os.stat_result) -> bool: ...
+    def keep(self, path: str, site: _Site, old_present: bool) -> str: ...
+    def base(self, blob_id: str, data: bytes) -> None: ...
 
 
 @dataclass
@@ -66,10 +75,11 @@ def quote_path(path: str) -> bytes:
 
 
 def write_patch(lower, upper, before: dict[str, tuple] | None, out: BinaryIO,
-                skip: frozenset[str] = frozenset()) -> SavedPatch:
+                skip: frozenset[str] = frozenset(), beside: Keeper | None = None) -> SavedPatch:
     """Write every change between `lower` (the host workspace) and `upper` (what the sandbox wrote)
     to `out` as a git patch. `before`: the host as it was when the sandbox started
-    (workspace.snapshot), to tell which changed paths the host changed meanwhile."""
+    (workspace.snapshot), to tell which changed paths the host changed meanwhile. `beside`: where
+    large files and bases are kept (`beside.kept`: those left out of the patch, in `paths` still)."""
     saved = SavedPatch()
     seen: set[str] = set()
     repos: dict[str, int] = {}  # a `.git` folder: how many changes in it
@@ -84,7 +94,7 @@ def write_patch(lower, upper, before: dict[str, tuple] | None, out: BinaryIO,
             names = path.split("/")
             top = "/".join(names[:next(i for i, name in enumerate(names) if _is_git(name)) + 1]) + "/"
             repos[top] = repos.get(top, 0) + 1
-        elif _entries(change, site, out, saved):
+        elif _entries(change, site, out, saved, beside):
             if path not in seen:
                 seen.add(path)
                 saved.paths.append(path)
@@ -118,7 +128,7 @@ def _is_git(name: str) -> bool:
     return name.rstrip(". ") == ".git" or name.startswith("git~")
 
 
-def _entries(change: Change, site: _Site, out: BinaryIO, saved: SavedPatch) -> bool:
+def _entries(change: Change, site: _Site, out: BinaryIO, saved: SavedPatch, beside: Keeper | None = None) -> bool:
     """The entries for one change; False when it is none a patch can carry (noted in `saved`)."""
     old, new, path = site.old, site.new, change.path
     olds = old is not None and (stat.S_ISREG(old.st_mode) or stat.S_ISLNK(old.st_mode))
@@ -134,6 +144,11 @@ def _entries(change: Change, site: _Site, out: BinaryIO, saved: SavedPatch) -> b
         olds = False
     if not olds and not news:
         return False
+    if beside is not None and news and beside.takes(change.kind, new):  # kept beside the patch, not in it
+        why = beside.keep(path, site, olds)
+        if why:
+            saved.unsaved.append(f"{path} ({why})")
+        return not why
     before = _content(site, "old") if olds else None
     after = _content(site, "new") if news else None
     if (olds and before is None) or (news and after is None):
@@ -145,6 +160,9 @@ def _entries(change: Change, site: _Site, out: BinaryIO, saved: SavedPatch) -> b
         return True
     if olds and news and before.id == after.id and git_mode(old) == git_mode(new):
         return False  # a mode git does not keep (only the owner's executable bit counts)
+    if beside is not None and olds and news and before.data is not None and after.data is not None \
+            and before.id != after.id and git_mode(old) != LINK:
+        beside.base(before.id, before.data)  # a text file's old content: what a 3-way apply merges from
     _entry(out, path, before, after, git_mode(old) if olds else None, git_mode(new) if news else None)
     return True
 

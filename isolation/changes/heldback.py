@@ -8,8 +8,9 @@ finds what the host would run and holds those paths back:
   `core.fsmonitor`, the files `include.path` and `includeIf.*.path` name;
 - anything git would take for a repository: a `.git` file or folder, or a folder holding HEAD with
   objects/ and refs/ (or commondir), in the change or on the host, and all of it; in a workspace
-  that is a subfolder of a repository, every change at its top (git would take the workspace
-  itself for a repository once it held HEAD, objects/ and refs/);
+  that is a subfolder of a repository, what git's discovery reads at its top (HEAD, commondir, and
+  objects/ or refs/ where the host has none): with them git would take the workspace itself for a
+  repository (and obey its config) instead of the one around it; the other changes at the top go;
 - virtual environments (a folder holding `pyvenv.cfg`, in the change or on the host: all of it),
   and the names of `BUILT_IN`: what Python imports at start-up, installed packages, git hooks
   managers, CI, editor and tool configs that load on their own;
@@ -74,7 +75,7 @@ def hold_reasons(project: Path, changes: Iterable[tuple[str, str]], patterns: tu
     names, yours = _Names(BUILT_IN), _Names({p: (YOURS, "a held-back pattern of your config") for p in patterns})
     reasons: dict[str, str] = {}
     for path in paths:
-        why = (_git_reason(path, repo) if repo else "") or tree.reason(path) or names.reason(path) \
+        why = (_git_reason(path, repo, project) if repo else "") or tree.reason(path) or names.reason(path) \
             or yours.reason(path)
         if why:
             reasons[path] = why
@@ -91,16 +92,26 @@ def held_kind(why: str) -> str:
     return head if head in KINDS else LINKS  # the walk's own reasons: links and executable bits
 
 
-def _git_reason(path: str, repo: hostgit.HostRepo) -> str:
+def _git_reason(path: str, repo: hostgit.HostRepo, project: Path) -> str:
     key = path.rstrip("/")
     for where, why in repo.runs.items():
         if not where or key == where or key.startswith(f"{where}/"):
             return f"{GIT}: {why}"
-    if repo.prefix and "/" not in key:
-        return (f"{REPO}: at the top of a workspace inside the repository {repo.top}, where git would take "
-                "the workspace itself for a repository (and obey its config) once it held HEAD, objects/ "
-                "and refs/")
+    if repo.prefix and _makes_a_repository(key, project):
+        return (f"{REPO}: at the top of a workspace inside the repository {repo.top}, git's discovery reads "
+                f"{key.partition('/')[0]}: with HEAD, objects/ and refs/ (or commondir) there, git would take "
+                "the workspace itself for a repository and obey its config")
     return ""
+
+
+def _makes_a_repository(key: str, project: Path) -> bool:
+    """Whether a change at `key` gives the workspace's top what git's discovery (is_git_directory)
+    looks for there: HEAD, commondir, or an objects/ or refs/ folder the host does not have."""
+    top = key.partition("/")[0]
+    if top in ("HEAD", "commondir"):
+        return True
+    # git tests these two with access(): a folder the host already has (or a link to one) is nothing new
+    return top in ("objects", "refs") and not os.path.isdir(os.path.join(project, top))
 
 
 class _Tree:

@@ -13,6 +13,10 @@ of a repository is patched where it is (a plain `git apply` there skips every pa
 subfolder and says nothing). Without a work tree git reads no `.gitattributes` either (one with
 `eol=crlf`, the project's or the sandbox's, would rewrite every line ending of what it writes),
 nor the user's and the system's git config.
+
+Files kept beside the patch (isolation.changes.beside: large ones) are written after it by
+beside.place, under the same checks; with `three_way`, a text file the project changed since is
+merged instead of refused (isolation.changes.threeway).
 """
 from __future__ import annotations
 
@@ -27,7 +31,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gitpatch import EXEC, LINK, ZERO_ID, git_mode
+from . import threeway
+from .beside import place, write_checked
+from .gitpatch import EXEC, FILE, LINK, ZERO_ID, git_mode
 from .heldback import hold_reasons
 from ..host.walk import Cursor, files_below, open_file
 from ..spec import SandboxError
@@ -35,6 +41,7 @@ from ..spec import SandboxError
 _HEADER = re.compile(rb"^diff --git (.+)$", re.M)
 _INDEX = re.compile(rb"^index ([0-9a-f]{40})\.\.([0-9a-f]{40})(?: ([0-7]{6}))?$", re.M)
 _MODE = re.compile(rb"^(new file mode|deleted file mode|old mode|new mode) ([0-7]{6})$", re.M)
+_CHANGED = "it is not as it was"
 _UNQUOTE = {b"\\": b"\\", b'"': b'"', b"t": b"\t", b"n": b"\n", b"a": b"\a", b"b": b"\b", b"f": b"\f",
             b"r": b"\r", b"v": b"\v"}
 
@@ -44,11 +51,14 @@ class PatchError(SandboxError):
 
 
 class PatchConflict(PatchError):
-    """Chosen paths are not as the patch expects (`paths`); nothing was written."""
+    """Chosen paths are not as the patch expects (`paths`); nothing was written. `mergeable`: those
+    a 3-way apply would merge; `head`: the message without its fix, for a caller to add its own."""
 
-    def __init__(self, message: str, paths: list[str]) -> None:
+    def __init__(self, message: str, paths: list[str], mergeable: list[str] | None = None, head: str = "") -> None:
         super().__init__(message)
         self.paths = paths
+        self.mergeable = mergeable or []
+        self.head = head or message
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,8 @@ class Entry:
     old_id: str
     new_id: str
     text: bytes
+    kept: bool = False
+    """A large file kept beside the patch (isolation.changes.beside), not in it: `text` is empty."""
 
 
 def read_patch(data: bytes) -> dict[str, list[Entry]]:
@@ -158,22 +170,82 @@ def _link_target(entry: Entry) -> str:
 
 
 def apply_patch(project: Path, patch: dict[str, list[Entry]], chosen: Iterable[str],
-                moved: Iterable[str] = ()) -> None:
-    """Write the `chosen` paths' entries into `project`, all or none. PatchConflict, naming each,
-    when one is not what the patch expects or is in `moved`; PatchError when git refuses."""
+                moved: Iterable[str] = (), blobs: Path | None = None, three_way: bool = False) -> list[str]:
+    """Write the `chosen` paths' entries into `project`, all or none; files kept beside the patch
+    from `blobs` (isolation.changes.beside). PatchConflict, naming each, when one is not what the
+    patch expects or is in `moved`; with `three_way`, a text file the project changed since is merged
+    instead (git's 3-way apply, from its old content kept in `blobs`: isolation.changes.threeway).
+    PatchError when git refuses. Returns the merged paths whose files hold git's conflict markers."""
     chosen = sorted(set(chosen))
     if not chosen:
-        return
+        return []
     moved = set(moved)
     deleted = {p for p in chosen if patch[p][0].new_mode is None or len(patch[p]) > 1}
-    conflicts = [f"{p} (changed on the host while the sandbox ran)" for p in chosen if p in moved]
-    conflicts += [f"{p} ({why})" for p in chosen if p not in moved
-                  and (why := _differs(project, p, patch[p][0], deleted))]
+    reasons = {p: "changed on the host while the sandbox ran" for p in chosen if p in moved}
+    reasons.update({p: why for p in chosen if p not in moved and (why := _differs(project, p, patch[p][0], deleted))})
+    mergeable = sorted(p for p, why in reasons.items() if why == _CHANGED and not _why_not_merged(patch[p], blobs))
+    merging = mergeable if three_way else []
+    conflicts = {p: why for p, why in reasons.items() if p not in merging}
     if conflicts:
-        raise PatchConflict("the project changed since the run under " + ", ".join(conflicts)
-                            + "; nothing was applied. Fix: look at those files, then apply the others by name",
-                            [c.split(" (", 1)[0] for c in conflicts])
-    _git_apply(project, b"".join(entry.text for p in chosen for entry in patch[p]))
+        if three_way:  # and why each was not merged
+            conflicts = {p: f"{why}; {_why_not_merged(patch[p], blobs)}" if why == _CHANGED else why
+                         for p, why in conflicts.items()}
+        shown = ", ".join(f"{p} ({why})" for p, why in sorted(conflicts.items()))
+        head = f"the project changed since the run under {shown}; nothing was applied"
+        raise PatchConflict(f"{head}. Fix: look at those files, then apply the others by name", sorted(conflicts),
+                            [] if three_way else mergeable, head)
+    try:
+        merged = threeway.merge(project, {p: (patch[p][0].old_id, patch[p][0].text) for p in merging}, blobs) \
+            if merging else threeway.Merged()
+    except threeway.MergeError as exc:
+        fix = "" if "Fix:" in str(exc) else f". Fix: look at {', '.join(exc.paths) or 'them'}, then apply the others " \
+            "by name"
+        raise PatchConflict(f"{exc}{fix}", exc.paths) from None
+    text = b"".join(entry.text for p in chosen if p not in merged.files for entry in patch[p] if not entry.kept)
+    if text:
+        _git_apply(project, text)
+    _write_beside(project, [patch[p][0] for p in chosen if patch[p][0].kept], blobs, merged)
+    return merged.conflicts
+
+
+def _why_not_merged(entries: list[Entry], bases: Path | None) -> str:
+    """Why a path's change cannot be merged with a 3-way apply ('' when it can)."""
+    entry = entries[0]
+    if len(entries) > 1 or entry.old_mode not in (FILE, EXEC) or entry.new_mode not in (FILE, EXEC):
+        return "only a change to a file's text is merged"
+    if entry.kept or b"\nGIT binary patch\n" in entry.text:
+        return "a binary or large file is not merged"
+    if b"\n@@ " not in entry.text:
+        return "only a change to a file's text is merged"
+    if bases is None or not (bases / entry.old_id).is_file():
+        return "its old content was not kept beside the patch, so there is nothing to merge from"
+    return ""
+
+
+def _write_beside(project: Path, kept: list[Entry], blobs: Path | None, merged: threeway.Merged) -> None:
+    """The kept files and the merged ones, each written only while the project's file is still the
+    one checked (or merged with); after the patch, whose deletions may make room for them."""
+    for entry in kept:
+        try:
+            if blobs is None:
+                raise SandboxError("the folder of kept files was not given")
+            place(project, entry.path, blobs / entry.new_id, entry.new_mode == EXEC,
+                  None if entry.old_mode is None else (entry.old_mode, entry.old_id), entry.new_id)
+        except (OSError, SandboxError) as exc:
+            raise PatchError(f"{entry.path} could not be written ({getattr(exc, 'strerror', None) or exc}); the rest "
+                             f"was applied. Fix: apply {entry.path} again by name") from None
+    for path, (data, executable, ours) in merged.files.items():
+        try:
+            write_checked(project, path, lambda fd, data=data: _write_all(fd, data), executable, ours)
+        except (OSError, SandboxError) as exc:
+            raise PatchError(f"{path} could not be written ({getattr(exc, 'strerror', None) or exc}); the rest "
+                             f"was applied. Fix: apply {path} again by name") from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _differs(project: Path, path: str, entry: Entry, deleted: set[str]) -> str:
@@ -190,7 +262,7 @@ def _differs(project: Path, path: str, entry: Entry, deleted: set[str]) -> str:
         return "" if set(below) <= deleted else "a folder on the host; apply the deletions of its files with it"
     if want is None:
         return "it exists on the host now"
-    return "it is gone from the host" if now is None else "it is not as it was"
+    return "it is gone from the host" if now is None else _CHANGED
 
 
 def _state(project: Path, path: str) -> tuple[str, str] | str | None:

@@ -158,6 +158,7 @@ class Sandbox:
     save_changes = review.save_changes
     new_commits = review.new_commits
     bundle_commits = review.bundle_commits
+    committed_paths = review.committed_paths
     _testbed = review._testbed
     _rules = review._rules
 

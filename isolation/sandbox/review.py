@@ -58,16 +58,18 @@ def apply(sandbox: Sandbox, paths: list[str] | None = None, allow_outside_links:
         return workspace.apply(lower, upper, sandbox._before, paths, allow_outside_links, **sandbox._rules())
 
 
-def save_changes(sandbox: Sandbox, out) -> SavedPatch:
+def save_changes(sandbox: Sandbox, out, beside=None) -> SavedPatch:
     """Write what the sandbox changed in its workspace to binary file `out` as a patch that
     `git apply` takes; returns isolation.changes.gitpatch.SavedPatch (the paths, and which of them the
-    host changed while the sandbox ran)."""
+    host changed while the sandbox ran). `beside` (isolation.changes.beside.Beside): where large files
+    are kept instead of in the patch, and bases for a 3-way apply."""
     from ..changes.gitpatch import write_patch  # noqa: PLC0415
 
     if sandbox.spec.workspace is None:
         raise SandboxError("this sandbox has no workspace, so it has no changes to save; use export()")
     with sandbox._testbed() as (lower, upper):
-        return write_patch(lower, upper, sandbox._before, out, skip=workspace.mount_points(sandbox.spec))
+        return write_patch(lower, upper, sandbox._before, out, skip=workspace.mount_points(sandbox.spec),
+                           beside=beside)
 
 
 def new_commits(sandbox: Sandbox) -> int:
@@ -83,3 +85,10 @@ def bundle_commits(sandbox: Sandbox) -> tuple[bytes, int] | None:
     from ..changes.gitbundle import make_bundle  # noqa: PLC0415
 
     return None if sandbox.git_base is None else make_bundle(sandbox, sandbox.git_base, sandbox.spec.limits.export_bytes())
+
+
+def committed_paths(sandbox: Sandbox) -> list[str] | None:
+    """The paths the sandbox's new commits change (its git says; None when it cannot, or no base)."""
+    from ..changes.gitbundle import committed_paths as paths  # noqa: PLC0415
+
+    return None if sandbox.git_base is None else paths(sandbox, sandbox.git_base)

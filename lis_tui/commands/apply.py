@@ -5,12 +5,17 @@ import argparse
 import sys
 
 _DESCRIPTION = """\
-Apply the changes a `lis-tui run --workspace DIR` saved (RUN/changes.patch) to that project, under
-the review's rules: held-back changes (links the sandbox made, new executables, .git, CI and tool
-config, ...) only when named; nothing at all when a chosen file changed in the project since the
-run (the message names it). With --commits, the model's new commits (a run with --git-writable)
+Apply the changes a `lis-tui run --workspace DIR` saved (RUN/changes.patch, and the files over 8 MiB
+kept beside it in RUN/blobs/) to that project, under the review's rules: held-back changes (links
+the sandbox made, new executables, .git, CI and tool config, ...) only when named; nothing at all
+when a chosen file changed in the project since the run (the message names it). With --3way, a
+text file changed since is merged instead (git apply --3way in a scratch copy, from the old
+content the run kept); where both sides changed the same lines it gets git's conflict markers,
+said by name (exit 1). With --commits, the model's new commits (a run with --git-writable)
 are fetched into a new branch lis-tui/RUN of the project's repository: objects and that branch
-only, never the sandbox's hooks, config or other refs."""
+only, never the sandbox's hooks, config or other refs. The committed changes are in the patch too
+(the model's work tree holds them): take one or the other, as the end of `lis-tui run`, --list and
+apply say; both taken, `git merge lis-tui/RUN` refuses over those files."""
 
 
 def add_parsers(sub) -> None:
@@ -21,6 +26,10 @@ def add_parsers(sub) -> None:
                    help="apply just these (held-back ones included); default: all but the held-back ones")
     p.add_argument("--list", action="store_true", help="list the run's changes, and why any is held back; "
                    "apply nothing")
+    p.add_argument("--3way", dest="three_way", action="store_true",
+                   help="merge a text file the project changed since the run (git's 3-way apply, from its old "
+                   "content kept beside the patch); where both changed the same lines the file gets git's "
+                   "conflict markers, said by name (exit 1)")
     p.add_argument("--commits", action="store_true", help="fetch the run's new commits into branch lis-tui/RUN "
                    "(alone, unless PATHs are given too)")
     p.add_argument("--workspace", metavar="DIR", help="apply to DIR instead of the run's project")
@@ -44,10 +53,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
         patterns = workspace_options(load_config())["held_back"]
         project = Path(args.workspace).expanduser() if args.workspace else None
         if args.list:
-            for path, kind, why in listing(run_dir, patterns, project):
-                print(safe_terminal_text(f"{kind:8}  {path}" + (f"  (held back: {why})" if why else "")))
+            for path, kind, why, note in listing(run_dir, patterns, project):
+                print(safe_terminal_text(f"{kind:8}  {path}" + (f"  (held back: {why})" if why else "")
+                                         + (f"  ({note})" if note else "")))
             return 0
-        done = apply_run(run_dir, args.paths or None, patterns, project, commits=args.commits)
+        done = apply_run(run_dir, args.paths or None, patterns, project, commits=args.commits,
+                         three_way=args.three_way)
     except (ValueError, ConfigError) as exc:
         say(f"lis-tui apply: {exc}")
         return 2
@@ -61,4 +72,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if done.held:
         names = ", ".join(f"{path} ({why})" for path, why in sorted(done.held.items()))
         say(f"held back {len(done.held)}, applied only by name (lis-tui apply {run_dir} PATH): {names}")
+    if done.note:
+        say(done.note)
+    if done.conflicts:
+        say(f"merged with conflicts: {', '.join(done.conflicts)}: each holds git's markers (<<<<<<< ours, the "
+            "project's lines; >>>>>>> theirs, the run's); resolve them there")
+        return 1
     return 0

@@ -127,6 +127,8 @@ def _changes(result: Any, apply: bool, spec: Any) -> int:
     held = f"; held back {len(done.held)}: {', '.join(sorted(done.held))} (apply by name: lis-tui apply " \
         f"{result.output_dir} PATH)" if done.held else ""
     print(safe_terminal_text(f"applied {len(done.applied)} to {done.project}{held}"), file=sys.stderr)
+    if done.note:  # the commits hold the same change: leave them
+        print(safe_terminal_text(done.note), file=sys.stderr)
     return 0
 
 

@@ -1,6 +1,7 @@
 """A run's changes to its workspace, kept in its folder so they outlive the sandbox:
-`changes.patch` (a patch `git apply` takes, isolation.changes.gitpatch) and `changes.json` (the project,
-the patch's sha256, the paths, which of them the host changed while the sandbox ran); with
+`changes.patch` (a patch `git apply` takes, isolation.changes.gitpatch), `blobs/` (files over 8 MiB kept
+beside it, and old contents for a 3-way apply: isolation.changes.beside) and `changes.json` (the project,
+the patch's sha256, the paths, the kept files, which of them the host changed while the sandbox ran); with
 `git_writable`, the model's new commits as `commits.bundle` (isolation.changes.gitbundle). Written as the
 run ends; applied later by `lis-tui apply RUN [PATH...] [--commits]` or at once by `run --apply`,
 under the review's rules (isolation.changes.patchapply): the commits only when asked, into a new branch
@@ -15,11 +16,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from isolation import SandboxError
+from isolation.changes.beside import Beside, Kept
 from isolation.changes.gitbundle import BundleError, check_target, fetch_bundle
 from isolation.changes.patchapply import Entry, PatchConflict, PatchError, apply_patch, held_back, kind_of, read_patch
 from lis_tui.runs.store import open_run_file
 
-PATCH, RECORD, BUNDLE = "changes.patch", "changes.json", "commits.bundle"
+PATCH, RECORD, BUNDLE, BLOBS = "changes.patch", "changes.json", "commits.bundle", "blobs"
 FORMAT = "lis-tui-changes/1"
 
 
@@ -40,6 +42,10 @@ class SavedChanges:
     held: dict[str, str] = field(default_factory=dict)
     unsaved: list[str] = field(default_factory=list)
     commits: int = 0
+    both: list[str] | None = None
+    """Paths the commits change that changes.patch holds too (None: the sandbox's git could not say)."""
+    kept: list[Kept] = field(default_factory=list)
+    """Large files kept in RUN/blobs/ beside the patch, not in it."""
     error: str = ""
 
     def line(self) -> str:
@@ -53,10 +59,14 @@ class SavedChanges:
             held = f" ({len(self.held)} held back)" if self.held else ""
             line = (f"{count}{held}: saved in {self.run_dir / PATCH}; apply with "
                     f"`lis-tui apply {self.run_dir}`")
+            if self.kept:
+                line += f"; kept beside it in {self.run_dir / BLOBS}/, too large for the patch: {sizes(self.kept)}"
         if self.commits:
             line += (f"; {self.commits} new commit{'' if self.commits == 1 else 's'} saved in "
                      f"{self.run_dir / BUNDLE} (`lis-tui apply {self.run_dir} --commits` fetches them into "
                      f"branch {branch_for(self.run_dir)})")
+            if self.paths and self.both != []:
+                line += f"; {one_or_other(self.both, 'changes.patch')}"
         more = f" and {len(self.unsaved) - 5} more (changes.json lists them)" if len(self.unsaved) > 5 else ""
         return line + (f"; not saved: {', '.join(self.unsaved[:5])}{more}" if self.unsaved else "")
 
@@ -66,20 +76,30 @@ def branch_for(run_dir: Path) -> str:
     return f"lis-tui/{run_dir.name}"
 
 
+def one_or_other(both: list[str] | None, other: str) -> str:
+    """That the commits and the patch hold the same changes (to `both`; None: maybe): take one only.
+    Both taken, `git merge` of the branch refuses over the files the patch already changed."""
+    shown = ", ".join(both[:5]) + (f" and {len(both) - 5} more" if len(both) > 5 else "") if both else ""
+    what = f"the same changes to {shown}" if both else "the committed changes (its git could not list them)"
+    return f"the commits and {other} hold {what}: take one or the other, not both"
+
+
 def save_changes(sandbox: Any, run_dir: Path, final: bool = True,
                  read: Callable[[], None] | None = None) -> SavedChanges:
     """Write the sandbox's workspace changes into `run_dir`; a failure is reported, never raised.
     Not `final` (the save after a step, lis_tui.runs.autosave): the patch and its record only, not
-    the commits nor which changes are held back. Each file is written whole, then renamed over the
-    last one (patch first, then the record that names its sha256), with its bytes on the disk: a
-    crash, or a power cut, leaves the last save whole. `read()` is called once nothing more is read
-    from the sandbox (the disk's part follows)."""
+    the commits nor which changes are held back, and a large file kept beside the patch (RUN/blobs/,
+    isolation.changes.beside) whose sandbox copy has the identity it had at the last save is not read
+    again. Each file is written whole, then renamed over the last one (patch first, then the record
+    that names its sha256), with its bytes on the disk: a crash, or a power cut, leaves the last save
+    whole. `read()` is called once nothing more is read from the sandbox (the disk's part follows)."""
     saved = SavedChanges(run_dir)
+    beside = Beside(run_dir / BLOBS, _kept_before(run_dir), exact=final)
     temp = run_dir / f".{PATCH}.tmp"
     try:
         with open(temp, "wb") as out:
             try:
-                patch = sandbox.save_changes(out)
+                patch = sandbox.save_changes(out, beside)
             finally:
                 if read is not None:
                     read()
@@ -92,36 +112,74 @@ def save_changes(sandbox: Any, run_dir: Path, final: bool = True,
         return saved
     project = Path(sandbox.spec.workspace)  # absolute: the sandbox's spec is resolved
     record = {"format": FORMAT, "workspace": str(project), "patch": PATCH, "sha256": digest,
-              "paths": patch.paths, "moved": patch.moved, "unsaved": patch.unsaved}
+              "paths": patch.paths, "moved": patch.moved, "unsaved": patch.unsaved,
+              "kept": [kept.record() for kept in beside.kept], "bases": beside.bases}
     if sandbox.spec.git_writable and final:
         try:
-            record["commits"] = save_bundle(sandbox, run_dir)
+            record["commits"] = save_bundle(sandbox, run_dir, patch.paths)
         except (OSError, SandboxError) as exc:
             saved.error = f"the new commits could not be saved: {exc}"
         saved.commits = (record.get("commits") or {}).get("count", 0)
+        saved.both = (record.get("commits") or {}).get("in_patch")
     try:
         _write_synced(run_dir / RECORD, (json.dumps(record, indent=1) + "\n").encode("utf-8"))
     except OSError as exc:  # a full disk: the patch alone is there, for `git apply` by hand
         saved.error = f"{run_dir / RECORD} could not be written ({exc.strerror}); {run_dir / PATCH} holds the changes"
         return saved
-    saved.paths, saved.unsaved = patch.paths, patch.unsaved
+    beside.tidy()  # what the record no longer names: a large file's earlier content, bases of undone edits
+    saved.paths, saved.unsaved, saved.kept = patch.paths, patch.unsaved, beside.kept
     if not final:
         return saved
     try:
-        saved.held = held_back(project, _read(run_dir / PATCH), sandbox.spec.held_back)
-    except PatchError as exc:  # ours, just written: a bug, said rather than hidden
+        saved.held = held_back(project, _with_kept(_read(run_dir / PATCH), beside.kept), sandbox.spec.held_back)
+    except (PatchError, ValueError) as exc:  # ours, just written: a bug, said rather than hidden
         saved.error = f"the patch just written cannot be read back ({exc})"
     return saved
 
 
-def save_bundle(sandbox: Any, run_dir: Path) -> dict | None:
-    """The sandbox's new commits into RUN/commits.bundle; what changes.json records of them (None: none)."""
+def sizes(kept: list[Kept]) -> str:
+    """The kept files with their sizes, for a line."""
+    shown = ", ".join(f"{k.path} ({_size(k.size)})" for k in kept[:5])
+    return shown + (f" and {len(kept) - 5} more (changes.json lists them)" if len(kept) > 5 else "")
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def _kept_before(run_dir: Path) -> list[Kept]:
+    """What the run's last save kept beside its patch (nothing when there was none, or it cannot be read)."""
+    try:
+        return _kept_of(_record(run_dir))
+    except (ApplyRefused, ValueError):
+        return []
+
+
+def _kept_of(record: dict) -> list[Kept]:
+    return [Kept.from_record(item) for item in record.get("kept") or []]
+
+
+def _with_kept(patch: dict[str, list[Entry]], kept: list[Kept]) -> dict[str, list[Entry]]:
+    """The patch's entries and, as entries without text, the files kept beside it."""
+    entries = dict(patch)
+    for item in kept:
+        if item.path in entries:
+            raise ValueError(f"{item.path} is both in the patch and kept beside it")
+        entries[item.path] = [Entry(item.path, item.old_mode, item.mode, item.old_id, item.new_id, b"", kept=True)]
+    return entries
+
+
+def save_bundle(sandbox: Any, run_dir: Path, patched: list[str] = ()) -> dict | None:
+    """The sandbox's new commits into RUN/commits.bundle; what changes.json records of them (None: none),
+    with `in_patch`, the paths they change that the patch (`patched`) holds too (None: unknown)."""
     made = sandbox.bundle_commits()
     if made is None:
         return None
     data, count = made
     (run_dir / BUNDLE).write_bytes(data)
-    return {"bundle": BUNDLE, "sha256": hashlib.sha256(data).hexdigest(), "count": count}
+    committed = sandbox.committed_paths()
+    both = None if committed is None else sorted(set(committed) & set(patched))
+    return {"bundle": BUNDLE, "sha256": hashlib.sha256(data).hexdigest(), "count": count, "in_patch": both}
 
 
 def fetch_commits(run_dir: Path, project: Path, record: dict | None = None) -> str:
@@ -150,6 +208,10 @@ class Applied:
     record: dict
     commits: str = ""
     """The commit fetched into branch lis-tui/RUN, when asked for."""
+    note: str = ""
+    """What the person should know of what was taken (that the commits and the patch hold the same change)."""
+    conflicts: list[str] = field(default_factory=list)
+    """Files a 3-way apply merged with conflicts: they hold git's conflict markers."""
 
 
 def load_run(run_dir: Path, project: Path | None = None) -> tuple[dict, dict[str, list[Entry]], Path]:
@@ -167,9 +229,9 @@ def load_run(run_dir: Path, project: Path | None = None) -> tuple[dict, dict[str
         raise ApplyRefused(f"{patch_file} is not the patch the run saved (its sha256 differs): edited or cut "
                            "short, so nothing was applied. Fix: read it and apply it by hand with `git apply`")
     try:
-        patch = _read(patch_file)
-    except PatchError as exc:
-        raise ApplyRefused(f"{patch_file} is corrupt ({exc}); nothing was applied") from None
+        patch = _with_kept(_read(patch_file), _kept_of(record))
+    except (PatchError, ValueError) as exc:
+        raise ApplyRefused(f"{patch_file} or {run_dir / RECORD} is corrupt ({exc}); nothing was applied") from None
     where = Path(project or record.get("workspace") or "").expanduser().absolute()
     if not where.is_dir():
         raise ApplyRefused(f"the project {where} is not a folder (moved or removed?); give the folder to apply "
@@ -178,9 +240,11 @@ def load_run(run_dir: Path, project: Path | None = None) -> tuple[dict, dict[str
 
 
 def apply_run(run_dir: Path, paths: list[str] | None, patterns: tuple[str, ...] = (),
-              project: Path | None = None, commits: bool = False) -> Applied:
+              project: Path | None = None, commits: bool = False, three_way: bool = False) -> Applied:
     """Apply a past run's changes (all but the held-back ones, or just `paths`) to its project, and
-    with `commits` fetch its new commits (then, without `paths`, those alone)."""
+    with `commits` fetch its new commits (then, without `paths`, those alone). `three_way`: a text
+    file the project changed since is merged (git's 3-way apply; `Applied.conflicts`: those merged
+    with conflict markers) instead of refused."""
     record, patch, where = load_run(run_dir, project)
     held = held_back(where, patch, patterns)
     if commits:
@@ -201,25 +265,66 @@ def apply_run(run_dir: Path, paths: list[str] | None, patterns: tuple[str, ...] 
             raise ApplyRefused(f"the run did not change {', '.join(unknown)}; nothing was applied. Fix: "
                                f"`lis-tui apply {run_dir} --list` lists its changes", 2)
     try:
-        apply_patch(where, patch, chosen, record.get("moved") or ())
+        conflicts = apply_patch(where, patch, chosen, record.get("moved") or (), run_dir / BLOBS, three_way)
     except PatchConflict as exc:
-        raise ApplyRefused(str(exc)) from None
+        raise ApplyRefused(_merge_fix(run_dir, exc, paths) if exc.mergeable else str(exc)) from None
     except PatchError as exc:
         raise ApplyRefused(str(exc)) from None
     left = {} if commits and paths is None else {p: why for p, why in held.items() if p not in chosen}
-    done = Applied(where, sorted(set(chosen)), left, record)
+    done = Applied(where, sorted(set(chosen)), left, record, conflicts=conflicts)
     if commits:
         done.commits = fetch_commits(run_dir, where, record)
+    done.note = _overlap(run_dir, record, done.applied, commits)
     return done
 
 
-def listing(run_dir: Path, patterns: tuple[str, ...] = (), project: Path | None = None) -> list[tuple[str, str, str]]:
-    """(path, kind, why it is held back or '') of every change the run saved."""
+def _merge_fix(run_dir: Path, exc: PatchConflict, paths: list[str] | None) -> str:
+    """The refusal with the fix that merges what a 3-way apply can merge."""
+    merged = ", ".join(exc.mergeable)
+    if set(exc.paths) == set(exc.mergeable):
+        named = "".join(f" {p}" for p in paths or ())
+        return (f"{exc.head}. Fix: `lis-tui apply {run_dir} --3way{named}` merges {merged} with the project's "
+                "edits (git's 3-way apply)")
+    others = ", ".join(p for p in exc.paths if p not in exc.mergeable)
+    return (f"{exc.head}. Fix: look at {others}, then apply the others by name, with --3way to merge {merged} "
+            "with the project's edits (git's 3-way apply)")
+
+
+def _overlap(run_dir: Path, record: dict, applied: list[str], commits: bool) -> str:
+    """The line saying that what was taken is in both the commits and the patch ('' when it is not)."""
+    saved = record.get("commits")
+    both = saved.get("in_patch") if isinstance(saved, dict) else []
+    if not record.get("paths") or both == []:
+        return ""
+    taken = [p for p in applied if both is None or p in both]
+    names = ", ".join(taken[:5]) + (f" and {len(taken) - 5} more" if len(taken) > 5 else "")
+    branch = branch_for(run_dir)
+    if commits and taken:
+        return (f"you took both the commits and the patch's {names}, which hold the same changes: `git merge "
+                f"{branch}` refuses over those files until you undo the applied ones; take one or the other")
+    if commits:
+        return (f"{one_or_other(both, str(run_dir / PATCH))}: you took the commits (merge {branch}), so do not "
+                "apply the patch too")
+    if taken:
+        return (f"the run's commits hold the same changes to {names}: you took the patch, so leave the commits "
+                f"(`lis-tui apply {run_dir} --commits`, whose merge would refuse over those files)")
+    return ""
+
+
+def listing(run_dir: Path, patterns: tuple[str, ...] = (), project: Path | None = None) -> list[tuple[str, str, str, str]]:
+    """(path, kind, why it is held back or '', a note or '') of every change the run saved."""
     record, patch, where = load_run(run_dir, project)
     held = held_back(where, patch, patterns)
-    found = [(path, kind_of(entries), held.get(path, "")) for path, entries in sorted(patch.items())]
-    if isinstance(record.get("commits"), dict):
-        found.append((branch_for(run_dir), f"{record['commits'].get('count')} commits", ""))
+    kept_sizes = {kept.path: kept.size for kept in _kept_of(record)}
+    found = [(path, kind_of(entries), held.get(path, ""),
+              f"{_size(kept_sizes[path])}, kept beside the patch in {BLOBS}/, not in it" if path in kept_sizes else "")
+             for path, entries in sorted(patch.items())]
+    saved = record.get("commits")
+    if isinstance(saved, dict):
+        count = saved.get("count")
+        both = saved.get("in_patch")
+        note = one_or_other(both, "the patch") if patch and both != [] else ""
+        found.append((branch_for(run_dir), f"{count} commit{'' if count == 1 else 's'}", "", note))
     return found
 
 

@@ -105,7 +105,7 @@ def test_a_repository_made_in_the_sandbox_under_another_name_is_held_whole_and_i
     assert (repo / "vendor" / "lib" / "fsmonitor-ran").read_text() == "ran\n"
 
 
-def test_in_a_workspace_that_is_a_subfolder_of_a_repository_every_change_at_its_top_is_held(repo):
+def test_in_a_workspace_that_is_a_subfolder_of_a_repository_what_makes_it_one_is_held(repo):
     commit(repo)
     with Sandbox(SandboxSpec(workspace=repo / "pkg")) as sb:  # the workspace itself made a repository
         held = held_after_apply_all(sb, REPO_IN.format(where=".") + " && mkdir -p sub && echo z > sub/deep.py")
@@ -114,11 +114,17 @@ def test_in_a_workspace_that_is_a_subfolder_of_a_repository_every_change_at_its_
     assert sorted(p.name for p in (repo / "pkg").iterdir()) == ["mod.py"]
     git(repo / "pkg", "status")
     assert not (repo / "pkg" / "fsmonitor-ran").exists()
-    with Sandbox(SandboxSpec(workspace=repo / "pkg")) as sb:  # a part of it, at the top
-        held = held_after_apply_all(sb, "echo ref: refs/heads/x > HEAD && echo y > top.py && mkdir -p sub"
-                                        " && echo z > sub/deep.py")
-    assert {p: held_kind(w) for p, w in held.items()} == {"HEAD": REPO, "top.py": REPO, "sub": REPO}
-    assert (repo / "pkg" / "sub" / "deep.py").read_text() == "z\n" and not (repo / "pkg" / "HEAD").exists()
+    with Sandbox(SandboxSpec(workspace=repo / "pkg")) as sb:  # one part of it, with ordinary edits at the top
+        held = held_after_apply_all(sb, "echo ref: refs/heads/x > HEAD && echo y > top.py && echo 'x = 2' > mod.py"
+                                        " && mkdir -p sub && echo z > sub/deep.py")
+        assert {p: held_kind(w) for p, w in held.items()} == {"HEAD": REPO}
+        assert (repo / "pkg" / "mod.py").read_text() == "x = 2\n" and (repo / "pkg" / "top.py").is_file()
+        assert (repo / "pkg" / "sub" / "deep.py").read_text() == "z\n" and not (repo / "pkg" / "HEAD").exists()
+        held = held_after_apply_all(sb, "mkdir -p /testbed/objects/ab /testbed/refs/heads")  # the other parts
+        assert set(held) == {"HEAD", "objects", "objects/ab", "refs", "refs/heads"}
+        assert git(repo / "pkg", "rev-parse", "--git-dir").stdout.strip() == os.path.realpath(repo / ".git")
+        sb.apply(sorted(held))  # named, they go: and git takes the workspace itself for a repository
+    assert git(repo / "pkg", "rev-parse", "--git-dir").stdout.strip() == "."
 
 
 def test_a_real_venv_on_the_host_is_held_whole(repo):

@@ -72,14 +72,22 @@ def test_a_folder_git_takes_for_a_repository_is_held_whole_wherever_it_is_and_wh
         "w/HEAD": REPO, "w/commondir": REPO, "a/b/.git": REPO, "c/.git/config": REPO}
 
 
-def test_in_a_workspace_inside_a_repository_every_change_at_its_top_is_held(repo):
+def test_in_a_workspace_inside_a_repository_only_what_git_discovery_reads_at_its_top_is_held(repo):
+    """Every change at the top was held (an ordinary edit of a.py never went with apply all); now
+    only what would make git take the workspace for a repository: HEAD, commondir, and objects/ or
+    refs/ where the host has none (a project's own refs/ folder is just a folder)."""
     sub = repo / "src"
-    reasons = hold_reasons(sub, [("HEAD", "added"), ("config", "added"), ("b.py", "added"), ("pkg/", "added"),
-                                 ("pkg/c.py", "added")])
-    assert {p: held_kind(w) for p, w in reasons.items()} == {"HEAD": REPO, "config": REPO, "b.py": REPO,
-                                                             "pkg/": REPO}
-    assert f"inside the repository {os.path.realpath(repo)}" in reasons["b.py"]
-    assert hold_reasons(repo, [("b.py", "added")]) == {}  # at the repository's own top, no
+    (sub / "refs").mkdir()
+    changes = ["HEAD", "refs/notes.md", "config", "a.py", "pkg/", "pkg/c.py"]
+    reasons = hold_reasons(sub, [(p, "modified" if p == "a.py" else "added") for p in changes])
+    assert {p: held_kind(w) for p, w in reasons.items()} == {"HEAD": REPO}
+    assert f"inside the repository {os.path.realpath(repo)}" in reasons["HEAD"]
+    assert kinds(sub, ["commondir", "objects/ab", "b.py"]) == {"commondir": REPO, "objects/ab": REPO}
+    # HEAD and objects/ in the change, refs/ on the host: the workspace would be a repository, all of it held
+    assert set(kinds(sub, ["HEAD", "objects/", "a.py"])) == {"HEAD", "objects/", "a.py"}
+    (sub / "refs").rmdir()
+    assert kinds(sub, ["refs/heads/x"]) == {"refs/heads/x": REPO}
+    assert hold_reasons(repo, [("HEAD", "added"), ("objects/x", "added")]) == {}  # at its own top .git comes first
 
 
 def test_a_venv_on_the_host_or_in_the_change_is_held_whole_and_so_is_what_python_imports_at_start(repo, tmp_path):

@@ -3,6 +3,7 @@ in a fresh sandbox holding the run's work (its workspace changes applied inside,
 back), never touching the host project; what cannot be continued is refused with the fix."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -15,8 +16,10 @@ from fakes.openai_server import FakeOpenAI, call, reply, submit
 from past_runs import env_for, past_run
 
 FIRST = ("cd /testbed && echo made-in-run-1 > made.txt && echo edited-inside >> notes.txt "
-         "&& echo kept-output > /agent/output/kept.txt && echo 42 > /agent/output/answer.txt")
-LOOK = "cat /testbed/made.txt /agent/output/kept.txt /agent/output/answer.txt /testbed/notes.txt"
+         "&& echo kept-output > /agent/output/kept.txt && echo 42 > /agent/output/answer.txt "
+         "&& head -c 9000000 /dev/urandom > big.bin")  # kept beside the patch, not in it
+LOOK = ("cat /testbed/made.txt /agent/output/kept.txt /agent/output/answer.txt /testbed/notes.txt "
+        "&& sha256sum /testbed/big.bin")
 
 
 def lis(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -58,17 +61,18 @@ def test_run_resume_sends_the_conversation_and_puts_the_work_back_inside_the_new
     assert ("Not all of the earlier work could be put back into this computer: notes.txt (patch does not apply: the "
             "project changed since the run)") in seen["messages"][len(before)]["content"]  # the model is told
     # The run's new file and output files are in the new sandbox; the host's edit wins over the run's.
+    big = hashlib.sha256(max((run1 / "blobs").iterdir(), key=lambda p: p.stat().st_size).read_bytes()).hexdigest()
     assert seen["output"].split() == ["made-in-run-1", "kept-output", "42", "one", "changed", "on", "the", "host",
-                                      "since"]
+                                      "since", big, "/testbed/big.bin"]
     assert not (project / "made.txt").exists()  # put back inside, never on the host
-    assert f"resumed: put back from {run1.name}: 1 changed file of the workspace" in second.stderr
+    assert f"resumed: put back from {run1.name}: 2 changed files of the workspace" in second.stderr
     assert ("2 output files in /agent/output; not put back: notes.txt (patch does not apply: the project "
             "changed since the run)") in second.stderr
     run2 = Path(re.search(r"saved in (/\S+)", second.stderr).group(1))
     doc = json.loads((run2 / "trajectory.json").read_text())
     assert doc["resumed_from"] == run1.name and doc["resumed_from_path"] == str(run1)
     assert doc["messages"][:len(before)] == before and doc["task"] == "again"
-    assert doc["resumed_sandbox"].startswith(f"put back from {run1.name}: 1 changed file")
+    assert doc["resumed_sandbox"].startswith(f"put back from {run1.name}: 2 changed files")
     assert doc["agent"]["max_context_tokens"] == 90000  # the run's limits hold again
     assert doc["sandbox"]["workspace"] == str(project)
     from lis_tui.agent.events import RunStarted

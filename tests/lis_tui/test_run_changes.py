@@ -129,17 +129,29 @@ def test_a_workspace_run_saves_a_patch_and_lis_tui_apply_reproduces_the_sandboxs
 
 def test_a_file_changed_in_the_project_since_the_run_is_named_and_nothing_is_written(tmp_path):
     project = make_project(tmp_path / "project")
-    done, inside = run_in(tmp_path, project)
+    done, inside = run_in(tmp_path, project, work=WORK + " && head -c 9000000 /dev/urandom > big.bin")
     run = run_dir(done)
+    # A large file is kept beside the patch, not base85 in it, and said with its size.
+    assert "too large for the patch: big.bin (8.6 MiB)" in done.stderr, done.stderr
+    assert b"big.bin" not in (run / "changes.patch").read_bytes()
+    listed = lis(tmp_path, "apply", str(run), "--list").stdout
+    assert "added     big.bin  (8.6 MiB, kept beside the patch in blobs/, not in it)" in listed, listed
     (project / "logo.png").write_bytes(b"changed by the person")
+    (project / "notes.txt").write_text("ONE\ntwo\nthree\n")
     before = tree(project)
     refused = lis(tmp_path, "apply", str(run))
     assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert "logo.png" in refused.stderr and "nothing was applied" in refused.stderr
+    assert "Fix: look at logo.png, then apply the others by name, with --3way to merge notes.txt" in refused.stderr
+    alone = lis(tmp_path, "apply", str(run), "notes.txt")
+    assert f"Fix: `lis-tui apply {run} --3way notes.txt` merges notes.txt with the project's edits" in alone.stderr
     assert tree(project) == before
-    others = lis(tmp_path, "apply", str(run), "notes.txt", "old.txt")
-    assert others.returncode == 0, others.stderr
-    assert tree(project)["notes.txt"] == inside["notes.txt"] and "old.txt" not in tree(project)
+    # git's 3-way apply: the same lines changed on both sides, so git's conflict markers, said by name
+    merged = lis(tmp_path, "apply", str(run), "notes.txt", "old.txt", "big.bin", "--3way")
+    assert merged.returncode == 1 and "merged with conflicts: notes.txt" in merged.stderr, merged.stderr
+    assert (project / "notes.txt").read_text() == ("<<<<<<< ours\nONE\ntwo\n=======\none\nTWO\n>>>>>>> theirs\n"
+                                                   "three\nfour\n")
+    assert "old.txt" not in tree(project) and tree(project)["big.bin"] == inside["big.bin"]
 
 
 def test_bad_input_is_one_line_with_the_fix_and_writes_nothing(tmp_path):
@@ -179,14 +191,15 @@ def test_a_workspace_in_a_subfolder_of_a_repository_is_patched_where_it_is(tmp_p
     (sub / "main.py").write_text("print('a')\n")
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "app")
-    done, inside = run_in(tmp_path, sub, work="cd /testbed && echo \"print('b')\" > main.py && echo new > more.txt")
-    # At the top of a workspace inside a repository, a change is held back (git would take the
-    # workspace for a repository once it held HEAD, objects/ and refs/): named, it goes.
-    held = lis(tmp_path, "apply", str(run_dir(done)))
-    assert "applied 0 changes" in held.stderr and "nested repository" in held.stderr, held.stderr
-    applied = lis(tmp_path, "apply", str(run_dir(done)), "main.py", "more.txt")
-    assert applied.returncode == 0 and "applied 2 changes" in applied.stderr, applied.stderr
-    assert tree(sub) == inside and (sub / "main.py").read_text() == "print('b')\n"
+    done, inside = run_in(tmp_path, sub, work="cd /testbed && echo \"print('b')\" > main.py && echo new > more.txt "
+                                              "&& echo ref: refs/heads/main > HEAD")
+    # At the top of a workspace inside a repository, what git's discovery reads there (HEAD, and
+    # objects/ and refs/) is held back; an ordinary edit at the top goes (it was held too).
+    applied = lis(tmp_path, "apply", str(run_dir(done)))
+    assert "applied 2 changes" in applied.stderr and "held back 1" in applied.stderr, applied.stderr
+    assert "HEAD (nested repository: at the top of a workspace inside the repository" in applied.stderr
+    assert tree(sub) == {k: v for k, v in inside.items() if k != "HEAD"}
+    assert (sub / "main.py").read_text() == "print('b')\n"
 
 
 def test_runs_live_outside_the_project_and_are_all_listed_with_their_folder(tmp_path):
@@ -232,12 +245,17 @@ def test_commits_made_inside_come_home_as_one_branch_and_nothing_else(tmp_path):
     done, _ = run_in(tmp_path, project, "--git-writable", work=COMMITS)
     run = run_dir(done)
     assert f"2 new commits saved in {run}/commits.bundle" in done.stderr, done.stderr
+    # The commits' change to notes.txt is in the work tree, so in changes.patch too: said, take one
+    both = "the commits and {} hold the same changes to notes.txt: take one or the other"
+    assert both.format("changes.patch") in done.stderr, done.stderr
     assert done.stderr.count(".git/") == 1  # one note for the repository's folder, not an item per file
     listed = lis(tmp_path, "apply", str(run), "--list")
-    assert f"2 commits  lis-tui/{run.name}" in listed.stdout and ".git" not in listed.stdout, listed.stdout
+    assert f"2 commits  lis-tui/{run.name}  ({both.format('the patch')}" in listed.stdout, listed.stdout
+    assert ".git" not in listed.stdout
 
     fetched = lis(tmp_path, "apply", str(run), "--commits")
     assert fetched.returncode == 0 and f"branch lis-tui/{run.name}" in fetched.stderr, fetched.stderr
+    assert "you took the commits" in fetched.stderr and "do not apply the patch too" in fetched.stderr
     log = git(project, "log", "--format=%s", f"lis-tui/{run.name}").stdout.split("\n")
     assert log[:3] == ["model: two", "model: one", "start"]
     new = [line for line in refs(project) if line not in before_refs]
@@ -254,3 +272,13 @@ def test_commits_made_inside_come_home_as_one_branch_and_nothing_else(tmp_path):
     elsewhere = lis(tmp_path, "apply", str(run), "--commits", "--workspace", str(plain))
     assert elsewhere.returncode == 1 and "is not a git repository" in elsewhere.stderr, elsewhere.stderr
     assert not (plain / ".git").exists() and refs(project) == fetched_refs
+
+    patched = lis(tmp_path, "apply", str(run), "notes.txt")  # both taken: what the note says is so
+    assert "the run's commits hold the same changes to notes.txt: you took the patch" in patched.stderr
+    merged = subprocess.run(["git", "merge", "--ff-only", f"lis-tui/{run.name}"], cwd=project, capture_output=True,
+                            text=True)
+    assert merged.returncode != 0 and "notes.txt" in merged.stderr, merged.stderr
+    record = json.loads((run / "changes.json").read_text())
+    record["commits"]["count"] = 1
+    (run / "changes.json").write_text(json.dumps(record))
+    assert f"1 commit  lis-tui/{run.name}" in lis(tmp_path, "apply", str(run), "--list").stdout  # was "1 commits"
