@@ -14,8 +14,9 @@ Some changes are held back (`Change.held` says why): written only when named, ne
 all". They are what would configure or run something on the host once applied, decided once for
 the whole change list by isolation.changes.heldback (the repository's hooks and config, nested repositories,
 venvs, CI and tool configs, ignored paths, the user's patterns), links the sandbox made, files that
-gain an executable bit, and added folders holding nothing but held-back changes (an "apply all"
-leaves no empty `.github/`).
+gain an executable bit, the deletion half of a held-back move (so a move goes whole or not at
+all), deleted folders holding a held-back deletion, and added folders holding nothing but
+held-back changes (an "apply all" leaves no empty `.github/`).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from .heldback import held_kind, hold_reasons
+from .heldback import held_kind, hold_reasons, move_reason, pair_moves, without_kind
 from ..host.walk import Cursor, Walk, kind, open_file, read_head, read_link, same_content
 from ..spec import SandboxError
 
@@ -280,11 +281,88 @@ def _held(change: Change, site: _Site | None) -> Change:
     return replace(change, held=why) if why else change
 
 
-def _decide(lower: Path, found: list[Change], hold: tuple[str, ...]) -> list[Change]:
-    """`found` with `held` set, decided once for the whole list (isolation.changes.heldback first)."""
+def _decide(lower: Path, upper: Path, found: list[Change], hold: tuple[str, ...], facts: dict[str, tuple],
+            content: dict[str, tuple[bytes, int]]) -> list[Change]:
+    """`found` with `held` set, decided once for the whole list (isolation.changes.heldback first),
+    then what must go with it: the deletion half of a held-back move, a deleted folder holding a
+    held-back deletion, an added folder holding nothing else."""
     reasons = hold_reasons(lower, [(c.path, c.kind) for c in found if c.kind != "refused"], hold)
     decided = [replace(c, held=reasons[c.path]) if c.path in reasons else c for c in found]
-    return _hold_empty_folders(decided)
+    decided = _hold_moves(lower, upper, decided, facts, content)
+    return _hold_empty_folders(_hold_deleted_folders(decided))
+
+
+def _identity(change: Change, site: _Site) -> tuple | None:
+    """What a file or link the change adds (or deletes) is, to match the halves of a move: a
+    file's size and mode (its bytes are compared only then), a link's target."""
+    if change.kind == "deleted":
+        st, target = site.old, None
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            target = read_link(site.host.fd, site.name)
+    elif change.kind in ("added", "modified", "type"):
+        st, target = site.new, site.target
+    else:
+        return None
+    if target is not None:
+        return "link", target
+    return ("file", st.st_size, _mode(st)) if st is not None and stat.S_ISREG(st.st_mode) else None
+
+
+def _hold_moves(lower: Path, upper: Path, found: list[Change], facts: dict[str, tuple],
+                content: dict[str, tuple[bytes, int]]) -> list[Change]:
+    """A deletion that is the other half of a held-back addition (the same bytes and mode, or the
+    same link target: a file moved) is held back too, naming it: "apply all" would otherwise take
+    the old path away and leave the new one out."""
+    made = {c.path: facts[c.path] for c in found if c.held and c.path in facts and c.kind != "deleted"}
+    gone = {c.path: facts[c.path] for c in found if not c.held and c.path in facts and c.kind == "deleted"}
+    if not made or not gone:
+        return found
+
+    def same(old: str, new: str) -> bool:
+        if facts[new][0] == "link":
+            return True
+        mine = content[new][0] if new in content else _hash_at(upper, new)
+        return mine is not None and mine == _hash_at(lower, old)
+
+    pairs = pair_moves(made, gone, same)
+    why = {c.path: c.held for c in found}
+    return [replace(c, held=move_reason(pairs[c.path], why[pairs[c.path]])) if c.path in pairs else c
+            for c in found]
+
+
+def _hash_at(root: Path, path: str) -> bytes | None:
+    """sha256 of regular file `path` under `root`, reached without links; None if it is none."""
+    *parents, name = path.split("/")
+    with Cursor.open(root) as cursor:
+        if not all(cursor.down(part) for part in parents):
+            return None
+        fd = open_file(cursor.fd, name)
+    if fd is None:
+        return None
+    try:
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, _CHUNK):
+            digest.update(chunk)
+        return digest.digest()
+    finally:
+        os.close(fd)
+
+
+def _hold_deleted_folders(found: list[Change]) -> list[Change]:
+    """A deleted folder holding a held-back deletion is held back too: deleting the folder would
+    delete that as well."""
+    folders = {c.path for c in found if c.kind == "deleted" and c.path.endswith("/") and not c.held}
+    inner: dict[str, Change] = {}
+    for change in found if folders else ():
+        if change.held and change.kind == "deleted":
+            path = change.path.rstrip("/")
+            while "/" in path:
+                path = path.rpartition("/")[0]
+                if f"{path}/" in folders:
+                    inner.setdefault(f"{path}/", change)
+    return [replace(c, held=f"{held_kind(inner[c.path].held)}: deleting it would delete the held-back "
+                    f"{inner[c.path].path} ({without_kind(inner[c.path].held)})") if c.path in inner else c
+            for c in found]
 
 
 def _hold_empty_folders(found: list[Change]) -> list[Change]:
@@ -304,13 +382,8 @@ def _hold_empty_folders(found: list[Change]) -> list[Change]:
     if not empty:
         return found
     return [replace(c, held=f"{held_kind(empty[c.path].held)}: it holds only held-back changes ("
-                    f"{empty[c.path].path}: {_without_kind(empty[c.path].held)})") if c.path in empty else c
+                    f"{empty[c.path].path}: {without_kind(empty[c.path].held)})") if c.path in empty else c
             for c in found]
-
-
-def _without_kind(why: str) -> str:
-    head, sep, rest = why.partition(": ")
-    return rest if sep and held_kind(why) == head else why
 
 
 def _gains_exec(site: _Site) -> str:
@@ -347,6 +420,7 @@ def review(lower: Path, upper: Path, skip: frozenset[str] = frozenset(), hold: t
     found: list[Change] = []
     pieces: list[tuple[str, str]] = []
     content: dict[str, tuple[bytes, int]] = {}
+    facts: dict[str, tuple] = {}
 
     def seen(change: Change, site: _Site | None) -> None:
         found.append(change)
@@ -355,10 +429,13 @@ def review(lower: Path, upper: Path, skip: frozenset[str] = frozenset(), hold: t
         if site is not None:
             if site.digest is not None and change.kind in ("added", "modified", "type"):
                 content[change.path] = (site.digest, _mode(site.new))
+            fact = _identity(change, site)
+            if fact is not None:
+                facts[change.path] = fact
             site.head = None  # the diff has what it needs; a walk keeps no file's bytes
 
     _review(lower, upper, seen, skip, (DIFF_LIMIT + 1 if text else 0) if read else None)
-    decided = _decide(lower, found, hold) if host else found
+    decided = _decide(lower, upper, found, hold, facts, content) if host else found
     return Review(sorted(decided, key=lambda c: c.path),
                   "".join(text for _, text in sorted(pieces, key=lambda piece: piece[0])) if text else None, content)
 

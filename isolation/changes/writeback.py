@@ -22,6 +22,7 @@ import stat
 from dataclasses import replace
 from pathlib import Path
 
+from .heldback import with_moves
 from .workspace import Change, Review, WorkspaceConflict, _mode, _review, _Site, review, snapshot
 from ..host.walk import (
     ContentChanged,
@@ -48,8 +49,8 @@ def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] |
     WorkspaceConflict, writing nothing, if a chosen path moved on the host since `before` (which is
     then brought up to date for what was written). Refused (listed in RefusedPaths, raised once
     the rest is written): held-back changes (`Change.held`: see workspace.review; `hold`: the
-    user's own patterns on top) unless named in `paths`, a change held back only since the review
-    even when named, links
+    user's own patterns on top) unless named in `paths` (naming the new path of a held-back move
+    takes its deletion too), a change held back only since the review even when named, links
     that leave the workspace unless `allow_outside_links`, special files, a change that is no
     longer what the review showed (a file's bytes or mode included), and with "apply all" a
     change the review did not show. Modes are masked by the umask."""
@@ -83,6 +84,8 @@ class _Plan:
         self.content = shown.content
         self.changed = ("it changed in the sandbox since you reviewed it; review it again" if reviewed is not None
                         else "it changed in the sandbox while it was being applied; apply it again")
+        if named is not None:
+            named = with_moves({c.path.rstrip("/"): c.held for c in shown.changes if c.held}, named)
         current = {_key(c): c for c in now.changes}
         found = {c.path.rstrip("/") for c in now.changes}
         self.chosen: dict[tuple, Change] = {}

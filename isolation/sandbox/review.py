@@ -58,12 +58,12 @@ def apply(sandbox: Sandbox, paths: list[str] | None = None, allow_outside_links:
     """Write the changes of `reviewed` (else of the last review: review(), changes() or diff()), or
     just `paths` of them, back to the host workspace, byte for byte as that review read them:
     a file changed in the sandbox since is refused by name, one that appeared since is not applied
-    by an "apply all" and is named. Without any review, what is there at apply time
-    is applied. Host-side conflicts are refused; held-back changes (what would configure or run
-    something on the host: isolation.changes.heldback; links the sandbox made, new executable bits)
-    go only when named, links out of the workspace only when
-    allowed, no mode wider than the umask (see writeback.apply; what is refused comes in
-    walk.RefusedPaths, with `held_back` naming why, once the rest is written)."""
+    by an "apply all" and is named. Without any review, what is there at apply time is applied.
+    Host-side conflicts are refused; held-back changes (what would configure or run something on
+    the host: isolation.changes.heldback; links the sandbox made, new executable bits, the other
+    half of a held-back move) go only when named, links out of the workspace only when allowed, no
+    mode wider than the umask (see writeback.apply; what is refused comes in walk.RefusedPaths,
+    with `held_back` naming why, once the rest is written)."""
     if sandbox.spec.workspace is None:
         raise SandboxError("this sandbox has no workspace to apply changes to; use export() to copy files out")
     sandbox._before = {} if sandbox._before is None else sandbox._before
