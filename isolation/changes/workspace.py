@@ -8,7 +8,9 @@ host directory with host/walk.py's descriptor cursors: no link on either side is
 `data -> ~/elsewhere` is a symlink that may be replaced, never a directory to list or write
 into), no fifo is opened, no depth is too deep. One walk (`review`) gives the list, the diff made
 from the same reads, and the sha256 and mode of each regular file the sandbox wrote as it was
-read, so that what is applied is what was shown.
+read, so that what is applied is what was shown. Where the sandbox deleted, what the host made
+or changed there after the sandbox started (its ctime says so) is the host's, shown as such and
+never applied as a deletion.
 
 Some changes are held back (`Change.held` says why): written only when named, never by an "apply
 all". They are what would configure or run something on the host once applied, decided once for
@@ -35,6 +37,8 @@ from ..spec import SandboxError
 OPAQUE = ("user.overlay.opaque", "trusted.overlay.opaque")
 DIFF_LIMIT = 1 << 20  # files larger than this are named, not diffed
 _CHUNK = 1 << 20
+HOSTS = "made or changed on the host after the sandbox started: yours, not the model's; kept as it is"
+HOSTS_FOLDER = "it holds what the host made or changed after the sandbox started: kept, with that"
 
 
 class WorkspaceConflict(SandboxError):
@@ -46,7 +50,9 @@ class Change:
     """One path under /testbed that differs from the host workspace."""
 
     path: str  # relative to /testbed, '/'-separated; directories end with '/'
-    kind: str  # "added", "modified", "deleted", "mode", "type", or "refused" (could not be reviewed)
+    kind: str  # "added", "modified", "deleted", "mode", "type", "refused" (could not be reviewed), or
+    # "host" (an entry the sandbox's deletion hides that the host made or changed after the sandbox
+    # started: the host's, shown and never applied)
     detail: str = ""  # e.g. "symlink -> TARGET", "644 -> 755", "file -> directory"
     held: str = ""  # why it is applied only when named ("" for most changes)
 
@@ -123,13 +129,15 @@ def snapshot(root: Path) -> dict[str, tuple]:
 # ---- what the sandbox changed --------------------------------------------------------------
 
 class _Review(Walk):
-    """The upper (what the sandbox wrote) walked beside the lower (the host workspace). `read`: None
-    to compare files as cheaply as it can, else read each regular file the sandbox wrote once,
-    hashed whole, keeping its first `read` bytes."""
+    """The upper (what the sandbox wrote) walked beside the lower (the host workspace). `since`:
+    when the sandbox started (the kernel's ctime clock), to tell the host's own later entries from
+    what the sandbox deleted; `read`: None to compare files as cheaply as it can, else read each
+    regular file the sandbox wrote once, hashed whole, keeping its first `read` bytes."""
 
-    def __init__(self, upper: Cursor, lower: Cursor, found: Found, read: int | None = None) -> None:
+    def __init__(self, upper: Cursor, lower: Cursor, found: Found, since: int | None = None,
+                 read: int | None = None) -> None:
         super().__init__(upper)
-        self.lower, self.found, self.read = lower, found, read
+        self.lower, self.found, self.since, self.read = lower, found, since, read
 
     def entry(self, name: str, st: os.stat_result) -> bool:
         old = self.lower.lstat(name)
@@ -165,33 +173,60 @@ class _Review(Walk):
 
     def _deleted(self, name: str, old: os.stat_result) -> None:
         if not stat.S_ISDIR(old.st_mode):
-            self.found(Change(self.rel(name), "deleted"), _Site(name, self.parts, self.lower, old))
+            if _hosts(old, self.since):
+                self.found(Change(self.rel(name), "host", HOSTS), None)
+            else:
+                self.found(Change(self.rel(name), "deleted"), _Site(name, self.parts, self.lower, old))
             return
         with Cursor(os.dup(self.lower.fd)) as host:
-            _Deleted(host, name, self.rel(name), self.found).run()
+            _Deleted(host, name, self.rel(name), self.found, self.since).run()
 
 
 class _Deleted(Walk):
-    """A host directory the sandbox removed: each non-directory below it, then the directory."""
+    """A host directory the sandbox removed: each non-directory below it, then the directory.
+    What the host made or changed there after `since` is the host's ("host"), and so is each
+    folder above it: the folder is not deleted, the rest of what was in it is."""
 
-    def __init__(self, host: Cursor, name: str, path: str, found: Found) -> None:
+    def __init__(self, host: Cursor, name: str, path: str, found: Found, since: int | None = None) -> None:
         super().__init__(host, [name])
-        self.above, self.found = path[:-len(name)], found
+        self.above, self.found, self.since = path[:-len(name)], found, since
+        self.kept = [False]  # per level: something of the host's is below
+        self.made: list[bool] = []  # per folder entered: an empty one the host made
 
     def entry(self, name: str, st: os.stat_result) -> bool:
-        if not stat.S_ISDIR(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
+            return True
+        if _hosts(st, self.since):
+            self.found(Change(self.above + self.rel(name), "host", HOSTS), None)
+            self.kept[-1] = True
+        else:
             self.found(Change(self.above + self.rel(name), "deleted"), _Site(name, [], self.top, st))
         return True
 
+    def entered(self, name: str, names: list[str]) -> None:
+        self.made.append(not names and _hosts(os.fstat(self.top.fd), self.since))
+        self.kept.append(self.made[-1])
+
     def left(self, name: str) -> None:
-        if not self.parts:  # back beside the directory itself
+        kept, made = self.kept.pop(), self.made.pop()
+        self.kept[-1] = self.kept[-1] or kept
+        path = f"{self.above}{self.rel(name)}/"
+        if made or (kept and not self.parts):
+            self.found(Change(path, "host", HOSTS if made else HOSTS_FOLDER), None)
+        elif not self.parts:  # a folder inside goes with the one the sandbox deleted
             old = self.top.lstat(name)
             if old is not None:
-                self.found(Change(f"{self.above}{name}/", "deleted"), _Site(name, [], self.top, old))
+                self.found(Change(path, "deleted"), _Site(name, [], self.top, old))
 
     def refuse(self, name: str, why: str) -> None:
         self.found(Change(f"{self.above}{self.rel(name)}/", "refused", f"deleted in the sandbox, but {why} "
                           "on the host; not applied"), None)
+
+
+def _hosts(st: os.stat_result, since: int | None) -> bool:
+    """Whether the host made or changed this entry after the sandbox started: its ctime (which the
+    kernel sets, and no one can set back) is later."""
+    return since is not None and st.st_ctime_ns > since
 
 
 def _compare(path: str, site: _Site, read: int | None = None) -> Change | None:
@@ -286,7 +321,7 @@ def _decide(lower: Path, upper: Path, found: list[Change], hold: tuple[str, ...]
     """`found` with `held` set, decided once for the whole list (isolation.changes.heldback first),
     then what must go with it: the deletion half of a held-back move, a deleted folder holding a
     held-back deletion, an added folder holding nothing else."""
-    reasons = hold_reasons(lower, [(c.path, c.kind) for c in found if c.kind != "refused"], hold)
+    reasons = hold_reasons(lower, [(c.path, c.kind) for c in found if c.kind not in ("refused", "host")], hold)
     decided = [replace(c, held=reasons[c.path]) if c.path in reasons else c for c in found]
     decided = _hold_moves(lower, upper, decided, facts, content)
     return _hold_empty_folders(_hold_deleted_folders(decided))
@@ -371,7 +406,7 @@ def _hold_empty_folders(found: list[Change]) -> list[Change]:
     added = {c.path for c in found if c.kind == "added" and c.path.endswith("/") and not c.held}
     below: dict[str, list[Change]] = {}
     for change in found:
-        if change.kind == "refused" or change.path in added:
+        if change.kind in ("refused", "host") or change.path in added:
             continue
         names = change.path.rstrip("/").split("/")
         for i in range(1, len(names)):
@@ -398,25 +433,28 @@ def _gains_exec(site: _Site) -> str:
     return f"a new executable file (mode {_mode(new):o})"
 
 
-def _review(lower: Path, upper: Path, found: Found, skip: frozenset[str], read: int | None = None) -> None:
-    """Walk the changes, calling `found(change, site)` for each (see _Review for `read`)."""
+def _review(lower: Path, upper: Path, found: Found, skip: frozenset[str], since: int | None = None,
+            read: int | None = None) -> None:
+    """Walk the changes, calling `found(change, site)` for each (see _Review for `since` and `read`)."""
     def seen(change: Change, site: _Site | None) -> None:
         if change.path not in skip:
             found(_held(change, site), site)
 
     with Cursor.open(upper) as top, Cursor.open(lower) as host:
-        _Review(top, host, seen, read).run()
+        _Review(top, host, seen, since, read).run()
 
 
 def review(lower: Path, upper: Path, skip: frozenset[str] = frozenset(), hold: tuple[str, ...] = (),
-           host: bool = True, text: bool = True, read: bool = True) -> Review:
+           host: bool = True, since: int | None = None, text: bool = True, read: bool = True) -> Review:
     """Every difference between the host workspace and the sandbox's view of /testbed, in one walk:
     the changes, with `held` decided for the whole list, and with `text` their unified diff made from
     the bytes that walk read; with `read`, each regular file the sandbox wrote is read once, whole,
     and its sha256 and mode kept (Review.content) for apply() to write nothing else.
     `skip`: paths that are not the sandbox's work; `hold`: the user's held-back patterns, on top of
     the behavioural rules (isolation.changes.heldback); `host`: False when `lower` is no host
-    workspace (an empty folder of ours: nothing can be applied, no repository around it to ask)."""
+    workspace (an empty folder of ours: nothing can be applied, no repository around it to ask);
+    `since`: when the sandbox started, as the kernel stamps ctimes (what the host made or changed
+    later, where the sandbox deleted, is the host's: kind "host")."""
     found: list[Change] = []
     pieces: list[tuple[str, str]] = []
     content: dict[str, tuple[bytes, int]] = {}
@@ -434,7 +472,7 @@ def review(lower: Path, upper: Path, skip: frozenset[str] = frozenset(), hold: t
                 facts[change.path] = fact
             site.head = None  # the diff has what it needs; a walk keeps no file's bytes
 
-    _review(lower, upper, seen, skip, (DIFF_LIMIT + 1 if text else 0) if read else None)
+    _review(lower, upper, seen, skip, since, (DIFF_LIMIT + 1 if text else 0) if read else None)
     decided = _decide(lower, upper, found, hold, facts, content) if host else found
     return Review(sorted(decided, key=lambda c: c.path),
                   "".join(text for _, text in sorted(pieces, key=lambda piece: piece[0])) if text else None, content)

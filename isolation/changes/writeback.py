@@ -42,7 +42,7 @@ APPEARED = "it appeared in the sandbox after you reviewed it; review it again"
 
 def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] | None = None,
           allow_outside_links: bool = False, skip: frozenset[str] = frozenset(),
-          hold: tuple[str, ...] = (), reviewed: Review | None = None) -> list[Change]:
+          hold: tuple[str, ...] = (), since: int | None = None, reviewed: Review | None = None) -> list[Change]:
     """Write the chosen changes of `reviewed` (all when `paths` is None) to the host; the applied
     ones are returned. Without `reviewed`, what a review made now finds.
 
@@ -55,7 +55,7 @@ def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] |
     longer what the review showed (a file's bytes or mode included), and with "apply all" a
     change the review did not show. Modes are masked by the umask."""
     named = None if paths is None else {p.strip("/") for p in paths}
-    plan = _Plan(review(lower, upper, skip, hold, text=False, read=reviewed is None), reviewed, named)
+    plan = _Plan(review(lower, upper, skip, hold, since=since, text=False, read=reviewed is None), reviewed, named)
     now = snapshot(lower)
     conflicts = sorted({p for p in (c.path.rstrip("/") for c in plan.chosen.values()) if now.get(p) != before.get(p)})
     if conflicts:
@@ -64,7 +64,7 @@ def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] |
                                 "by name, or start a new sandbox on the current workspace")
     writer = _Writer(lower, plan, named is not None, allow_outside_links)
     try:
-        _review(lower, upper, writer.found, skip)
+        _review(lower, upper, writer.found, skip, since)
     finally:
         _rebase(before, snapshot(lower), {c.path.rstrip("/") for c in writer.applied}, everything=named is None)
     unseen = sorted((plan.chosen[k] for k in plan.chosen.keys() - writer.seen), key=lambda c: c.path)
@@ -87,14 +87,14 @@ class _Plan:
         if named is not None:
             named = with_moves({c.path.rstrip("/"): c.held for c in shown.changes if c.held}, named)
         current = {_key(c): c for c in now.changes}
-        found = {c.path.rstrip("/") for c in now.changes}
+        found = {c.path.rstrip("/") for c in now.changes if c.kind != "host"}
         self.chosen: dict[tuple, Change] = {}
         self.refused: list[str] = []
         taken: set[str] = set()
         for change in shown.changes:
             path = change.path.rstrip("/")
-            if (named is not None and path not in named) or path not in found:
-                continue  # not asked for, or nothing to do (applied since, or undone)
+            if change.kind == "host" or (named is not None and path not in named) or path not in found:
+                continue  # not asked for, the host's, or nothing to do (applied since, or undone)
             taken.add(path)
             late = current.get(_key(change), change).held
             if late and not change.held and named is not None:
@@ -105,8 +105,11 @@ class _Plan:
         if named is None:
             self.refused += [f"{path} ({APPEARED})" for path in sorted(found - listed.keys())]
             return
-        self.refused += [f"{path} ({APPEARED if path in found else 'no such change: see changes()'})"
-                         for path in sorted(named - taken)]
+        for path in sorted(named - taken):
+            if path in listed and listed[path].kind == "host":  # nothing of the sandbox's to apply
+                self.refused.append(f"{path} ({listed[path].detail}; nothing to apply)")
+            else:
+                self.refused.append(f"{path} ({APPEARED if path in found else 'no such change: see changes()'})")
 
 
 def _rebase(before: dict[str, tuple], now: dict[str, tuple], done: set[str], everything: bool) -> None:

@@ -59,6 +59,7 @@ class Sandbox:
         self._cgroup: cgroup.SandboxCgroup | None = None  # where the machine delegates cgroup v2
         self._session: sessions.Session | None = None
         self._before: dict | None = None
+        self._since: int | None = None  # when it started, as the kernel stamps ctimes (starting._open_session)
         self.last_review = None
         """The last review (`review()`, `changes()`, `diff()`): a workspace.Review, what `apply()` writes."""
         self.git_base: str | None = None

@@ -28,9 +28,10 @@ def _testbed(sandbox: Sandbox) -> Iterator[tuple[Path, Path]]:
 
 
 def _rules(sandbox: Sandbox) -> dict:
-    """What review leaves out (our mount points) and the patterns it holds back on top of the
-    behavioural rules (the spec's, from the user's config)."""
-    return {"skip": workspace.mount_points(sandbox.spec), "hold": sandbox.spec.held_back}
+    """What review leaves out (our mount points), the patterns it holds back on top of the
+    behavioural rules (the spec's, from the user's config), and when the sandbox started (the
+    host's later entries are the host's)."""
+    return {"skip": workspace.mount_points(sandbox.spec), "hold": sandbox.spec.held_back, "since": sandbox._since}
 
 
 def review(sandbox: Sandbox, diff: bool = True) -> workspace.Review:

@@ -153,3 +153,19 @@ def test_apply_writes_what_was_reviewed_and_names_what_changed_or_appeared_since
     assert (project / "keep.txt").read_text() == "one\ntwo\n" and not (project / "late.txt").exists()
     assert (project / "fresh.txt").read_text() == "new\n"
     assert not [p for p in os.listdir(project) if p.startswith(".lis-tui-")]  # no temporary file left
+
+
+def test_what_the_host_makes_meanwhile_where_the_sandbox_deleted_is_the_hosts_and_stays(project):
+    with Sandbox(SandboxSpec(workspace=project)) as sb:
+        assert sb.exec("rm -rf d && mkdir d && echo n > d/n.txt && rm -rf gone").exit_code == 0
+        (project / "d" / "late.txt").write_text("the person's\n")  # in a folder the sandbox replaced whole
+        (project / "gone" / "mine.txt").write_text("the person's\n")  # in one it deleted
+        found = {c.path: c.kind for c in sb.changes()}
+        assert found == {"d/b.txt": "deleted", "d/sub/c.txt": "deleted", "d/sub/": "deleted", "d/n.txt": "added",
+                         "d/late.txt": "host", "gone/g.txt": "deleted", "gone/mine.txt": "host", "gone/": "host"}
+        with pytest.raises(RefusedPaths, match=r"d/late.txt \(made or changed on the host after the sandbox"):
+            sb.apply(["d/late.txt"])
+        sb.apply()
+    assert tree(project) == {"a.txt": "a\n", "d": "dir", "d/late.txt": "the person's\n", "d/n.txt": "n\n",
+                             "gone": "dir", "gone/mine.txt": "the person's\n", "keep.txt": "one\ntwo\n",
+                             "run.sh": "echo hi\n", "tabs.txt": "x\ty\r\n"}

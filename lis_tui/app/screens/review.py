@@ -33,7 +33,8 @@ from tools.terminal_text import safe_terminal_text
 
 log = logging.getLogger(__name__)
 MARKS = {"added": ("+", "green"), "modified": ("~", "yellow"), "deleted": ("-", "red"),
-         "mode": ("x", "cyan"), "type": ("T", "magenta")}
+         "mode": ("x", "cyan"), "type": ("T", "magenta"), "host": ("=", "blue")}
+"""A mark per kind; "host" is what the host made meanwhile where the sandbox deleted: kept, never applied."""
 HELD_HEADER = "/held-back"
 """The id of the line that heads the held-back changes: never a change's path, which is relative."""
 KIND = "/kind/"
