@@ -70,6 +70,11 @@ class Session:
     def load_spec(self) -> SandboxSpec | None:
         return load_spec(self.dir)
 
+    def created_ns(self) -> int:
+        """When this session was first opened, as the kernel stamps ctimes: its lock file's, made then
+        and never changed since."""
+        return os.fstat(self._fd).st_ctime_ns
+
     def save(self, spec: SandboxSpec, snapshot: dict | None) -> None:
         data = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(spec).items()}
         _write_json(self.dir / "spec.json", data)

@@ -17,7 +17,9 @@ finds what the host would run and holds those paths back:
 - the paths the host repository ignores (build outputs, caches, venvs): not reviewable source.
 The person's `[workspace] held_back` patterns add to these; they never turn one off. Links the
 sandbox made and new executable bits are held back too (isolation.changes.workspace: they need the walk's
-stat data). A reason reads "KIND: why", KIND one of `KINDS` (`held_kind` takes it back out).
+stat data), and so is the deletion half of a held-back move (`pair_moves`, `move_reason`: the
+callers compare contents; naming the new path takes both, `with_moves`). A reason reads
+"KIND: why", KIND one of `KINDS` (`held_kind` takes it back out).
 
 A pattern is matched against a path's '/'-separated names: `*`, `?` and `[...]` within one name,
 `**` for any number of names (none included: `.git/**` is `.git` itself too). It matches at any
@@ -31,7 +33,7 @@ import re
 import stat
 from fnmatch import fnmatchcase, translate
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Hashable, Iterable
 
 from . import hostgit
 
@@ -90,6 +92,48 @@ def held_kind(why: str) -> str:
     """The kind (one of KINDS) of a held-back change's reason."""
     head = why.partition(": ")[0]
     return head if head in KINDS else LINKS  # the walk's own reasons: links and executable bits
+
+
+def without_kind(why: str) -> str:
+    """A reason without its "KIND: " (the walk's own reasons have none)."""
+    head, sep, rest = why.partition(": ")
+    return rest if sep and held_kind(why) == head else why
+
+
+# ---- moves: a deletion that is the other half of a held-back addition --------------------------
+
+def pair_moves(added: dict[str, Hashable], deleted: dict[str, Hashable],
+               same: Callable[[str, str], bool] = lambda gone, made: True) -> dict[str, str]:
+    """{deletion: addition} for moves: each held-back addition (path -> what identifies its content:
+    bytes and mode, or a link's target) matched to a deletion with the same, one to one; the same
+    name is taken first, then the first path. `same(deletion, addition)` confirms a match (bytes
+    read only for the few whose size and mode agree)."""
+    waiting: dict[Hashable, list[str]] = {}
+    for path in sorted(deleted):
+        waiting.setdefault(deleted[path], []).append(path)
+    pairs: dict[str, str] = {}
+    for made in sorted(added):
+        name = made.rpartition("/")[2]
+        candidates = waiting.get(added[made], [])
+        for gone in sorted(candidates, key=lambda p: p.rpartition("/")[2] != name):
+            if same(gone, made):
+                candidates.remove(gone)
+                pairs[gone] = made
+                break
+    return pairs
+
+
+def move_reason(made: str, why: str) -> str:
+    """Why the deletion that is the other half of the held-back addition `made` (held for `why`) is held too."""
+    return (f"{held_kind(why)}: the other half of a move to {made}, which is held back ({without_kind(why)}); "
+            f"naming {made} applies both")
+
+
+def with_moves(held: dict[str, str], named: set[str]) -> set[str]:
+    """`named` with the deletions held back only as the other half of a named held-back move: a
+    person who takes the new path takes the move (naming the deletion alone takes only it)."""
+    wanted = {move_reason(path, held[path]) for path in named if path in held}
+    return named | {path for path, why in held.items() if why in wanted}
 
 
 def _git_reason(path: str, repo: hostgit.HostRepo, project: Path) -> str:

@@ -34,7 +34,7 @@ from pathlib import Path
 from . import threeway
 from .beside import place, write_checked
 from .gitpatch import EXEC, FILE, LINK, ZERO_ID, git_mode
-from .heldback import hold_reasons
+from .heldback import hold_reasons, move_reason, pair_moves
 from ..host.walk import Cursor, files_below, open_file
 from ..spec import SandboxError
 
@@ -150,8 +150,9 @@ def kind_of(entries: list[Entry]) -> str:
 
 
 def held_back(project: Path, patch: dict[str, list[Entry]], patterns: tuple[str, ...] = ()) -> dict[str, str]:
-    """{path: why} of the changes applied only by name: heldback's rules, links the sandbox made and
-    new executable bits. The one place every caller of a saved patch decides it."""
+    """{path: why} of the changes applied only by name: heldback's rules, links the sandbox made,
+    new executable bits, and the deletion half of a held-back move (the same blob and mode: naming
+    the new path takes both, heldback.with_moves). The one place every caller of a saved patch decides it."""
     reasons = hold_reasons(project, [(path, kind_of(entries)) for path, entries in patch.items()], patterns)
     for path, entries in patch.items():
         first, last = entries[0], entries[-1]
@@ -160,6 +161,12 @@ def held_back(project: Path, patch: dict[str, list[Entry]], patterns: tuple[str,
         elif last.new_mode == EXEC and first.old_mode != EXEC:
             reasons.setdefault(path, "a new executable file" if first.old_mode is None or len(entries) > 1
                                else "it gains an executable bit")
+    made = {path: (entries[-1].new_id, entries[-1].new_mode) for path, entries in patch.items()
+            if path in reasons and entries[-1].new_mode is not None}
+    gone = {path: (entries[0].old_id, entries[0].old_mode) for path, entries in patch.items()
+            if path not in reasons and kind_of(entries) == "deleted"}
+    for old, new in pair_moves(made, gone).items():
+        reasons[old] = move_reason(new, reasons[new])
     return reasons
 
 

@@ -1,51 +1,44 @@
-"""Review and apply what a sandbox changed in a workspace laid over /testbed copy-on-write.
+"""Review what a sandbox changed in a workspace laid over /testbed copy-on-write (writeback.py
+applies it).
 
 The overlay's upper directory holds every path the sandbox touched: files and links it wrote,
 whiteouts (0:0 character devices) for what it deleted, and directories marked opaque when it
 replaced a whole directory. The upper is written by a hostile sandbox, so it is walked beside the
 host directory with host/walk.py's descriptor cursors: no link on either side is ever followed (a host
 `data -> ~/elsewhere` is a symlink that may be replaced, never a directory to list or write
-into), no fifo is opened, no depth is too deep. An apply first compares the host with how it was
-when the sandbox started and writes nothing if a chosen path moved meanwhile; then it walks again
-and writes each change through its parent's descriptor when it meets it, re-checked there.
+into), no fifo is opened, no depth is too deep. One walk (`review`) gives the list, the diff made
+from the same reads, and the sha256 and mode of each regular file the sandbox wrote as it was
+read, so that what is applied is what was shown. Where the sandbox deleted, what the host made
+or changed there after the sandbox started (its ctime says so) is the host's, shown as such and
+never applied as a deletion.
 
 Some changes are held back (`Change.held` says why): written only when named, never by an "apply
 all". They are what would configure or run something on the host once applied, decided once for
 the whole change list by isolation.changes.heldback (the repository's hooks and config, nested repositories,
 venvs, CI and tool configs, ignored paths, the user's patterns), links the sandbox made, files that
-gain an executable bit, and added folders holding nothing but held-back changes (an "apply all"
-leaves no empty `.github/`). A link is also written into the workspace only, unless allowed. No
-mode written is wider than the user's umask allows.
+gain an executable bit, the deletion half of a held-back move (so a move goes whole or not at
+all), deleted folders holding a held-back deletion, and added folders holding nothing but
+held-back changes (an "apply all" leaves no empty `.github/`).
 """
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 import stat
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from .heldback import held_kind, hold_reasons
-from ..host.walk import (
-    Cursor,
-    RefusedPaths,
-    Walk,
-    chmod_at,
-    kind,
-    link_leaves,
-    open_file,
-    place_file,
-    place_link,
-    read_head,
-    read_link,
-    remove_at,
-    same_content,
-)
+from .heldback import held_kind, hold_reasons, move_reason, pair_moves, without_kind
+from ..host.walk import Cursor, Walk, kind, open_file, read_head, read_link, same_content
 from ..spec import SandboxError
 
 OPAQUE = ("user.overlay.opaque", "trusted.overlay.opaque")
 DIFF_LIMIT = 1 << 20  # files larger than this are named, not diffed
+_CHUNK = 1 << 20
+HOSTS = "made or changed on the host after the sandbox started: yours, not the model's; kept as it is"
+HOSTS_FOLDER = "it holds what the host made or changed after the sandbox started: kept, with that"
 
 
 class WorkspaceConflict(SandboxError):
@@ -57,9 +50,22 @@ class Change:
     """One path under /testbed that differs from the host workspace."""
 
     path: str  # relative to /testbed, '/'-separated; directories end with '/'
-    kind: str  # "added", "modified", "deleted", "mode", "type", or "refused" (could not be reviewed)
+    kind: str  # "added", "modified", "deleted", "mode", "type", "refused" (could not be reviewed), or
+    # "host" (an entry the sandbox's deletion hides that the host made or changed after the sandbox
+    # started: the host's, shown and never applied)
     detail: str = ""  # e.g. "symlink -> TARGET", "644 -> 755", "file -> directory"
     held: str = ""  # why it is applied only when named ("" for most changes)
+
+
+@dataclass(frozen=True, eq=False)
+class Review:
+    """What one walk showed: the changes, the diff made from the very bytes that walk read (None
+    when only the list was asked for), and for apply() what it read of each regular file the
+    sandbox wrote: {path: (sha256, mode)}. apply(reviewed=...) writes those bytes or nothing."""
+
+    changes: list[Change]
+    diff: str | None = None
+    content: dict[str, tuple[bytes, int]] = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -74,6 +80,9 @@ class _Site:
     new_dir: int | None = None
     new: os.stat_result | None = None
     target: str | None = None  # where `new` points, when it is a symlink
+    digest: bytes | None = None  # sha256 of `new`, a regular file, as read once (when the walk reads)
+    head: bytes | None = None  # its first bytes, from that same read, for the diff
+    same: bool | None = None  # whether that read found the host's regular file's bytes
 
 
 Found = Callable[[Change, "_Site | None"], None]
@@ -120,11 +129,15 @@ def snapshot(root: Path) -> dict[str, tuple]:
 # ---- what the sandbox changed --------------------------------------------------------------
 
 class _Review(Walk):
-    """The upper (what the sandbox wrote) walked beside the lower (the host workspace)."""
+    """The upper (what the sandbox wrote) walked beside the lower (the host workspace). `since`:
+    when the sandbox started (the kernel's ctime clock), to tell the host's own later entries from
+    what the sandbox deleted; `read`: None to compare files as cheaply as it can, else read each
+    regular file the sandbox wrote once, hashed whole, keeping its first `read` bytes."""
 
-    def __init__(self, upper: Cursor, lower: Cursor, found: Found) -> None:
+    def __init__(self, upper: Cursor, lower: Cursor, found: Found, since: int | None = None,
+                 read: int | None = None) -> None:
         super().__init__(upper)
-        self.lower, self.found = lower, found
+        self.lower, self.found, self.since, self.read = lower, found, since, read
 
     def entry(self, name: str, st: os.stat_result) -> bool:
         old = self.lower.lstat(name)
@@ -139,9 +152,9 @@ class _Review(Walk):
                 self.found(Change(self.rel(name), "refused", "it changed while it was being read; review it again"),
                            None)
                 return False
-        change = _compare(self.rel(name), site)
+        change = _compare(self.rel(name), site, self.read)
         if change:
-            self.found(change, site)
+            self.found(change, None if change.kind == "refused" else site)
         return True  # only directories are entered
 
     def entered(self, name: str, names: list[str]) -> None:
@@ -160,36 +173,63 @@ class _Review(Walk):
 
     def _deleted(self, name: str, old: os.stat_result) -> None:
         if not stat.S_ISDIR(old.st_mode):
-            self.found(Change(self.rel(name), "deleted"), _Site(name, self.parts, self.lower, old))
+            if _hosts(old, self.since):
+                self.found(Change(self.rel(name), "host", HOSTS), None)
+            else:
+                self.found(Change(self.rel(name), "deleted"), _Site(name, self.parts, self.lower, old))
             return
         with Cursor(os.dup(self.lower.fd)) as host:
-            _Deleted(host, name, self.rel(name), self.found).run()
+            _Deleted(host, name, self.rel(name), self.found, self.since).run()
 
 
 class _Deleted(Walk):
-    """A host directory the sandbox removed: each non-directory below it, then the directory."""
+    """A host directory the sandbox removed: each non-directory below it, then the directory.
+    What the host made or changed there after `since` is the host's ("host"), and so is each
+    folder above it: the folder is not deleted, the rest of what was in it is."""
 
-    def __init__(self, host: Cursor, name: str, path: str, found: Found) -> None:
+    def __init__(self, host: Cursor, name: str, path: str, found: Found, since: int | None = None) -> None:
         super().__init__(host, [name])
-        self.above, self.found = path[:-len(name)], found
+        self.above, self.found, self.since = path[:-len(name)], found, since
+        self.kept = [False]  # per level: something of the host's is below
+        self.made: list[bool] = []  # per folder entered: an empty one the host made
 
     def entry(self, name: str, st: os.stat_result) -> bool:
-        if not stat.S_ISDIR(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
+            return True
+        if _hosts(st, self.since):
+            self.found(Change(self.above + self.rel(name), "host", HOSTS), None)
+            self.kept[-1] = True
+        else:
             self.found(Change(self.above + self.rel(name), "deleted"), _Site(name, [], self.top, st))
         return True
 
+    def entered(self, name: str, names: list[str]) -> None:
+        self.made.append(not names and _hosts(os.fstat(self.top.fd), self.since))
+        self.kept.append(self.made[-1])
+
     def left(self, name: str) -> None:
-        if not self.parts:  # back beside the directory itself
+        kept, made = self.kept.pop(), self.made.pop()
+        self.kept[-1] = self.kept[-1] or kept
+        path = f"{self.above}{self.rel(name)}/"
+        if made or (kept and not self.parts):
+            self.found(Change(path, "host", HOSTS if made else HOSTS_FOLDER), None)
+        elif not self.parts:  # a folder inside goes with the one the sandbox deleted
             old = self.top.lstat(name)
             if old is not None:
-                self.found(Change(f"{self.above}{name}/", "deleted"), _Site(name, [], self.top, old))
+                self.found(Change(path, "deleted"), _Site(name, [], self.top, old))
 
     def refuse(self, name: str, why: str) -> None:
         self.found(Change(f"{self.above}{self.rel(name)}/", "refused", f"deleted in the sandbox, but {why} "
                           "on the host; not applied"), None)
 
 
-def _compare(path: str, site: _Site) -> Change | None:
+def _hosts(st: os.stat_result, since: int | None) -> bool:
+    """Whether the host made or changed this entry after the sandbox started: its ctime (which the
+    kernel sets, and no one can set back) is later."""
+    return since is not None and st.st_ctime_ns > since
+
+
+def _compare(path: str, site: _Site, read: int | None = None) -> Change | None:
     old, new = site.old, site.new
     if stat.S_ISDIR(new.st_mode):
         if old is None:
@@ -197,6 +237,8 @@ def _compare(path: str, site: _Site) -> Change | None:
         if not stat.S_ISDIR(old.st_mode):
             return Change(path, "type", f"{kind(old)} -> directory")
         return Change(path + "/", "mode", _modes(old, new)) if _mode(old) != _mode(new) else None
+    if stat.S_ISREG(new.st_mode) and read is not None and not _read_new(site, read):
+        return Change(path, "refused", "it changed while it was being read; review it again")
     if old is None:
         if stat.S_ISREG(new.st_mode):
             return Change(path, "added", f"mode {_mode(new):o}" if new.st_mode & 0o111 else "")
@@ -206,10 +248,37 @@ def _compare(path: str, site: _Site) -> Change | None:
     if stat.S_ISLNK(new.st_mode):
         before = os.readlink(site.name, dir_fd=site.host.fd)
         return Change(path, "modified", f"{_describe(site)} (was -> {before})") if before != site.target else None
-    if stat.S_ISREG(new.st_mode) and (old.st_size != new.st_size
-                                      or not same_content(site.host.fd, site.new_dir, site.name)):
+    if stat.S_ISREG(new.st_mode) and not (site.same if site.same is not None else (
+            old.st_size == new.st_size and same_content(site.host.fd, site.new_dir, site.name))):
         return Change(path, "modified", _modes(old, new) if _mode(old) != _mode(new) else "")
     return Change(path, "mode", _modes(old, new)) if _mode(old) != _mode(new) else None
+
+
+def _read_new(site: _Site, keep: int) -> bool:
+    """Read the sandbox's regular file once: its sha256, its first `keep` bytes and, beside a host
+    regular file of its size, whether the bytes are the host's, into `site`; False if it is no
+    regular file any more (the sandbox swapped it)."""
+    fd = open_file(site.new_dir, site.name)
+    if fd is None:
+        return False
+    old, host = site.old, None
+    try:
+        if old is not None and stat.S_ISREG(old.st_mode) and old.st_size == os.fstat(fd).st_size:
+            host = open_file(site.host.fd, site.name)
+        digest, head, same = hashlib.sha256(), bytearray(), host is not None
+        while chunk := os.read(fd, _CHUNK):
+            digest.update(chunk)
+            if len(head) < keep:
+                head += chunk[:keep - len(head)]
+            if same:
+                same = os.read(host, len(chunk)) == chunk
+        site.digest, site.head = digest.digest(), bytes(head)
+        site.same = same and os.read(host, 1) == b""
+        return True
+    finally:
+        for one in (fd, host):
+            if one is not None:
+                os.close(one)
 
 
 def _describe(site: _Site) -> str:
@@ -247,11 +316,88 @@ def _held(change: Change, site: _Site | None) -> Change:
     return replace(change, held=why) if why else change
 
 
-def _decide(lower: Path, found: list[Change], hold: tuple[str, ...]) -> list[Change]:
-    """`found` with `held` set, decided once for the whole list (isolation.changes.heldback first)."""
-    reasons = hold_reasons(lower, [(c.path, c.kind) for c in found if c.kind != "refused"], hold)
+def _decide(lower: Path, upper: Path, found: list[Change], hold: tuple[str, ...], facts: dict[str, tuple],
+            content: dict[str, tuple[bytes, int]]) -> list[Change]:
+    """`found` with `held` set, decided once for the whole list (isolation.changes.heldback first),
+    then what must go with it: the deletion half of a held-back move, a deleted folder holding a
+    held-back deletion, an added folder holding nothing else."""
+    reasons = hold_reasons(lower, [(c.path, c.kind) for c in found if c.kind not in ("refused", "host")], hold)
     decided = [replace(c, held=reasons[c.path]) if c.path in reasons else c for c in found]
-    return _hold_empty_folders(decided)
+    decided = _hold_moves(lower, upper, decided, facts, content)
+    return _hold_empty_folders(_hold_deleted_folders(decided))
+
+
+def _identity(change: Change, site: _Site) -> tuple | None:
+    """What a file or link the change adds (or deletes) is, to match the halves of a move: a
+    file's size and mode (its bytes are compared only then), a link's target."""
+    if change.kind == "deleted":
+        st, target = site.old, None
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            target = read_link(site.host.fd, site.name)
+    elif change.kind in ("added", "modified", "type"):
+        st, target = site.new, site.target
+    else:
+        return None
+    if target is not None:
+        return "link", target
+    return ("file", st.st_size, _mode(st)) if st is not None and stat.S_ISREG(st.st_mode) else None
+
+
+def _hold_moves(lower: Path, upper: Path, found: list[Change], facts: dict[str, tuple],
+                content: dict[str, tuple[bytes, int]]) -> list[Change]:
+    """A deletion that is the other half of a held-back addition (the same bytes and mode, or the
+    same link target: a file moved) is held back too, naming it: "apply all" would otherwise take
+    the old path away and leave the new one out."""
+    made = {c.path: facts[c.path] for c in found if c.held and c.path in facts and c.kind != "deleted"}
+    gone = {c.path: facts[c.path] for c in found if not c.held and c.path in facts and c.kind == "deleted"}
+    if not made or not gone:
+        return found
+
+    def same(old: str, new: str) -> bool:
+        if facts[new][0] == "link":
+            return True
+        mine = content[new][0] if new in content else _hash_at(upper, new)
+        return mine is not None and mine == _hash_at(lower, old)
+
+    pairs = pair_moves(made, gone, same)
+    why = {c.path: c.held for c in found}
+    return [replace(c, held=move_reason(pairs[c.path], why[pairs[c.path]])) if c.path in pairs else c
+            for c in found]
+
+
+def _hash_at(root: Path, path: str) -> bytes | None:
+    """sha256 of regular file `path` under `root`, reached without links; None if it is none."""
+    *parents, name = path.split("/")
+    with Cursor.open(root) as cursor:
+        if not all(cursor.down(part) for part in parents):
+            return None
+        fd = open_file(cursor.fd, name)
+    if fd is None:
+        return None
+    try:
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, _CHUNK):
+            digest.update(chunk)
+        return digest.digest()
+    finally:
+        os.close(fd)
+
+
+def _hold_deleted_folders(found: list[Change]) -> list[Change]:
+    """A deleted folder holding a held-back deletion is held back too: deleting the folder would
+    delete that as well."""
+    folders = {c.path for c in found if c.kind == "deleted" and c.path.endswith("/") and not c.held}
+    inner: dict[str, Change] = {}
+    for change in found if folders else ():
+        if change.held and change.kind == "deleted":
+            path = change.path.rstrip("/")
+            while "/" in path:
+                path = path.rpartition("/")[0]
+                if f"{path}/" in folders:
+                    inner.setdefault(f"{path}/", change)
+    return [replace(c, held=f"{held_kind(inner[c.path].held)}: deleting it would delete the held-back "
+                    f"{inner[c.path].path} ({without_kind(inner[c.path].held)})") if c.path in inner else c
+            for c in found]
 
 
 def _hold_empty_folders(found: list[Change]) -> list[Change]:
@@ -260,7 +406,7 @@ def _hold_empty_folders(found: list[Change]) -> list[Change]:
     added = {c.path for c in found if c.kind == "added" and c.path.endswith("/") and not c.held}
     below: dict[str, list[Change]] = {}
     for change in found:
-        if change.kind == "refused" or change.path in added:
+        if change.kind in ("refused", "host") or change.path in added:
             continue
         names = change.path.rstrip("/").split("/")
         for i in range(1, len(names)):
@@ -271,13 +417,8 @@ def _hold_empty_folders(found: list[Change]) -> list[Change]:
     if not empty:
         return found
     return [replace(c, held=f"{held_kind(empty[c.path].held)}: it holds only held-back changes ("
-                    f"{empty[c.path].path}: {_without_kind(empty[c.path].held)})") if c.path in empty else c
+                    f"{empty[c.path].path}: {without_kind(empty[c.path].held)})") if c.path in empty else c
             for c in found]
-
-
-def _without_kind(why: str) -> str:
-    head, sep, rest = why.partition(": ")
-    return rest if sep and held_kind(why) == head else why
 
 
 def _gains_exec(site: _Site) -> str:
@@ -292,35 +433,52 @@ def _gains_exec(site: _Site) -> str:
     return f"a new executable file (mode {_mode(new):o})"
 
 
-def _review(lower: Path, upper: Path, found: Found, skip: frozenset[str]) -> None:
+def _review(lower: Path, upper: Path, found: Found, skip: frozenset[str], since: int | None = None,
+            read: int | None = None) -> None:
+    """Walk the changes, calling `found(change, site)` for each (see _Review for `since` and `read`)."""
     def seen(change: Change, site: _Site | None) -> None:
         if change.path not in skip:
             found(_held(change, site), site)
 
     with Cursor.open(upper) as top, Cursor.open(lower) as host:
-        _Review(top, host, seen).run()
+        _Review(top, host, seen, since, read).run()
 
 
-def changes(lower: Path, upper: Path, skip: frozenset[str] = frozenset(), hold: tuple[str, ...] = (),
-            host: bool = True) -> list[Change]:
-    """Every difference between the host workspace and the sandbox's view of /testbed; `skip`:
-    paths that are not the sandbox's work; `hold`: the user's held-back patterns, on top of the
-    behavioural rules (isolation.changes.heldback); `host`: False when `lower` is no host workspace (an
-    empty folder of ours: nothing can be applied, and no repository around it is to be asked)."""
+def review(lower: Path, upper: Path, skip: frozenset[str] = frozenset(), hold: tuple[str, ...] = (),
+           host: bool = True, since: int | None = None, text: bool = True, read: bool = True) -> Review:
+    """Every difference between the host workspace and the sandbox's view of /testbed, in one walk:
+    the changes, with `held` decided for the whole list, and with `text` their unified diff made from
+    the bytes that walk read; with `read`, each regular file the sandbox wrote is read once, whole,
+    and its sha256 and mode kept (Review.content) for apply() to write nothing else.
+    `skip`: paths that are not the sandbox's work; `hold`: the user's held-back patterns, on top of
+    the behavioural rules (isolation.changes.heldback); `host`: False when `lower` is no host
+    workspace (an empty folder of ours: nothing can be applied, no repository around it to ask);
+    `since`: when the sandbox started, as the kernel stamps ctimes (what the host made or changed
+    later, where the sandbox deleted, is the host's: kind "host")."""
     found: list[Change] = []
-    _review(lower, upper, lambda change, site: found.append(change), skip)
-    return sorted(_decide(lower, found, hold) if host else found, key=lambda c: c.path)
+    pieces: list[tuple[str, str]] = []
+    content: dict[str, tuple[bytes, int]] = {}
+    facts: dict[str, tuple] = {}
+
+    def seen(change: Change, site: _Site | None) -> None:
+        found.append(change)
+        if text:
+            pieces.append((change.path, _piece(change, site)))
+        if site is not None:
+            if site.digest is not None and change.kind in ("added", "modified", "type"):
+                content[change.path] = (site.digest, _mode(site.new))
+            fact = _identity(change, site)
+            if fact is not None:
+                facts[change.path] = fact
+            site.head = None  # the diff has what it needs; a walk keeps no file's bytes
+
+    _review(lower, upper, seen, skip, since, (DIFF_LIMIT + 1 if text else 0) if read else None)
+    decided = _decide(lower, upper, found, hold, facts, content) if host else found
+    return Review(sorted(decided, key=lambda c: c.path),
+                  "".join(text for _, text in sorted(pieces, key=lambda piece: piece[0])) if text else None, content)
 
 
 # ---- showing -------------------------------------------------------------------------------
-
-def diff(lower: Path, upper: Path, skip: frozenset[str] = frozenset()) -> str:
-    """A unified diff of the changes; links, special, binary and large files are named, not dumped,
-    and a file's mode change (a new executable bit) is a line of its own above its text diff."""
-    pieces: list[tuple[str, str]] = []
-    _review(lower, upper, lambda change, site: pieces.append((change.path, _piece(change, site))), skip)
-    return "".join(text for _, text in sorted(pieces, key=lambda piece: piece[0]))
-
 
 def _piece(change: Change, site: _Site | None) -> str:
     path = change.path
@@ -334,7 +492,8 @@ def _piece(change: Change, site: _Site | None) -> str:
 def _text_diff(change: Change, site: _Site) -> str:
     path = change.path
     before = read_head(site.host.fd, site.name, DIFF_LIMIT + 1) if change.kind != "added" else b""
-    after = read_head(site.new_dir, site.name, DIFF_LIMIT + 1) if change.kind != "deleted" else b""
+    after = b"" if change.kind == "deleted" else site.head if site.head is not None \
+        else read_head(site.new_dir, site.name, DIFF_LIMIT + 1)
     if before is None or after is None:
         return f"{change.kind}: {path} (it changed while it was being read)\n"
     texts = [_text(data) for data in (before, after)]
@@ -355,139 +514,3 @@ def _text(data: bytes) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
-
-
-# ---- applying ------------------------------------------------------------------------------
-
-def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] | None = None,
-          allow_outside_links: bool = False, skip: frozenset[str] = frozenset(),
-          hold: tuple[str, ...] = ()) -> list[Change]:
-    """Write the chosen changes (all when `paths` is None) to the host; the applied ones are returned.
-
-    WorkspaceConflict, writing nothing, if a chosen path moved on the host since `before` (which is
-    then brought up to date for what was written). Refused (listed in RefusedPaths, raised once
-    the rest is written): held-back changes (`Change.held`: see changes(); `hold`: the user's own
-    patterns on top) unless named in `paths`, links that leave the workspace unless
-    `allow_outside_links`, special files, anything that changed since review. Modes are masked
-    by the umask."""
-    named = None if paths is None else {p.strip("/") for p in paths}
-    chosen = {_key(c): c for c in changes(lower, upper, skip, hold) if named is None or c.path.rstrip("/") in named}
-    now = snapshot(lower)
-    conflicts = sorted({p for p in (c.path.rstrip("/") for c in chosen.values()) if now.get(p) != before.get(p)})
-    if conflicts:
-        raise WorkspaceConflict("the host copy changed since the sandbox started, so nothing was applied: "
-                                + ", ".join(conflicts) + ". Fix: review those files, then apply the others "
-                                "by name, or start a new sandbox on the current workspace")
-    writer = _Writer(lower, chosen, named is not None, allow_outside_links)
-    try:
-        _review(lower, upper, writer.found, skip)
-    finally:
-        _rebase(before, snapshot(lower), {c.path.rstrip("/") for c in writer.applied}, everything=named is None)
-    refused = writer.refused + [f"{c.path.rstrip('/')} (it changed in the sandbox since it was reviewed; review it "
-                                "again)" for c in sorted((chosen[k] for k in chosen.keys() - writer.seen),
-                                                         key=lambda c: c.path)]
-    refused += [f"{p} (no such change: see changes())"
-                for p in sorted((named or set()) - {c.path.rstrip("/") for c in chosen.values()})]
-    if refused:
-        raise RefusedPaths(f"applied {len(writer.applied)} change(s) to {lower}", refused, writer.outside, writer.held)
-    return writer.applied
-
-
-def _rebase(before: dict[str, tuple], now: dict[str, tuple], done: set[str], everything: bool) -> None:
-    """Take what was written as the new starting point, so a later apply does not see conflicts in it."""
-    if everything:
-        before.clear()
-        before.update(now)
-        return
-    below = tuple(f"{path}/" for path in done)
-    for key in [k for k in before if k in done or k.startswith(below)]:
-        del before[key]
-    before.update({k: v for k, v in now.items() if k in done or k.startswith(below)})
-
-
-class _Writer:
-    """Writes the chosen changes as the second walk meets them, each still as it was reviewed."""
-
-    def __init__(self, root: Path, chosen: dict[tuple, Change], by_name: bool, allow_outside_links: bool) -> None:
-        self.root, self.chosen, self.by_name, self.allow = root, chosen, by_name, allow_outside_links
-        self.applied: list[Change] = []
-        self.refused: list[str] = []
-        self.outside: dict[str, str] = {}  # links refused only for leaving the workspace
-        self.held: dict[str, str] = {}  # held-back changes refused for not being named, and why
-        self.mask = 0o777 & ~_umask()
-        self.seen: set[tuple] = set()
-
-    def found(self, change: Change, site: _Site | None) -> None:
-        decided = self.chosen.get(_key(change))
-        if decided is None:  # not asked for, or no longer what the review showed
-            return
-        self.seen.add(_key(change))
-        change = decided  # with the review's decision of what is held back
-        key = change.path.rstrip("/")
-        why = self._refusal(key, change, site)
-        if not why:
-            try:
-                _write(change, site, self.mask)
-                self.applied.append(change)
-                return
-            except (OSError, SandboxError) as exc:
-                why = f"could not be written: {exc}"
-        self.refused.append(f"{key} ({why})")
-
-    def _refusal(self, key: str, change: Change, site: _Site | None) -> str:
-        if site is None:
-            return change.detail
-        new = site.new
-        if new is not None and change.kind != "mode" and kind(new) not in ("file", "directory", "symlink"):
-            return f"a {kind(new)} made in the sandbox: special files are never applied"
-        if change.held and not self.by_name:
-            self.held[key] = change.held
-            return f"{change.held}: held back, applied only by name, e.g. apply([{key!r}])"
-        if site.target is not None and not self.allow and link_leaves(self.root, site.parts, site.target):
-            self.outside[key] = site.target
-            return (f"a symlink to {site.target}, which leaves the workspace; to take it anyway: "
-                    f"apply([{key!r}], allow_outside_links=True)")
-        return ""
-
-
-def _key(change: Change) -> tuple[str, str, str]:
-    """What a change is, without the decision to hold it back (made once, for the whole list)."""
-    return change.path, change.kind, change.detail
-
-
-def _umask() -> int:
-    """The process's umask, read without setting it (os.umask would change it for every thread)."""
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
-
-
-def _write(change: Change, site: _Site, mask: int) -> None:
-    name, new = site.name, site.new
-    if change.kind == "deleted":
-        remove_at(site.host.fd, name)
-        return
-    parent = site.host.make_missing()
-    if change.kind == "mode":
-        chmod_at(parent, name, _mode(new) & mask)
-        return
-    if change.kind == "type":
-        remove_at(parent, name)  # the host's entry itself: a link is removed, not followed
-    if stat.S_ISDIR(new.st_mode):
-        os.mkdir(name, 0o700, dir_fd=parent)
-        chmod_at(parent, name, _mode(new) & mask)
-    elif site.target is not None:
-        place_link(site.target, parent, name, replace=True)
-    else:
-        src = open_file(site.new_dir, name)
-        if src is None:
-            raise SandboxError("it changed while it was being applied; apply it again")
-        try:
-            place_file(src, parent, name, _mode(new) & mask, replace=True, exact_mode=True)
-        finally:
-            os.close(src)

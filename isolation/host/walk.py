@@ -21,6 +21,7 @@ export, copy-out and scratch removal:
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import secrets
 import stat
@@ -32,6 +33,7 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLO
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1 << 20
+_ZEROS = memoryview(bytes(_CHUNK))
 
 
 class RefusedPaths(SandboxError):
@@ -46,6 +48,10 @@ class RefusedPaths(SandboxError):
         self.held_back = held_back or {}
         """{path: why} of changes refused only because they were not named (workspace.Change.held)."""
         super().__init__(f"{done}; refused {len(refused)}:\n" + "\n".join(f"  {line}" for line in refused))
+
+
+class ContentChanged(SandboxError):
+    """The bytes about to be written are not the ones expected (reviewed); nothing was written."""
 
 
 class TreeChanged(SandboxError):
@@ -306,12 +312,13 @@ def data_size(fd: int) -> int:
     return sum(end - start for start, end in data_extents(fd, os.fstat(fd).st_size))
 
 
-def copy_data(src: int, out: int, limit: int | None = None) -> int:
+def copy_data(src: int, out: int, limit: int | None = None, digest=None) -> int:
     """Copy open file `src` into empty file `out`, holes kept as holes (a file of holes only becomes
     a sparse file of its size); returns the bytes of data written. More than `limit` raises
-    OSError(EFBIG) (a file that grows while it is copied)."""
+    OSError(EFBIG) (a file that grows while it is copied). `digest` (a hashlib object) is fed
+    exactly the bytes `out` ends up holding, holes as zeros: what was written, not what was meant."""
     size = os.fstat(src).st_size
-    written = 0
+    written = hashed = 0
     for start, end in data_extents(src, size):
         while start < end:
             chunk = os.pread(src, min(_CHUNK, end - start), start)
@@ -320,25 +327,41 @@ def copy_data(src: int, out: int, limit: int | None = None) -> int:
             written += len(chunk)
             if limit is not None and written > limit:
                 raise OSError(errno.EFBIG, f"over the {limit:,}-byte limit")
+            if digest is not None:
+                _zeros(digest, start - hashed)
+                digest.update(chunk)
+                hashed = start + len(chunk)
             view = memoryview(chunk)
             while view:
                 done = os.pwrite(out, view, start)
                 view, start = view[done:], start + done
     os.ftruncate(out, size)
+    if digest is not None:
+        _zeros(digest, size - hashed)
     return written
 
 
+def _zeros(digest, count: int) -> None:
+    while count > 0:
+        digest.update(_ZEROS[:min(count, _CHUNK)])
+        count -= _CHUNK
+
+
 def place_file(src: int, dir_fd: int, name: str, mode: int, *, replace: bool, exact_mode: bool = False,
-               limit: int | None = None) -> int:
+               limit: int | None = None, expect: bytes | None = None) -> int:
     """Write open file `src` as `name` in `dir_fd`, holes kept (`copy_data`); returns the bytes of
     data written. Without `replace` anything already there (a dangling link too) raises
     FileExistsError; with it, a new file is renamed over the old entry, which is replaced, never
     written through. `mode` goes through the umask unless `exact_mode`. More than `limit` bytes of
-    data raises OSError(EFBIG) and leaves nothing."""
+    data raises OSError(EFBIG) and leaves nothing. `expect`: the sha256 the written bytes must have,
+    checked on what was written, before it takes the name; else ContentChanged, and nothing is left."""
     temp = f".lis-tui-{secrets.token_hex(6)}.tmp" if replace else name
+    digest = hashlib.sha256() if expect is not None else None
     out = os.open(temp, _NEW, mode, dir_fd=dir_fd)
     try:
-        written = copy_data(src, out, limit)
+        written = copy_data(src, out, limit, digest)
+        if digest is not None and digest.digest() != expect:
+            raise ContentChanged(f"{name!r} is not what was expected (its content changed)")
         if exact_mode:
             os.fchmod(out, mode)
         os.close(out)

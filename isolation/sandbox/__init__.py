@@ -59,6 +59,9 @@ class Sandbox:
         self._cgroup: cgroup.SandboxCgroup | None = None  # where the machine delegates cgroup v2
         self._session: sessions.Session | None = None
         self._before: dict | None = None
+        self._since: int | None = None  # when it started, as the kernel stamps ctimes (starting._open_session)
+        self.last_review = None
+        """The last review (`review()`, `changes()`, `diff()`): a workspace.Review, what `apply()` writes."""
         self.git_base: str | None = None
         """With `git_writable`: the commit the workspace's HEAD named at start (new commits count from it)."""
         self._disk_note = ""
@@ -161,6 +164,7 @@ class Sandbox:
     committed_paths = review.committed_paths
     _testbed = review._testbed
     _rules = review._rules
+    review = review.review  # last: from here on in this class, `review` is the method
 
     writable_size = disk.writable_size
     writable_usage = disk.writable_usage

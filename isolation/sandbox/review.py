@@ -8,7 +8,7 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from ..changes import workspace
+from ..changes import workspace, writeback
 from ..spec import SandboxError
 
 if TYPE_CHECKING:
@@ -28,34 +28,49 @@ def _testbed(sandbox: Sandbox) -> Iterator[tuple[Path, Path]]:
 
 
 def _rules(sandbox: Sandbox) -> dict:
-    """What review leaves out (our mount points) and the patterns it holds back on top of the
-    behavioural rules (the spec's, from the user's config)."""
-    return {"skip": workspace.mount_points(sandbox.spec), "hold": sandbox.spec.held_back}
+    """What review leaves out (our mount points), the patterns it holds back on top of the
+    behavioural rules (the spec's, from the user's config), and when the sandbox started (the
+    host's later entries are the host's)."""
+    return {"skip": workspace.mount_points(sandbox.spec), "hold": sandbox.spec.held_back, "since": sandbox._since}
+
+
+def review(sandbox: Sandbox, diff: bool = True) -> workspace.Review:
+    """What differs under /testbed from the host workspace (or from empty without one), in one walk:
+    `.changes`, `.diff` (None unless `diff`) made from the same reads, and what apply() is to write.
+    It is kept as `sandbox.last_review`, which apply() writes from unless given another."""
+    with sandbox._testbed() as (lower, upper):
+        found = workspace.review(lower, upper, **sandbox._rules(), host=sandbox.spec.workspace is not None, text=diff)
+    sandbox.last_review = found
+    return found
 
 
 def changes(sandbox: Sandbox) -> list[workspace.Change]:
-    """What differs under /testbed from the host workspace (or from empty without one)."""
-    with sandbox._testbed() as (lower, upper):
-        return workspace.changes(lower, upper, **sandbox._rules(), host=sandbox.spec.workspace is not None)
+    """What differs under /testbed from the host workspace (or from empty without one); a review."""
+    return sandbox.review(diff=False).changes
 
 
 def diff(sandbox: Sandbox) -> str:
-    """A unified diff of `changes()`; links, special and binary files are named, not dumped."""
-    with sandbox._testbed() as (lower, upper):
-        return workspace.diff(lower, upper, sandbox._rules()["skip"])
+    """A unified diff of the changes; links, special and binary files are named, not dumped; a review."""
+    return sandbox.review().diff
 
 
-def apply(sandbox: Sandbox, paths: list[str] | None = None, allow_outside_links: bool = False) -> list[workspace.Change]:
-    """Write the changes (or just `paths`) back to the host workspace, refusing host-side conflicts;
-    held-back changes (what would configure or run something on the host: isolation.changes.heldback;
-    links the sandbox made, new executable bits) only when named, links out of the workspace only when allowed, no mode wider
-    than the umask (see workspace.apply; what is refused comes in hostwalk.RefusedPaths, with
-    `held_back` naming why, once the rest is written)."""
+def apply(sandbox: Sandbox, paths: list[str] | None = None, allow_outside_links: bool = False,
+          reviewed: workspace.Review | None = None) -> list[workspace.Change]:
+    """Write the changes of `reviewed` (else of the last review: review(), changes() or diff()), or
+    just `paths` of them, back to the host workspace, byte for byte as that review read them:
+    a file changed in the sandbox since is refused by name, one that appeared since is not applied
+    by an "apply all" and is named. Without any review, what is there at apply time is applied.
+    Host-side conflicts are refused; held-back changes (what would configure or run something on
+    the host: isolation.changes.heldback; links the sandbox made, new executable bits, the other
+    half of a held-back move) go only when named, links out of the workspace only when allowed, no
+    mode wider than the umask (see writeback.apply; what is refused comes in walk.RefusedPaths,
+    with `held_back` naming why, once the rest is written)."""
     if sandbox.spec.workspace is None:
         raise SandboxError("this sandbox has no workspace to apply changes to; use export() to copy files out")
     sandbox._before = {} if sandbox._before is None else sandbox._before
     with sandbox._testbed() as (lower, upper):
-        return workspace.apply(lower, upper, sandbox._before, paths, allow_outside_links, **sandbox._rules())
+        return writeback.apply(lower, upper, sandbox._before, paths, allow_outside_links, **sandbox._rules(),
+                               reviewed=reviewed or sandbox.last_review)
 
 
 def save_changes(sandbox: Sandbox, out, beside=None) -> SavedPatch:

@@ -130,6 +130,10 @@ def _admit(sandbox: Sandbox) -> None:
 
 
 def _open_session(sandbox: Sandbox) -> None:
+    # Before anything of the sandbox exists or runs: a host entry whose ctime is later was made or
+    # changed meanwhile (the kernel's stamps lag the clock by a tick at most, and nothing of the
+    # sandbox's runs within the tick after this).
+    sandbox._since = time.time_ns()
     if sandbox.spec.git_writable and sandbox.spec.workspace is not None:
         from ..changes.gitbundle import head_commit  # noqa: PLC0415
 
@@ -139,6 +143,7 @@ def _open_session(sandbox: Sandbox) -> None:
             sandbox._before = workspace.snapshot(Path(sandbox.spec.workspace))
         return
     sandbox._session = sessions.Session(sandbox.spec.session)
+    sandbox._since = sandbox._session.created_ns()  # its layers were made then: the host's later entries are the host's
     saved = sandbox._session.load_spec()
     if saved is not None:
         _check_same_project(sandbox.spec, saved)

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from isolation import SandboxError
 from isolation.changes.beside import Beside, Kept
 from isolation.changes.gitbundle import BundleError, check_target, fetch_bundle
+from isolation.changes.heldback import with_moves
 from isolation.changes.patchapply import Entry, PatchConflict, PatchError, apply_patch, held_back, kind_of, read_patch
 from lis_tui.runs.store import open_run_file
 
@@ -264,6 +265,7 @@ def apply_run(run_dir: Path, paths: list[str] | None, patterns: tuple[str, ...] 
         if unknown:
             raise ApplyRefused(f"the run did not change {', '.join(unknown)}; nothing was applied. Fix: "
                                f"`lis-tui apply {run_dir} --list` lists its changes", 2)
+        chosen = sorted(with_moves(held, set(chosen)))  # a held-back move's new path takes its deletion with it
     try:
         conflicts = apply_patch(where, patch, chosen, record.get("moved") or (), run_dir / BLOBS, three_way)
     except PatchConflict as exc:

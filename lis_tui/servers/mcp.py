@@ -85,6 +85,7 @@ class SandboxTools:
         self._sandbox: Sandbox | None = None
         self._toolbox: Toolbox | None = None
         self._lock = threading.Lock()
+        self._reviewed = None  # what list_changes last showed: what apply_changes writes, byte for byte
         self.client = None
         """(session, loop, request id) of the tool call running now, to ask the person through;
         None when the client cannot elicit."""
@@ -120,7 +121,7 @@ class SandboxTools:
                 self._toolbox.close()
             if self._sandbox is not None:
                 self._sandbox.close()
-            self._sandbox = self._toolbox = None
+            self._sandbox = self._toolbox = self._reviewed = None
 
     def _start(self) -> Toolbox:
         if self._toolbox is None:
@@ -148,7 +149,8 @@ class SandboxTools:
     # ---- the review tools ----------------------------------------------------------------------
 
     def _list_changes(self) -> ToolResult:
-        found = self._sandbox.changes()
+        self._reviewed = self._sandbox.review(diff=False)
+        found = self._reviewed.changes
         lines = [f"{c.kind}: {c.path} {c.detail}".rstrip() + (f" [held back: {c.held}]" if c.held else "")
                  for c in found]
         return ToolResult("\n".join(lines) or "No changes under /testbed.")
@@ -162,14 +164,17 @@ class SandboxTools:
         if not self.allow_apply:
             return ToolResult("Applying is off: the person who started this server can allow it with "
                               "`lis-tui mcp --workspace DIR --allow-apply`.", error=True)
-        held = {c.path.rstrip("/"): c for c in self._sandbox.changes() if c.held}
+        # What list_changes showed; without one, a review made now (nothing was shown to keep to)
+        reviewed = self._reviewed or self._sandbox.review(diff=False)
+        held = {c.path.rstrip("/"): c for c in reviewed.changes if c.held}
         named = None if paths is None else [p.strip("/") for p in paths]
         asked = [p for p in named or () if p in held]
         refusal = self._approve(asked, held) if asked else ""
         if refusal:
             named = [p for p in named if p not in held]
         try:
-            done, refused = f"applied {len(self._sandbox.apply(named))} change(s) to {self.spec.workspace}", []
+            applied = self._sandbox.apply(named, reviewed=reviewed)
+            done, refused = f"applied {len(applied)} change(s) to {self.spec.workspace}", []
         except RefusedPaths as exc:
             done, refused = exc.done, [_mcp_refusal(line, exc.held_back) for line in exc.refused]
         refused += [f"{p} (held back: {held[p].held}; {refusal})" for p in asked if refusal]

@@ -69,6 +69,26 @@ def test_the_plant_is_held_back_by_name_and_its_hook_runs_only_once_named(repo):
     assert (repo / "planted-marker").read_text() == f"ran as {os.getuid()}\n"
 
 
+def test_a_move_of_an_executable_or_a_link_is_held_whole_and_naming_its_new_path_takes_both(repo):
+    """`mv run.sh bin/` used to go half: apply-all took the old path away and held the new one back."""
+    (repo / "run.sh").chmod(0o755)
+    (repo / "ln").symlink_to("a.txt")
+    with Sandbox(SandboxSpec(workspace=repo)) as sb:
+        assert sb.exec("mkdir bin sub && mv run.sh bin/ && mv ln sub/ && echo b > b.txt").exit_code == 0
+        held = {c.path: c.held for c in sb.changes() if c.held}
+        assert held["run.sh"] == ("link or exec bit: the other half of a move to bin/run.sh, which is held back (a "
+                                  "new executable file (mode 755)); naming bin/run.sh applies both")
+        assert held["ln"].startswith("link or exec bit: the other half of a move to sub/ln, which is held back")
+        with pytest.raises(RefusedPaths) as refused:
+            sb.apply()
+        assert set(refused.value.held_back) == {"run.sh", "bin/run.sh", "bin", "ln", "sub/ln", "sub"}
+        assert (repo / "run.sh").is_file() and os.readlink(repo / "ln") == "a.txt" and (repo / "b.txt").is_file()
+        sb.apply(["bin/run.sh"])  # the new path named: the move goes whole
+        assert not (repo / "run.sh").exists() and (repo / "bin" / "run.sh").stat().st_mode & 0o777 == 0o755
+        sb.apply(["ln"])  # the old path alone: its deletion only, never the held-back link
+    assert not os.path.lexists(repo / "ln") and not os.path.lexists(repo / "sub")
+
+
 def test_a_default_sandbox_cannot_write_git_but_status_diff_and_log_work(repo):
     head = git(repo, "rev-parse", "HEAD").stdout
     with Sandbox(SandboxSpec(workspace=repo)) as sb:

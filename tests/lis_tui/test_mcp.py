@@ -74,15 +74,21 @@ def test_apply_and_export_only_where_the_server_was_told(tmp_path):
     (ws / "a.txt").write_text("old\n")
     out = tmp_path / "exports"
     out.mkdir()
-    calls = [("execute_bash", {"command": "echo new > /testbed/a.txt; echo 7 > /agent/output/answer.txt"}),
-             ("apply_changes", {"paths": ["a.txt"]}),
+    calls = [("execute_bash", {"command": "echo new > /testbed/a.txt; echo b > /testbed/b.txt; "
+                                          "echo 7 > /agent/output/answer.txt"}),
+             ("list_changes", {}),
+             ("execute_bash", {"command": "echo rewritten > /testbed/b.txt; echo late > /testbed/late.txt"}),
+             ("apply_changes", {}),  # what list_changes showed, byte for byte
              ("export_output", {"name": "../escape"}),
              ("export_output", {"name": "run1"})]
     _, results = anyio.run(session_calls, server(tmp_path, "--workspace", str(ws), "--allow-apply",
                                                  "--export-dir", str(out)), calls)
-    assert not results[1][0] and (ws / "a.txt").read_text() == "new\n"
-    assert results[2][0] and not (tmp_path / "escape").exists()
-    assert not results[3][0] and (out / "run1" / "answer.txt").read_text() == "7\n"
+    assert results[3][0] and (ws / "a.txt").read_text() == "new\n"
+    assert "b.txt (it changed in the sandbox since you reviewed it" in results[3][1], results[3][1]
+    assert "late.txt (it appeared in the sandbox after you reviewed it" in results[3][1]
+    assert not (ws / "b.txt").exists() and not (ws / "late.txt").exists()
+    assert results[4][0] and not (tmp_path / "escape").exists()
+    assert not results[5][0] and (out / "run1" / "answer.txt").read_text() == "7\n"
 
 
 def test_network_approval_is_asked_through_the_client(tmp_path):

@@ -183,6 +183,27 @@ def test_run_apply_applies_at_the_end_and_keeps_the_held_back_for_naming(tmp_pat
     assert tree(project) == {k: v for k, v in inside.items() if k not in HELD}
 
 
+def test_a_saved_move_of_an_executable_or_a_link_is_held_whole_and_naming_its_new_path_takes_both(tmp_path):
+    from isolation import Sandbox, SandboxSpec
+    from lis_tui.runs.changes import apply_run, save_changes
+
+    project = make_project(tmp_path / "project")
+    (project / "tool.sh").write_text("#!/bin/sh\n")
+    (project / "tool.sh").chmod(0o755)
+    (project / "latest").symlink_to("notes.txt")
+    (tmp_path / "run").mkdir()
+    with Sandbox(SandboxSpec(rootfs="host", workspace=str(project))) as sb:
+        assert sb.exec("mkdir bin && mv tool.sh latest bin/ && echo four >> notes.txt").exit_code == 0
+        saved = save_changes(sb, tmp_path / "run")
+    assert saved.held["tool.sh"].startswith("link or exec bit: the other half of a move to bin/tool.sh")
+    assert saved.held["latest"].startswith("link or exec bit: the other half of a move to bin/latest")
+    assert apply_run(tmp_path / "run", None).applied == ["notes.txt"]
+    assert (project / "tool.sh").is_file() and os.readlink(project / "latest") == "notes.txt"
+    assert apply_run(tmp_path / "run", ["bin/tool.sh"]).applied == ["bin/tool.sh", "tool.sh"]
+    assert apply_run(tmp_path / "run", ["latest"]).applied == ["latest"]  # the deletion alone: no held-back link
+    assert not os.path.lexists(project / "latest") and sorted(os.listdir(project / "bin")) == ["tool.sh"]
+
+
 def test_a_workspace_in_a_subfolder_of_a_repository_is_patched_where_it_is(tmp_path):
     """A plain `git apply` run in a repository's subfolder skips every path (exit 0, no word)."""
     repo = make_project(tmp_path / "repo")

@@ -91,6 +91,28 @@ def test_a_conflicting_host_edit_is_named_and_nothing_is_written(tmp_path):
 
 
 @pytest.mark.sandbox
+def test_a_file_the_sandbox_rewrites_after_the_review_is_named_and_not_written(tmp_path):
+    ws = workspace(tmp_path)
+
+    async def scenario():
+        with FakeOpenAI([reply(tool_calls=[bash(EDIT)]), submit()]) as server:
+            app = app_for(server, tmp_path, ws)
+            async with app.run_test(size=(80, 24)) as pilot:
+                await open_review(pilot, app)
+                shown = texts(app, "#diff")[0]
+                # what a process the model left running does once the diff is on the screen
+                rewrite = app.screen.sandbox.exec("echo 'import os; os.system(1)' > /testbed/a.txt")
+                await pilot.press("a")
+                await wait_for(pilot, lambda: "refused" in notice(app))
+                return shown, rewrite.exit_code, notice(app)
+
+    shown, rewritten, said = run(scenario())
+    assert "+new" in shown and rewritten == 0
+    assert "a.txt (it changed in the sandbox since you reviewed it; review it again)" in said, said
+    assert (ws / "a.txt").read_text() == "old\n" and (ws / "b.txt").read_text() == "hi\n"
+
+
+@pytest.mark.sandbox
 def test_without_a_workspace_apply_explains_and_export_writes_the_output(tmp_path):
     target = tmp_path / "chosen"
 

@@ -34,7 +34,8 @@ from tools.terminal_text import safe_terminal_text
 
 log = logging.getLogger(__name__)
 MARKS = {"added": ("+", "green"), "modified": ("~", "yellow"), "deleted": ("-", "red"),
-         "mode": ("x", "cyan"), "type": ("T", "magenta")}
+         "mode": ("x", "cyan"), "type": ("T", "magenta"), "host": ("=", "blue")}
+"""A mark per kind; "host" is what the host made meanwhile where the sandbox deleted: kept, never applied."""
 HELD_HEADER = "/held-back"
 """The id of the line that heads the held-back changes: never a change's path, which is relative."""
 KIND = "/kind/"
@@ -65,6 +66,8 @@ class ReviewScreen(Screen[None]):
         """{kind: paths} of the held-back changes, in the order listed."""
         self.shown: dict[str, tuple[str, ...]] = {}
         """{kind: paths} as last shown to the person under the kind's header: what k may apply."""
+        self.reviewed: Any = None
+        """The review listed (isolation.changes.workspace.Review): what a, f and k apply, byte for byte."""
 
     def compose(self) -> ComposeResult:
         yield Label(plain(self._title()), classes="title")
@@ -93,17 +96,19 @@ class ReviewScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="review-load")
     def load_changes(self) -> None:
         try:
-            changes, diff = self.sandbox.changes(), self.sandbox.diff()
+            reviewed = self.sandbox.review()  # one walk: the list, and the diff from the same reads
             commits = self.sandbox.new_commits() if getattr(self.sandbox, "git_base", None) else 0
         except Exception as exc:  # the sandbox went away meanwhile: say so, keep the screen
             log.info("reading the changes failed", exc_info=True)
             self.app.call_from_thread(self._say, f"Could not read the changes: {exc}", "error")
             return
+        changes = reviewed.changes
         if commits:  # they come home as one branch, not as the .git/ files that hold them
             changes = [c for c in changes if not c.path.startswith(".git/")]
-        self.app.call_from_thread(self._show_changes, changes, split_diff(diff, changes), commits)
+        self.app.call_from_thread(self._show_changes, changes, split_diff(reviewed.diff, changes), commits, reviewed)
 
-    def _show_changes(self, changes: list[Any], diffs: dict[str, str], commits: int = 0) -> None:
+    def _show_changes(self, changes: list[Any], diffs: dict[str, str], commits: int = 0, reviewed: Any = None) -> None:
+        self.reviewed = reviewed  # from now on what is shown is what apply writes
         self.diffs = diffs
         self.held = {c.path: c.held for c in changes if getattr(c, "held", "")}
         self.kinds = {kind: [p for p in self.held if held_kind(self.held[p]) == kind] for kind in KINDS}
@@ -201,13 +206,15 @@ class ReviewScreen(Screen[None]):
         elif getattr(getattr(self.app, "main", None), "busy", False):
             self._say("A task is running: wait for it to finish (or Esc on the main screen to "
                       "interrupt it), then apply.", "warning")
+        elif self.reviewed is None:  # apply writes what was shown, and nothing is shown yet
+            self._say("The changes are not listed yet: wait for the list (r reloads it), then apply.", "warning")
         else:
             self.apply_changes(paths)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="review-write")
     def apply_changes(self, paths: list[str] | None, allow_outside_links: bool = False) -> None:
         try:
-            applied = self.sandbox.apply(paths, allow_outside_links=allow_outside_links)
+            applied = self.sandbox.apply(paths, allow_outside_links=allow_outside_links, reviewed=self.reviewed)
         except WorkspaceConflict as exc:  # nothing was written; the sandbox still has it all
             self.app.call_from_thread(self._say, f"Conflict: {exc}", "error")
             return
