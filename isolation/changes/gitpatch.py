@@ -75,17 +75,22 @@ def quote_path(path: str) -> bytes:
 
 
 def write_patch(lower, upper, before: dict[str, tuple] | None, out: BinaryIO,
-                skip: frozenset[str] = frozenset(), beside: Keeper | None = None) -> SavedPatch:
+                skip: frozenset[str] = frozenset(), beside: Keeper | None = None,
+                since: int | None = None) -> SavedPatch:
     """Write every change between `lower` (the host workspace) and `upper` (what the sandbox wrote)
     to `out` as a git patch. `before`: the host as it was when the sandbox started
     (workspace.snapshot), to tell which changed paths the host changed meanwhile. `beside`: where
-    large files and bases are kept (`beside.kept`: those left out of the patch, in `paths` still)."""
+    large files and bases are kept (`beside.kept`: those left out of the patch, in `paths` still).
+    `since`: when the sandbox started (workspace._review): what the host made meanwhile where the
+    sandbox deleted is the host's, not a deletion to save."""
     saved = SavedPatch()
     seen: set[str] = set()
     repos: dict[str, int] = {}  # a `.git` folder: how many changes in it
 
     def found(change: Change, site: _Site | None) -> None:
         path = change.path
+        if change.kind == "host":
+            return  # the host's own, made after the start: not the sandbox's work
         if change.kind == "refused" or site is None:
             saved.unsaved.append(f"{path} ({change.detail})")
         elif path.endswith("/"):
@@ -99,7 +104,7 @@ def write_patch(lower, upper, before: dict[str, tuple] | None, out: BinaryIO,
                 seen.add(path)
                 saved.paths.append(path)
 
-    _review(lower, upper, found, skip)
+    _review(lower, upper, found, skip, since)
     saved.unsaved += [f"{top} ({count} change{'' if count == 1 else 's'} inside: git apply never writes in a "
                       "repository's own folder)" for top, count in sorted(repos.items())]
     if before is not None:  # each saved path looked at on the host, not the whole project (a save follows each step)

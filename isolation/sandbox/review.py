@@ -84,7 +84,7 @@ def save_changes(sandbox: Sandbox, out, beside=None) -> SavedPatch:
         raise SandboxError("this sandbox has no workspace, so it has no changes to save; use export()")
     with sandbox._testbed() as (lower, upper):
         return write_patch(lower, upper, sandbox._before, out, skip=workspace.mount_points(sandbox.spec),
-                           beside=beside)
+                           beside=beside, since=sandbox._since)
 
 
 def new_commits(sandbox: Sandbox) -> int:

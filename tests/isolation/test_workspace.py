@@ -1,6 +1,7 @@
 """A host directory over /testbed copy-on-write: review, apply, export, with real bwrap overlays."""
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -165,6 +166,8 @@ def test_what_the_host_makes_meanwhile_where_the_sandbox_deleted_is_the_hosts_an
                          "d/late.txt": "host", "gone/g.txt": "deleted", "gone/mine.txt": "host", "gone/": "host"}
         with pytest.raises(RefusedPaths, match=r"d/late.txt \(made or changed on the host after the sandbox"):
             sb.apply(["d/late.txt"])
+        saved = sb.save_changes(io.BytesIO())  # the saved patch neither deletes them nor lists them
+        assert sorted(saved.paths) == ["d/b.txt", "d/n.txt", "d/sub/c.txt", "gone/g.txt"] and saved.unsaved == []
         sb.apply()
     assert tree(project) == {"a.txt": "a\n", "d": "dir", "d/late.txt": "the person's\n", "d/n.txt": "n\n",
                              "gone": "dir", "gone/mine.txt": "the person's\n", "keep.txt": "one\ntwo\n",
