@@ -1,11 +1,12 @@
 """What saving the work after every step costs a run in a workspace: 20-step runs (`lis_tui.run_task`,
 a real sandbox) in a project of 1,000 and 100,000 files, the per-step save on and off, alternating.
 
-    .venv/bin/python benchmarks/workspace_save.py [--files 1000 100000] [--runs 3] [--steps 20]
+    .venv/bin/python benchmarks/workspace_save.py [--files 1000 100000] [--runs 3] [--steps 20] [--model-ms 0]
 
 Each step writes a new file and appends to an existing one (so each save holds one more file than the
-last), against a scripted model server in a process of its own that answers at once: the save, which
-runs beside the next model call, shows in full whenever the model answers faster than the save. A
+last), against a scripted model server in a process of its own that answers at once (or after
+--model-ms): the save, which runs beside the next model call, shows whenever the model answers
+faster than the save, and its CPU (the patch's Python) contends with the agent's for the GIL. A
 step's time runs from one StepStarted to the next (the model call, the command, the events and the
 trajectory's rewrite, and any wait for the last save). The project is made once per size, in a
 temporary folder (100,000 files: 500 folders of 200).
@@ -31,16 +32,17 @@ from lis_tui.runs.autosave import WorkSaver  # noqa: E402
 
 SERVER = """
 import sys
-sys.path[:0] = sys.argv[2:]
-from fakes.openai_server import FakeOpenAI, call, reply, submit
-steps = int(sys.argv[1])
+sys.path[:0] = sys.argv[3:]
+from fakes.openai_server import FakeOpenAI, call, delay, reply, submit
+steps, latency = int(sys.argv[1]), float(sys.argv[2]) / 1000
 
 def step(request):
     done = sum(1 for m in request.messages if m.get("role") == "assistant")
     if done >= steps:
         return submit()
-    return reply(tool_calls=[call("execute_bash", {"command":
+    answer = reply(tool_calls=[call("execute_bash", {"command":
         f"echo {done} > /testbed/new_{done}.txt && echo {done} >> /testbed/d0/f0.txt"})])
+    return delay(latency, answer) if latency else answer
 
 with FakeOpenAI(default=step) as server:
     print(server.base_url, flush=True)
@@ -75,8 +77,11 @@ def main() -> None:
     parser.add_argument("--files", type=int, nargs="+", default=[1000, 100_000])
     parser.add_argument("--runs", type=int, default=3, help="runs of each setting, alternating")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--model-ms", type=float, default=0.0,
+                        help="the scripted model's time to answer, in ms (default 0: at once)")
     args = parser.parse_args()
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.steps), str(ROOT), str(ROOT / "tests")],
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.steps), str(args.model_ms), str(ROOT),
+                               str(ROOT / "tests")],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     base_url = server.stdout.readline().strip()
     rows = []
@@ -100,7 +105,8 @@ def main() -> None:
         WorkSaver.enabled = True
         server.stdin.close()
         server.wait(10)
-    print(f"\n{args.steps}-step runs, {args.runs} of each setting (median of every step; median run)\n")
+    answers = f"a model that answers in {args.model_ms:g} ms" if args.model_ms else "a model that answers at once"
+    print(f"\n{args.steps}-step runs, {answers}, {args.runs} of each setting (median of every step; median run)\n")
     print("| files | saving after each step | step p50 ms | step p90 ms | run s | step ratio on/off | patch KiB |")
     print("|---|---|---|---|---|---|---|")
     for files, seen in rows:

@@ -99,14 +99,15 @@ def save_changes(sandbox: Any, run_dir: Path, final: bool = True,
     temp = run_dir / f".{PATCH}.tmp"
     try:
         with open(temp, "wb") as out:
+            hashed = _Hashed(out)  # the record's sha256 as the patch is written, not read back after
             try:
-                patch = sandbox.save_changes(out, beside)
+                patch = sandbox.save_changes(hashed, beside)
             finally:
                 if read is not None:
                     read()
             out.flush()
             os.fsync(out.fileno())
-        digest = _sha256(temp)
+        digest = hashed.digest.hexdigest()
         os.replace(temp, run_dir / PATCH)
     except (OSError, SandboxError) as exc:
         saved.error = str(exc)
@@ -350,6 +351,17 @@ def _record(run_dir: Path) -> dict:
 def _read(patch_file: Path) -> dict[str, list[Entry]]:
     with open(patch_file, "rb") as handle:
         return read_patch(handle.read())
+
+
+class _Hashed:
+    """A binary file being written, and the sha256 of what was written to it."""
+
+    def __init__(self, out: Any) -> None:
+        self.out, self.digest = out, hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        return self.out.write(data)
 
 
 def _write_synced(path: Path, data: bytes) -> None:
