@@ -201,3 +201,15 @@ def test_resume_continue_apply_and_a_session_stay_on_their_project_wherever_they
     there = _lis_in(tmp_path, b, "exec", "--session", "s1", "--", "cat /testbed/s.txt /testbed/main.py")
     assert there.returncode == 0 and there.stdout.split() == ["kept", "print('a')", "print(1)"], there.stderr
     assert f"session s1 works in {a} (its project), not here" in there.stderr
+
+    # The project moved away: each says so in one line, with the fix, and nothing is written anywhere.
+    a.rename(tmp_path / "a-moved")
+    gone = _lis_in(tmp_path, b, "run", "--resume", run1.name, "again")
+    assert gone.returncode == 2 and len(gone.stderr.splitlines()) == 1, gone.stderr
+    assert f"the run's workspace {a} is gone (moved or removed?). Fix: give the project's folder: --workspace DIR" \
+        in gone.stderr
+    unapplied = _lis_in(tmp_path, b, "apply", run2.name)
+    assert unapplied.returncode == 1 and len(unapplied.stderr.splitlines()) == 1, unapplied.stderr
+    assert f"the project {a} is not a folder (moved or removed?)" in unapplied.stderr and "--workspace DIR" in \
+        unapplied.stderr
+    assert sorted(p.name for p in b.iterdir()) == [".git", "main.py"]
