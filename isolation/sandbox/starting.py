@@ -161,7 +161,7 @@ def _check_same_project(spec: SandboxSpec, saved: SandboxSpec) -> None:
     was, now = saved.workspace, spec.workspace
     if was is not None and now is not None and not os.path.isabs(was):
         return  # an earlier version kept only "."; the caller named the project (see spec_from_args)
-    if saved.rootfs == spec.rootfs and (was is None) == (now is None) and (was is None or host_path(was) == now):
+    if saved.rootfs == spec.rootfs and (was is None) == (now is None) and (was is None or host_path(was) == os.fspath(now)):
         return
 
     def made(spec: SandboxSpec, workspace: str | Path | None) -> str:

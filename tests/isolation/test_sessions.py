@@ -41,6 +41,9 @@ def test_resume_refuses_a_different_workspace(tmp_path):
     with pytest.raises(SandboxError, match="was made on rootfs 'host' with no workspace, not rootfs 'host' with "
                                            "workspace .*/w: .* Fix: leave --rootfs and --workspace out"):
         Sandbox(SandboxSpec(session="w1", workspace=tmp_path / "w")).start()
+    for n, again in enumerate((tmp_path / "w", str(tmp_path / "w")), 1):  # the same folder, however named, resumes
+        with Sandbox(SandboxSpec(session="w2", workspace=again)) as sb:
+            assert sb.exec("echo once >> /testbed/f; wc -l < /testbed/f").stdout == f"{n}\n"
 
 
 def test_a_session_kept_by_an_earlier_version_as_dot_waits_for_the_project_to_be_named(tmp_path):
