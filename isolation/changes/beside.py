@@ -306,31 +306,25 @@ def _blob(data: bytes) -> str:
 
 def _hash(fd: int, size: int) -> str | None:
     """The blob id of open file `fd` of `size` bytes; None if it is not that size (any more)."""
-    digest, pos = hashlib.sha1(b"blob %d\0" % size), 0
-    while pos < size:
-        chunk = os.pread(fd, min(_CHUNK, size - pos), pos)
-        if not chunk:
-            return None
-        digest.update(chunk)
-        pos += len(chunk)
-    return None if os.pread(fd, 1, size) else digest.hexdigest()
+    return _copy_hashing(fd, None, size)
 
 
-def _copy_hashing(src: int, out: int, size: int) -> str | None:
-    """Copy `size` bytes of `src` into empty file `out` (runs of zeros left as holes); the blob id
-    of what was copied, None if `src` is not that size (any more)."""
+def _copy_hashing(src: int, out: int | None, size: int) -> str | None:
+    """Copy `size` bytes of `src` into empty file `out` (runs of zeros left as holes; None: only
+    read); the blob id of what was read, None if `src` is not that size (any more)."""
     digest, pos = hashlib.sha1(b"blob %d\0" % size), 0
     while pos < size:
         chunk = os.pread(src, min(_CHUNK, size - pos), pos)
         if not chunk:
             return None
         digest.update(chunk)
-        if chunk != _ZEROS[:len(chunk)]:
+        if out is not None and chunk != _ZEROS[:len(chunk)]:
             view = memoryview(chunk)
             at = pos
             while view:
                 done = os.pwrite(out, view, at)
                 view, at = view[done:], at + done
         pos += len(chunk)
-    os.ftruncate(out, size)
+    if out is not None:
+        os.ftruncate(out, size)
     return None if os.pread(src, 1, size) else digest.hexdigest()
