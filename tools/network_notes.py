@@ -34,8 +34,9 @@ class NetworkNotes:
 
     def refused(self, note: Any) -> None:
         """A NetworkPolicy `on_note` callback: keeps each refusal (not credential uses, not a
-        withdrawn question: the command that asked is gone) for the result of the command at work."""
-        if getattr(note, "by", "gone") == "gone" or not getattr(note, "text", ""):
+        question's answer, not a withdrawn question: the command that asked is gone) for the
+        result of the command at work."""
+        if getattr(note, "by", "gone") == "gone" or not getattr(note, "text", "") or hasattr(note, "answer"):
             return
         with self._lock:
             if note.text not in self._said:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from .addr import is_internal
 from .conn import RequestRecord
-from .decision import CredentialUse, Decision, NetworkRequest
+from .decision import Answer, CredentialUse, Decision, NetworkRequest, QuestionAnswered
 from .policy import ANSWERS, HostRule, NetworkError, NetworkPolicy
 from .refusal import AllowWords, Refusal, refusal
 from .proxy import NO_PROXY, PROXY_PORT, EgressProxy, ProxyHandle, default_proxy, proxy_env
 
-__all__ = ["ANSWERS", "AllowWords", "CredentialUse", "Decision", "EgressProxy", "HostRule", "NO_PROXY", "NetworkError",
-           "NetworkPolicy", "NetworkRequest", "PROXY_PORT", "ProxyHandle", "RequestRecord", "default_proxy",
-           "Refusal", "is_internal", "proxy_env", "refusal"]
+__all__ = ["ANSWERS", "AllowWords", "Answer", "CredentialUse", "Decision", "EgressProxy", "HostRule", "NO_PROXY",
+           "NetworkError", "NetworkPolicy", "NetworkRequest", "PROXY_PORT", "ProxyHandle", "QuestionAnswered",
+           "RequestRecord", "default_proxy", "Refusal", "is_internal", "proxy_env", "refusal"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .addr import is_ip, shown_host
-from .decision import CredentialUse, Decision, NetworkRequest
+from .decision import Answer, CredentialUse, Decision, NetworkRequest, QuestionAnswered
 from .refusal import AllowWords, Refusal, gone_text
 from ..spec import NETWORK_MODES, SandboxError
 
@@ -86,6 +86,7 @@ def split_host_port(text: str, default_port: int | None) -> tuple[str, int | Non
 
 
 Approver = Callable[[NetworkRequest], object]
+"""Returns one of ANSWERS or an Answer (who gave it), or a Future or awaitable of one."""
 
 
 class NetworkPolicy:
@@ -95,7 +96,7 @@ class NetworkPolicy:
     def __init__(self, mode: str = "off", allow: Iterable[str] = (), deny: Iterable[str] = (),
                  decide: Approver | None = None, on_allow_always: Callable[[str], object] | None = None,
                  host_services: Iterable[str] = (), ask_timeout: float = ASK_TIMEOUT,
-                 on_note: Callable[[CredentialUse | Refusal], object] | None = None,
+                 on_note: Callable[[CredentialUse | Refusal | QuestionAnswered], object] | None = None,
                  words: AllowWords = AllowWords()) -> None:
         self._mode = _check_mode(mode)
         self.allow = [HostRule.parse(r) for r in allow]
@@ -113,8 +114,8 @@ class NetworkPolicy:
         """(host, port, address): a private or internal address the person allowed for this
         session, for that host and port alone."""
         self.on_note = on_note
-        """Told of each request the proxy added a credential to, and of each refusal (once per
-        host, port and reason), on the proxy's thread: be quick."""
+        """Told of each request the proxy added a credential to, of each refusal (once per host,
+        port and reason) and of each question's answer, on the proxy's thread: be quick."""
         self._listeners: list[Callable[[str], None]] = []
         self._pending: dict[tuple, _Question] = {}
         self._noted: set[tuple] = set()
@@ -182,7 +183,7 @@ class NetworkPolicy:
         log.info("network: %s (%s)", refusal, refusal.sandbox)
         self._tell(refusal)
 
-    def _tell(self, note: CredentialUse | Refusal) -> None:
+    def _tell(self, note: CredentialUse | Refusal | QuestionAnswered) -> None:
         if self.on_note is not None:
             try:
                 self.on_note(note)
@@ -246,36 +247,59 @@ class NetworkPolicy:
             if question.withdrawn:
                 raise asyncio.CancelledError
             question.asking = asyncio.ensure_future(_call_approver(self._ask, request))
-            answer = await asyncio.wait_for(question.asking, self.ask_timeout)
+            given = _answer(await asyncio.wait_for(question.asking, self.ask_timeout))
             if question.withdrawn:  # withdrawn as the answer came: it counts for nothing
                 raise asyncio.CancelledError
         except asyncio.TimeoutError:
+            self._answered(request, Answer("deny", "timeout"))
             return Decision(False, "timeout")
         except asyncio.CancelledError:
             if not question.withdrawn:
                 raise
+            self._answered(request, Answer("deny", "gone"))
             self.refused(Refusal(request.host, request.port, "gone", gone_text(request), request.sandbox),
                          request.address)
             return Decision(False, "gone")
         except Exception:  # a broken callback must not open the network
             log.exception("network approval callback failed for %s", request.host)
+            self._answered(request, Answer("deny", "error"))
             return Decision(False, "error")
+        answer = given.answer
         if answer not in ANSWERS or answer == "deny":
-            return Decision(False, "user", str(answer))
+            self._answered(request, Answer("deny", given.by))
+            return Decision(False, "user", answer)
         if request.address:  # this host and port at this address; "always" saves no address
             if answer != "allow_once":
                 self.addresses_approved.add((request.host, request.port, request.address))
+            self._answered(request, Answer("allow_once" if answer == "allow_once" else "allow_session", given.by))
             return Decision(True, "user", answer)
         if answer == "allow_session":
             self.session_approved.add((request.host, request.port))
+        saved = not_saved = ""
         if answer == "allow_always":
             # The host on every port, as the saved rule says from the next start on: a host:port
             # rule would be exact, and an exact rule also opens a host-internal address the name
             # may resolve to later (a session approval never does)
             self.allow.append(HostRule(request.host))
             if self._on_allow_always is not None:
-                await _save_always(self._on_allow_always, str(HostRule(request.host)))
+                saved, not_saved = await _save_always(self._on_allow_always, str(HostRule(request.host)))
+        self._answered(request, given, saved, not_saved)
         return Decision(True, "user", answer)
+
+    def _answered(self, request: NetworkRequest, given: Answer, saved: str = "", not_saved: str = "") -> None:
+        """Log and announce how a question was settled (each one: an answer is given once)."""
+        note = QuestionAnswered(request.host, request.port, given.answer, given.by, request.address,
+                                saved, not_saved, request.sandbox)
+        log.info("network: %s:%s%s answered %s by %s%s (%s)", request.host, request.port,
+                 f" at {request.address}" if request.address else "", given.answer, given.by,
+                 f", saved to {saved}" if saved else f", not saved: {not_saved}" if not_saved else "",
+                 request.sandbox)
+        self._tell(note)
+
+
+def _answer(result: object) -> Answer:
+    """The approver's result as an Answer: it may give the answer alone (who: "approver")."""
+    return result if isinstance(result, Answer) else Answer(str(result), "approver")
 
 
 async def _call_approver(ask: Approver, request: NetworkRequest) -> object:
@@ -301,11 +325,14 @@ def _withdraw(call: asyncio.Future) -> None:
         call.result().cancel()
 
 
-async def _save_always(save: Callable[[str], object], rule: str) -> None:
+async def _save_always(save: Callable[[str], object], rule: str) -> tuple[str, str]:
+    """(where `save` wrote `rule`, "") or ("", why it could not)."""
     try:
-        await asyncio.get_running_loop().run_in_executor(None, save, rule)
-    except Exception:  # the host stays allowed for this session even if the config can't be written
+        where = await asyncio.get_running_loop().run_in_executor(None, save, rule)
+    except Exception as exc:  # the host stays allowed for this session even if the config can't be written
         log.exception("could not save %s to the network allow list", rule)
+        return "", str(exc) or type(exc).__name__
+    return ("" if where is None else str(where)), ""
 
 
 def _check_mode(mode: str) -> str:

@@ -280,6 +280,48 @@ class NetworkRefused:
     """Why, and how the user can allow it: the line the model's 403 carried."""
 
 
+@dataclass(frozen=True)
+class NetworkAnswered:
+    """A question about a host was answered, or settled with no one's answer (`by` timeout, gone,
+    error: each a deny); sent from the proxy's thread."""
+
+    host: str
+    port: int
+    answer: str
+    """allow_once, allow_session, allow_always or deny."""
+    by: str
+    """Who: user (an answer key or a button in the app), escape (the dialog's Esc), mcp-client,
+    approver (a callback that did not say); or no one: dismissed (the dialog closed unanswered),
+    timeout, gone (withdrawn: its request or task ended), error."""
+    address: str = ""
+    """Set when the question was about this private or internal address of the host."""
+    saved: str = ""
+    """allow_always: the config file whose allow list the host was added to."""
+    not_saved: str = ""
+    """allow_always: why it could not be saved."""
+
+    @property
+    def text(self) -> str:
+        """In words, for the transcript."""
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
+        what = f"{host}:{self.port}" + (f" at {self.address}" if self.address else "")
+        if self.by in _UNANSWERED:
+            return f"{what}: {_UNANSWERED[self.by]}; denied"
+        who = _WHO.get(self.by, self.by)
+        if self.answer == "allow_always":
+            where = (f"; saved to the allow list in {self.saved}" if self.saved else
+                     f"; not saved ({self.not_saved}), so allowed until lis-tui quits" if self.not_saved else "")
+            return f"{who} allowed {host} always (any port){where}"
+        done = {"allow_once": f"allowed {what} once", "allow_session": f"allowed {what} for this session"}
+        return f"{who} {done.get(self.answer, f'denied {what}')}" + (" (Esc)" if self.by == "escape" else "")
+
+
+_WHO = {"user": "you", "escape": "you", "mcp-client": "the MCP client", "approver": "the approver"}
+_UNANSWERED = {"timeout": "no answer in time", "error": "the question failed",
+               "dismissed": "the dialog closed without an answer",
+               "gone": "the question was withdrawn (its request or task ended)"}
+
+
 @dataclass
 class InstructionsRead:
     """Which AGENTS.md files a run's system prompt holds (and which were found but not read), in
@@ -307,17 +349,20 @@ class WorkSaved:
 
 Event = Union[RunStarted, ToolFormatChanged, StepStarted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
               ApprovalNeeded, ToolStarted, ToolOutput, ToolFinished, StepFinished, RunFinished,
-              CredentialAdded, NetworkRefused, InstructionsRead, ResumeNote, WorkSaved]
+              CredentialAdded, NetworkRefused, NetworkAnswered, InstructionsRead, ResumeNote, WorkSaved]
 
 
 def network_listener(listener: Any):
-    """A NetworkPolicy `on_note` callback: hands each note to `listener` as CredentialAdded or
-    NetworkRefused."""
+    """A NetworkPolicy `on_note` callback: hands each note to `listener` as CredentialAdded,
+    NetworkAnswered or NetworkRefused."""
     def noted(note: Any) -> None:
         if listener is None:
             return
         if hasattr(note, "header"):
             listener.on_event(CredentialAdded(note.host, note.port, note.method, note.header))
+        elif hasattr(note, "answer"):
+            listener.on_event(NetworkAnswered(note.host, note.port, note.answer, note.by, note.address,
+                                              note.saved, note.not_saved))
         else:
             listener.on_event(NetworkRefused(note.host, note.port, note.by, note.text))
     return noted

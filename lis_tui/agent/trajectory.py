@@ -17,8 +17,8 @@ from typing import Any
 
 from isolation import SandboxError
 from isolation.host.walk import RefusedPaths, files_below
-from lis_tui.agent.events import (NetworkRefused, ResumeNote, RunFinished, RunStarted, RunUsage, StepFinished,
-                                  StepRecord, ToolFormatChanged)
+from lis_tui.agent.events import (NetworkAnswered, NetworkRefused, ResumeNote, RunFinished, RunStarted, RunUsage,
+                                  StepFinished, StepRecord, ToolFormatChanged)
 
 FORMAT = "lis-tui-trajectory/1"
 
@@ -67,6 +67,14 @@ class TrajectoryWriter:
                 self.doc.setdefault("network_refusals", []).append(
                     {"time": now_iso(), "host": event.host, "port": event.port, "by": event.by,
                      "text": event.text})
+        elif isinstance(event, NetworkAnswered):  # the proxy's thread too
+            answered = {"time": now_iso(), "host": event.host, "port": event.port, "answer": event.answer,
+                        "by": event.by}
+            for key in ("address", "saved", "not_saved"):
+                if getattr(event, key):
+                    answered[key] = getattr(event, key)
+            with self._lock:
+                self.doc.setdefault("network_answers", []).append(answered)
         else:
             return
         self.save()

@@ -159,16 +159,21 @@ class LisApp(App):
                          title="The rootfs build failed", severity="error", timeout=15)
 
     def ask_network(self, request: Any) -> Future:
-        """The network policy's approver: called off the UI thread, answered by the modal."""
+        """The network policy's approver: called off the UI thread, answered by the modal (an
+        isolation.net Answer: the answer and who gave it)."""
         future: Future = Future()
         self.post_message(NetworkQuestion(request, future))
         return future
 
     def on_network_question(self, message: NetworkQuestion) -> None:
-        def answered(answer: str | None) -> None:
+        def answered(answer: Any) -> None:  # an isolation.net Answer, or None: closed unanswered
             self._asking(-1)
+            if answer is None:
+                from isolation.net import Answer  # noqa: PLC0415 (loaded by now: the proxy asked)
+
+                answer = Answer("deny", "dismissed")
             try:  # withdrawn (its request ended) a moment ago: the answer counts for nothing
-                message.future.set_result(answer or "deny")
+                message.future.set_result(answer)
             except InvalidStateError:
                 pass
 

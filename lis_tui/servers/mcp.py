@@ -30,6 +30,7 @@ from typing import Any
 
 from isolation import Sandbox, SandboxError, SandboxSpec
 from isolation.host.walk import RefusedPaths
+from isolation.net.decision import Answer
 from isolation.net.policy import NetworkPolicy, NetworkRequest
 from lis_tui.agent.allow_words import MCP as MCP_WORDS, allow_words
 from tools import TOOL_SCHEMAS, Toolbox, ToolResult
@@ -139,10 +140,11 @@ class SandboxTools:
         server's loop; the proxy awaits the answer (a Future)."""
         session, loop, request_id = self.client
 
-        async def elicit() -> str:
+        async def elicit() -> Answer:
             # A second question when an allowed host resolves to a private or internal address
             result = await session.elicit_form(request.question, ASK_SCHEMA, related_request_id=request_id)
-            return (result.content or {}).get("answer", "deny") if result.action == "accept" else "deny"
+            answer = (result.content or {}).get("answer", "deny") if result.action == "accept" else "deny"
+            return Answer(str(answer), "mcp-client")  # who answered: the policy's note and log line say
 
         return asyncio.run_coroutine_threadsafe(elicit(), loop)
 

@@ -19,7 +19,8 @@ import pytest
 
 from isolation import Sandbox, SandboxError, SandboxSpec
 from isolation.net.proxy import PROXY_PORT
-from isolation.net import Decision, EgressProxy, HostRule, NetworkError, NetworkPolicy, ProxyHandle, is_internal
+from isolation.net import (Decision, EgressProxy, HostRule, NetworkError, NetworkPolicy, ProxyHandle, QuestionAnswered,
+                           is_internal)
 
 from netfixtures import HOST, StaticServer, make_apt_repo, make_git_repo, make_pip_index, make_test_ca
 
@@ -232,11 +233,14 @@ def test_ask_allow_session_asks_once(connect, web):
 
 
 def test_ask_allow_always_is_saved_through_the_callback(connect, web):
-    asked, saved = [], []
-    net = connect("ask", decide=_asker("allow_always", asked), on_allow_always=saved.append,
-                  host_services=[web.hostport])
+    asked, saved, notes = [], [], []
+    net = connect("ask", decide=_asker("allow_always", asked), host_services=[web.hostport],
+                  on_allow_always=lambda rule: saved.append(rule) or "/cfg/config.toml", on_note=notes.append)
     assert [net.fetch(f"{web.url}/hello.txt") for _ in range(2)] == ["hello\n"] * 2
     assert len(asked) == 1 and saved == [HOST]  # the host, as the dialog says: every port
+    # the answer is noted, with who gave it (a callback that returned the answer alone) and where it went
+    assert notes == [QuestionAnswered(HOST, web.port, "allow_always", "approver",
+                                      saved="/cfg/config.toml", sandbox=notes[0].sandbox)]
 
 
 def test_a_session_approval_is_for_its_host_and_port_alone():
@@ -497,7 +501,9 @@ def test_a_question_is_withdrawn_when_its_request_ends_and_a_late_answer_saves_n
     gives_up.join(30)
     with pytest.raises(concurrent.futures.InvalidStateError):
         questions[0].set_result("allow_always")
-    assert [n.by for n in notes] == ["gone"] and "ended before an answer" in str(notes[0])
+    # the question is settled (no one's answer: a deny), and the refusal says why
+    assert [(type(n).__name__, n.by) for n in notes] == [("QuestionAnswered", "gone"), ("Refusal", "gone")]
+    assert notes[0].answer == "deny" and "ended before an answer" in str(notes[1])
     assert net.handle.log[-1].decided_by == "gone"
     results = []
     for end in (net.handle.withdraw_questions, net.handle.detach):  # the task ended; the sandbox went
@@ -513,8 +519,8 @@ def test_a_question_is_withdrawn_when_its_request_ends_and_a_late_answer_saves_n
     assert not policy.allow and not policy.session_approved and not saved
     # each withdrawn question is said on the proxy's loop once its cancel reaches it, which after a
     # detach may come after the request already failed
-    _wait_for(lambda: len(notes) >= 3)
-    assert [n.by for n in notes] == ["gone"] * 3
+    _wait_for(lambda: len(notes) >= 6)
+    assert [(type(n).__name__, n.by) for n in notes] == [("QuestionAnswered", "gone"), ("Refusal", "gone")] * 3
 
 
 # ---- live changes, load, abuse -----------------------------------------------------------------

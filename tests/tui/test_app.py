@@ -49,8 +49,10 @@ async def wait_for(pilot, condition, timeout: float = 30.0) -> None:
 
 
 def modal_ready(app, name: str) -> bool:
-    """The modal is up and has put the focus on its first button (it takes keys now)."""
-    return type(app.screen).__name__ == name and app.focused is not None
+    """The modal is up and takes keys now: it has put the focus on its first field or button, or
+    (the network dialog, which focuses none) the keys that come now are past its grace."""
+    return type(app.screen).__name__ == name and (app.focused is not None
+                                                  or getattr(app.screen, "takes_answers", False))
 
 
 def texts(app, cls) -> list[str]:
@@ -222,9 +224,11 @@ def web(tmp_path_factory):
 
 
 @pytest.mark.sandbox
-@pytest.mark.parametrize("key,answer", [("o", "allow_once"), ("s", "allow_session"),
-                                        ("a", "allow_always"), ("d", "deny")])
+@pytest.mark.parametrize("key,answer", [("ctrl+o", "allow_once"), ("ctrl+s", "allow_session"),
+                                        ("ctrl+t", "allow_always"), ("escape", "deny")])
 def test_network_approval(tmp_path, monkeypatch, web, key, answer):
+    """Each answer key does what it says, and the answer is in the transcript and the trajectory,
+    with who gave it (and for Always, where it was saved)."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # where "always" is saved
     fetch = f"curl -s -m 20 {web.url}/hello.txt"
     script = [reply(tool_calls=[bash(f"{fetch}; echo; {fetch}")]), submit()]
@@ -237,20 +241,63 @@ def test_network_approval(tmp_path, monkeypatch, web, key, answer):
                 await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
                 shown = " ".join(str(w.render()) for w in app.screen.query("Static"))
                 assert web.hostport in shown and "curl" in shown
+                first = app.screen
                 await pilot.press(key)
                 if answer in ("allow_once", "deny"):  # these hold for one request only
-                    await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
+                    await wait_for(pilot, lambda: app.screen is not first
+                                   and modal_ready(app, "NetworkApprovalScreen"))
                     await pilot.press(key)
                 await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
-                return server.chat_requests[1].tool_outputs[0]
+                return server.chat_requests[1].tool_outputs[0], texts(app, NoticeBlock)
 
-    output = run(scenario())
+    output, notices = run(scenario())
     if answer == "deny":
         assert "hello from the host" not in output and "refused by the user" in output
     else:
         assert output.count("hello from the host") == 2
     saved = tmp_path / "xdg" / "lis-tui" / "config.toml"
     assert (answer == "allow_always") == (saved.exists() and "127.0.0.2" in saved.read_text())
+    by, times = ("escape", 2) if answer == "deny" else ("user", 2 if answer == "allow_once" else 1)
+    answers = json.loads((tmp_path / "out" / "trajectory.json").read_text())["network_answers"]
+    assert [(a["host"], a["port"], a["answer"], a["by"], a.get("saved")) for a in answers] == \
+        [("127.0.0.2", web.server_address[1], answer, by, str(saved) if answer == "allow_always" else None)] * times
+    said = {"allow_once": f"you allowed {web.hostport} once",
+            "allow_session": f"you allowed {web.hostport} for this session",
+            "allow_always": f"you allowed 127.0.0.2 always (any port); saved to the allow list in {saved}",
+            "deny": f"you denied {web.hostport} (Esc)"}[answer]
+    assert [t.strip() for t in notices if "Network: you" in t] == [f"Network: {said}"] * times, notices
+
+
+def test_keys_as_the_network_dialog_opens_answer_nothing(tmp_path):
+    """Keys that come with the dialog, or within its grace once drawn (the Enter that ends a
+    sentence, an Esc meant to stop the step, a habit's answer key), answer nothing; a key after
+    the grace answers, and the answer says who gave it."""
+    from textual import events  # noqa: PLC0415
+    from isolation.net import Answer, NetworkRequest  # noqa: PLC0415
+    from lis_tui.app.screens.approve_network import GRACE_S  # noqa: PLC0415
+
+    async def scenario():
+        config = load_config(overrides={"model.model": "m", "model.base_url": "http://127.0.0.1:9/v1"},
+                             env={}, paths=[])
+        app = create_app(config, SandboxSpec(rootfs="host", network="ask"), output_dir=tmp_path / "out")
+        async with app.run_test(size=SIZE) as pilot:
+            future = app.ask_network(NetworkRequest("pypi.org", 443, "CONNECT"))
+            for key in ("enter", "escape", "ctrl+o", "ctrl+t", "tab", "enter"):  # queued behind the question
+                app.post_message(events.Key(key, None))
+            await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
+            dialog, early = app.screen, [future.done(), app.focused]
+            await pilot.press("tab")  # past the grace: a button has the focus now
+            late_enter = events.Key("enter", "\r")  # as a busy app meets a key it got in the grace
+            late_enter.time = dialog.drawn_at + GRACE_S / 2
+            app.post_message(late_enter)
+            await pilot.pause()
+            early += [future.done(), app.screen is dialog]
+            await pilot.press("ctrl+s")
+            return early, future.result(timeout=5), app.screen is dialog
+
+    early, answer, still_open = run(scenario())
+    assert early == [False, None, False, True], early
+    assert answer == Answer("allow_session", "user") and not still_open
 
 
 @pytest.mark.sandbox
@@ -490,7 +537,7 @@ def test_network_turned_on_mid_session_reaches_the_running_shell(tmp_path, web):
                 await pilot.press("f2")  # OFF -> ASK, while the sandbox runs
                 await pilot.press(*"again", "enter")
                 await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
-                await pilot.press("o")
+                await pilot.press("ctrl+o")
                 await wait_for(pilot, lambda: len(app.screen.query(AnswerBlock)) == 2)
                 return server.chat_requests[1].tool_outputs[0], server.chat_requests[3].tool_outputs
 

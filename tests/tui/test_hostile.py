@@ -59,7 +59,7 @@ def test_transcript_approval_dialogs_and_replay_show_hostile_text_safely(tmp_pat
                 await pilot.press("ctrl+r")  # Run: the model's command as it came
                 await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
                 asked = on_screen(app)
-                await pilot.press("o")
+                await pilot.press("ctrl+o")
                 await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
                 await pilot.pause(0.3)  # the Markdown of the model's words is drawn last
                 return (dialog, asked, on_screen(app), texts(app, ".tool-header"),

@@ -1,5 +1,6 @@
-"""The network approval dialog: a second question for an allowed host at a private address, and a
-dialog that closes when its request ends. Pilot against the scripted model and a real sandbox."""
+"""The network approval dialog: a second question for an allowed host at a private address, a
+dialog that closes when its request ends, and one that text typed into it never answers. Pilot
+(and tmux, a real terminal) against the scripted model and a real sandbox."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 import pytest
 
 from fakes.openai_server import FakeOpenAI, reply, submit
+from lis_tui.app.screens.approve_network import GRACE_S
 from lis_tui.app.widgets.blocks import AnswerBlock, NoticeBlock
 from lis_tui.app.widgets.status import StatusBar
 from test_app import SIZE, app_for, bash, modal_ready, run, texts, wait_for, web  # noqa: F401 (web: a fixture)
@@ -32,14 +34,14 @@ def test_an_allowed_host_at_a_private_address_is_asked_about_again(tmp_path, mon
             async with app.run_test(size=SIZE) as pilot:
                 await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
                 first = app.screen
-                await pilot.press("o")
+                await pilot.press("ctrl+o")
                 await wait_for(pilot, lambda: app.screen is not first
                                and modal_ready(app, "NetworkApprovalScreen"))
                 shown = " ".join(texts(app, "Static"))
                 buttons = [b.id for b in app.screen.query("Button")]
-                await pilot.press("a")  # not offered here: does nothing
+                await pilot.press("ctrl+t")  # Always: not offered here, does nothing
                 assert modal_ready(app, "NetworkApprovalScreen")
-                await pilot.press("o")
+                await pilot.press("ctrl+o")
                 await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
                 return shown, buttons, server.chat_requests[1].tool_outputs[0]
 
@@ -107,7 +109,7 @@ def test_a_question_withdrawn_under_another_dialog_goes_when_that_one_is_answere
                 await wait_for(pilot, lambda: first.future.done())
                 await pilot.pause(0.5)  # the withdrawal's message has come: the first stays under the second
                 under = first in app.screen_stack and app.screen is second
-                await pilot.press("d")
+                await pilot.press("escape")
                 await wait_for(pilot, lambda: type(app.screen).__name__ == "MainScreen")
                 await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
                 return under, app.main.query_one(StatusBar).status.asking, server.chat_requests[1].tool_outputs[0]
@@ -140,7 +142,7 @@ def test_in_a_real_terminal_the_dialog_closes_when_curl_gives_up(tmp_path, web, 
             while "The sandbox wants the network" in done and time.monotonic() < deadline:
                 time.sleep(0.2)
                 done = term.screen()
-            term.keys("a")  # "Always" to no dialog: nothing to save
+            term.keys("C-t")  # "Always" to no dialog: nothing to save
             term.quit_after_run()
         finally:
             term.kill()
@@ -175,3 +177,62 @@ def test_a_question_a_background_job_left_open_closes_when_the_task_ends(tmp_pat
     notices, got = run(scenario())
     assert any("ended before an answer" in t for t in notices), notices
     assert "the task it was asked for ended before the user answered" in got
+
+
+TYPED = " abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+"""Everything a sentence is made of (o, s, a and d answered once, and saved a host for good)."""
+
+
+def answer(term: Tmux, key: str, *shows: str) -> str:
+    """Send an answer key once the dialog on screen is past its grace (from when it was drawn, a
+    moment before tmux showed it), again if a busy app drew it later than that; the screen once
+    it shows `shows`."""
+    for _ in range(3):
+        time.sleep(GRACE_S)
+        term.keys(key)
+        with contextlib.suppress(AssertionError):
+            return term.wait_for(*shows, timeout=10)
+    return term.wait_for(*shows, timeout=1)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_in_a_real_terminal_text_typed_into_the_dialog_answers_nothing(tmp_path, web):
+    """Every letter, digit and a space typed into the open dialog: it stays, nothing is answered,
+    the config is byte for byte as it was. Then Ctrl+T (Always) and, about the private address,
+    Ctrl+O: each answer, who gave it and where Always saved the host are in the transcript and in
+    trajectory.json."""
+    config = tmp_path / "xdg" / "lis-tui" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_bytes(b'# mine\n[network]\ndeny = ["*:25"]   # no mail\n')
+    before = config.read_bytes()
+    fetch = f"curl -sS -m 60 {web.url}/hello.txt"
+    script = [reply(tool_calls=[bash(fetch)]), submit()]
+    term = Tmux(f"lis-typed-{os.getpid()}")
+    with FakeOpenAI(script) as server:
+        try:
+            term.start(lis_tui_command(tmp_path, "tui", "--base-url", server.base_url, "--model", "m",
+                                       "--rootfs", "host", "--network", "ask", "-t", "fetch it"), 120, 35)
+            term.wait_for("The sandbox wants the network", timeout=60)
+            term.keys("-l", TYPED)  # as it opens (in its grace, most likely), and after it
+            term.wait_for('"9" typed here answers nothing')  # every key came: 9 was the last
+            time.sleep(GRACE_S)
+            term.keys("-l", TYPED[::-1])
+            typed = term.wait_for('" " typed here answers nothing')
+            unanswered = json.loads((tmp_path / "out" / "trajectory.json").read_text()).get("network_answers")
+            unchanged = config.read_bytes() == before
+            answer(term, "C-t", "The host is at a private address")  # Always; then the address: once
+            shown = answer(term, "C-o", "you allowed 127.0.0.2 always (any port); saved to",
+                           f"you allowed {web.hostport} at 127.0.0.2 once")
+            term.quit_after_run()
+        finally:
+            term.kill()
+        fetched = server.chat_requests[1].tool_outputs[0]
+    assert "The sandbox wants the network" in typed and "Always ^T" in typed
+    assert unanswered is None and unchanged
+    assert "Network: you allowed" in shown and "hello from the host" in fetched
+    answers = json.loads((tmp_path / "out" / "trajectory.json").read_text())["network_answers"]
+    port = web.server_address[1]
+    assert [{k: v for k, v in a.items() if k != "time"} for a in answers] == [
+        {"host": "127.0.0.2", "port": port, "answer": "allow_always", "by": "user", "saved": str(config)},
+        {"host": "127.0.0.2", "port": port, "answer": "allow_once", "by": "user", "address": "127.0.0.2"}]
+    assert config.read_text().startswith("# mine\n") and '"127.0.0.2"' in config.read_text()

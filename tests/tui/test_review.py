@@ -6,7 +6,7 @@ import pytest
 
 from fakes.openai_server import FakeOpenAI, reply, submit
 from isolation import Limits, SandboxSpec
-from isolation.net import NetworkRequest
+from isolation.net import Answer, NetworkRequest
 from lis_tui.app.tui import create_app
 from lis_tui.config.settings import load_config
 from lis_tui.app.widgets.blocks import AnswerBlock
@@ -174,13 +174,13 @@ def test_a_pending_network_question_shows_on_the_status_badge(tmp_path):
             future = app.ask_network(NetworkRequest("pypi.org", 443, "CONNECT"))
             await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
             pending = badge()
-            await pilot.press("d")
+            await pilot.press("escape")
             await pilot.pause()
             return pending, badge(), future.result(timeout=5)
 
     pending, after, answer = run(scenario())
     assert "NET ASK ?" in pending
-    assert "NET ASK" in after and "NET ASK ?" not in after and answer == "deny"
+    assert "NET ASK" in after and "NET ASK ?" not in after and answer == Answer("deny", "escape")
 
 
 @pytest.mark.sandbox

@@ -59,10 +59,12 @@ async def _replayed(pilot) -> None:
 
 
 async def _settled(pilot) -> None:
-    """The modal is mounted and has focused its button, for the same reason."""
+    """The modal is mounted and has focused its field (the network dialog: drawn, and its grace
+    over, which focuses nothing), for the same reason."""
     for _ in range(300):
         await pilot.pause(0.01)
-        if pilot.app.focused is not None and pilot.app.screen.is_modal:
+        screen = pilot.app.screen
+        if screen.is_modal and (pilot.app.focused is not None or getattr(screen, "takes_answers", False)):
             break
     await pilot.pause(0.05)
 

@@ -32,7 +32,8 @@ KEYS = (
                          "reason, Enter · r e s act only on a button"),
     ("Model setup", "ctrl+t Test the connection · ctrl+s Save · ctrl+b Build the rootfs · "
                            "ctrl+o a shell in a fresh sandbox (exit comes back) · Esc Later"),
-    ("Network approval", "o Allow once · s this session · a Always (saved) · d / Esc Deny"),
+    ("Network approval", "Ctrl+O Allow once · Ctrl+S this session · Ctrl+T Always (saved) · Esc Deny, "
+                         "or Tab to a button, Enter; no letter answers, nor a key in its first half second"),
 )
 
 

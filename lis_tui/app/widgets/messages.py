@@ -22,7 +22,7 @@ class AgentEvent(Message):
 
 @dataclass
 class NetworkQuestion(Message):
-    """The sandbox wants a host; resolve `future` with one of isolation.net.ANSWERS."""
+    """The sandbox wants a host; resolve `future` with an isolation.net Answer."""
 
     request: Any
     future: Future

@@ -101,6 +101,11 @@ class Transcript(VerticalScroll):
     def _on_NetworkRefused(self, e: ev.NetworkRefused) -> None:
         self.mount(NoticeBlock(f"Network: {e.text}", "warning"))
 
+    def _on_NetworkAnswered(self, e: ev.NetworkAnswered) -> None:
+        # A question no one answered (withdrawn, timed out) is said by its refusal's line
+        if e.by not in ("gone", "timeout", "error"):
+            self.mount(NoticeBlock(f"Network: {e.text}"))
+
     def _on_ToolFormatChanged(self, e: ev.ToolFormatChanged) -> None:
         self.mount(NoticeBlock(f"Tool format: {e.old} -> {e.new} ({e.reason}; --tool-format "
                                f"{e.new} starts there)"))
