@@ -56,6 +56,8 @@ class LisApp(App):
         """Where details of errors go (notices name it)."""
         self.conversation, self.first_status = conversation, status
         self.first_task, self.replayed = task, replay
+        self._quitting: ConfirmScreen | None = None
+        """The question quitting asks, while it is open: a second ctrl+q answers it."""
         self._questions = 0
         """Network approvals waiting for the person (the status badge shows any)."""
 
@@ -89,9 +91,11 @@ class LisApp(App):
             question = await self._unapplied()
         if not question:
             self.exit()
+        elif self.screen is self._quitting:  # ctrl+q again: the answer
+            self._quitting.dismiss(True)
         elif not isinstance(self.screen, ConfirmScreen):
-            self.push_screen(ConfirmScreen(question, "Quit", "Stay"),
-                             lambda yes: self._stop_and_exit() if yes else None)
+            self._quitting = ConfirmScreen(question + " (ctrl+q again quits)", "Quit", "Stay")
+            self.push_screen(self._quitting, lambda yes: self._stop_and_exit() if yes else None)
 
     async def _unapplied(self) -> str:
         """The question to ask before quitting when the workspace has not taken all of the sandbox's

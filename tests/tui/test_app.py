@@ -386,7 +386,10 @@ def test_quit_while_a_command_runs_asks_first_then_stops_it(tmp_path):
                 assert type(app.screen).__name__ == "MainScreen"
                 await pilot.press("ctrl+q")
                 await wait_for(pilot, lambda: modal_ready(app, "ConfirmScreen"))
-                await pilot.press("y")
+                await pilot.press("y", "e", "s")  # text: no letter says yes
+                await pilot.pause(0.1)
+                assert type(app.screen).__name__ == "ConfirmScreen"
+                await pilot.press("ctrl+q")  # again: quits
         return app
 
     app = run(scenario())

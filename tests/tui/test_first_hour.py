@@ -203,7 +203,7 @@ def test_quitting_while_the_rootfs_builds_asks_first_then_stops_the_build(tmp_pa
                 await pilot.press("ctrl+q")
                 await wait_for(pilot, lambda: type(app.screen).__name__ == "ConfirmScreen")
                 question = texts(app, "Label")
-                await pilot.press("y")
+                await pilot.press("ctrl+y")
                 await wait_for(pilot, lambda: app.rootfs_job.state != "building", timeout=10)
                 return question, app.rootfs_job.state
 

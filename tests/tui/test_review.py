@@ -206,7 +206,7 @@ def test_a_link_out_of_the_workspace_is_applied_only_when_the_person_confirms(tm
                 after_no = (ws / "sshkey").is_symlink()
                 await pilot.press("f")
                 await wait_for(pilot, lambda: modal_ready(app, "ConfirmScreen"))
-                await pilot.press("y")
+                await pilot.press("ctrl+y")
                 await wait_for(pilot, lambda: (ws / "sshkey").is_symlink())
                 return listed, after_all, question, after_no
 

@@ -12,10 +12,11 @@ from lis_tui.app.widgets.plain import plain
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """y answers yes, n or Esc no (the default button)."""
+    """Ctrl+Y answers yes, n or Esc no (the default button). No letter says yes: one typed as
+    text (a "y" in "yes, and...") must not quit or write anything."""
 
     CSS_PATH = "approve.tcss"
-    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+    BINDINGS = [Binding("ctrl+y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
 
     def __init__(self, question: str, yes: str, no: str) -> None:
         super().__init__()
@@ -25,7 +26,7 @@ class ConfirmScreen(ModalScreen[bool]):
         with Vertical(id="dialog"):
             yield Label(plain(self.question), classes="title")
             with Horizontal(classes="buttons"):
-                yield Button(f"{self.yes} (y)", id="yes", variant="error")
+                yield Button(f"{self.yes} ^Y", id="yes", variant="error")
                 yield Button(f"{self.no} (n)", id="no", variant="primary")
 
     def on_mount(self) -> None:

@@ -27,7 +27,7 @@ KEYS = (
     ("Tab", "move between the transcript and the prompt"),
     ("Ctrl+O", "in the transcript: expand every command's output, or clip it again (a click: "
                "one; e too while the model works); what is typed there goes to the prompt"),
-    ("Ctrl+Q", "quit (asks first while a task runs)"),
+    ("Ctrl+Q", "quit (asks first while a task runs, or with changes not applied; Ctrl+Q again quits)"),
     ("Command approval", "Ctrl+R Run · F2 Edit (cursor at the end) · Esc Skip, or type a "
                          "reason, Enter · r e s act only on a button"),
     ("Model setup", "ctrl+t Test the connection · ctrl+s Save · ctrl+b Build the rootfs · "
