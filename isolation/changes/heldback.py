@@ -3,9 +3,11 @@ are held back, applied only when a person names them (`Change.held` says why).
 
 The rule is behaviour, not a list of names a hostile model can step around. Before applying, it
 finds what the host would run and holds those paths back:
-- what the host repository's effective git config makes git run or read (isolation.changes.hostgit): the
-  hooks folder (`core.hooksPath`, else `.git/hooks`) whatever the modes in it, the file named by
-  `core.fsmonitor`, the files `include.path` and `includeIf.*.path` name;
+- what each host repository in or above the change makes git run or read, by its effective config
+  (isolation.changes.hostgit, one query per repository): the one the workspace is in, and every
+  folder of the change holding a `.git` on the host (an untracked nested clone, a submodule, a
+  gitdir file): the hooks folder (`core.hooksPath`, else `.git/hooks`) whatever the modes in it,
+  the file named by `core.fsmonitor`, the files `include.path` and `includeIf.*.path` name;
 - anything git would take for a repository: a `.git` file or folder, or a folder holding HEAD with
   objects/ and refs/ (or commondir), in the change or on the host, and all of it; in a workspace
   that is a subfolder of a repository, what git's discovery reads at its top (HEAD, commondir, and
@@ -14,7 +16,7 @@ finds what the host would run and holds those paths back:
 - virtual environments (a folder holding `pyvenv.cfg`, in the change or on the host: all of it),
   and the names of `BUILT_IN`: what Python imports at start-up, installed packages, git hooks
   managers, CI, editor and tool configs that load on their own;
-- the paths the host repository ignores (build outputs, caches, venvs): not reviewable source.
+- the paths a host repository ignores (build outputs, caches, venvs): not reviewable source.
 The person's `[workspace] held_back` patterns add to these; they never turn one off. Links the
 sandbox made and new executable bits are held back too (isolation.changes.workspace: they need the walk's
 stat data), and so is the deletion half of a held-back move (`pair_moves`, `move_reason`: the
@@ -72,19 +74,26 @@ def hold_reasons(project: Path, changes: Iterable[tuple[str, str]], patterns: tu
     '/'-separated, directories end with '/'; kind added/modified/deleted/mode/type);
     `patterns`: the user's extra held-back patterns (added to the built-in rules, never replacing them)."""
     paths = [path for path, _ in changes]
-    repo = hostgit.host_repo(project)
     tree = _Tree(project, paths)
+    own = hostgit.host_repo(project)
+    repos = {"": own} if own else {}
+    repos.update((f, r) for f in sorted(tree.git_folders) if (r := hostgit.host_repo(project, f)))
+    runs: dict[str, str] = {}
+    for repo in repos.values():
+        for where, why in repo.runs.items():
+            runs.setdefault(where, why)
     names, yours = _Names(BUILT_IN), _Names({p: (YOURS, "a held-back pattern of your config") for p in patterns})
     reasons: dict[str, str] = {}
     for path in paths:
-        why = (_git_reason(path, repo, project) if repo else "") or tree.reason(path) or names.reason(path) \
+        why = _git_reason(path, runs, own, project) or tree.reason(path) or names.reason(path) \
             or yours.reason(path)
         if why:
             reasons[path] = why
-    if repo:
-        asked = [p for p in paths if p not in reasons and not tree.below_link(p)]
-        for path, rule in hostgit.ignored(project, asked).items():
-            reasons[path] = f"{IGNORED}: the repository ignores it ({rule}), so it is no source to review"
+    for folder, asked in tree.asked(repos, [p for p in paths if p not in reasons]).items():
+        whose = f"the repository {folder}/" if folder else "the repository"
+        for path, rule in hostgit.ignored(project, asked, folder).items():
+            path = f"{folder}/{path}" if folder else path  # the innermost repository's rule is said
+            reasons[path] = f"{IGNORED}: {whose} ignores it ({rule}), so it is no source to review"
     return reasons
 
 
@@ -136,13 +145,13 @@ def with_moves(held: dict[str, str], named: set[str]) -> set[str]:
     return named | {path for path, why in held.items() if why in wanted}
 
 
-def _git_reason(path: str, repo: hostgit.HostRepo, project: Path) -> str:
+def _git_reason(path: str, runs: dict[str, str], own: hostgit.HostRepo | None, project: Path) -> str:
     key = path.rstrip("/")
-    for where, why in repo.runs.items():
+    for where, why in runs.items():
         if not where or key == where or key.startswith(f"{where}/"):
             return f"{GIT}: {why}"
-    if repo.prefix and _makes_a_repository(key, project):
-        return (f"{REPO}: at the top of a workspace inside the repository {repo.top}, git's discovery reads "
+    if own and own.prefix and _makes_a_repository(key, project):
+        return (f"{REPO}: at the top of a workspace inside the repository {own.top}, git's discovery reads "
                 f"{key.partition('/')[0]}: with HEAD, objects/ and refs/ (or commondir) there, git would take "
                 "the workspace itself for a repository and obey its config")
     return ""
@@ -165,21 +174,42 @@ class _Tree:
     def __init__(self, project: Path, paths: list[str]) -> None:
         self.root = os.fspath(project)
         self.named = {p.rstrip("/") for p in paths}
-        folders = {""} | {p.rstrip("/") for p in paths if p.endswith("/")}
-        for path in self.named:
-            while "/" in path:
-                path = path.rpartition("/")[0]
-                if path in folders:
-                    break
-                folders.add(path)
+        folders = {""}
+        for path in paths:  # each folder and every one above it, each added once
+            folder = path.rstrip("/") if path.endswith("/") else path.rpartition("/")[0]
+            while folder not in folders:
+                folders.add(folder)
+                folder = folder.rpartition("/")[0]
         self.within = self.named | folders  # everything the change has, folders it implies included
         self.linked: set[str] = set()
-        for folder in sorted(folders):  # a parent sorts before its children
+        self.git_folders: set[str] = set()
+        """Host folders below the top holding a .git (folder or gitdir file): repositories of their own."""
+        self.repos_above: dict[str, tuple[str, ...]] = {"": ()}
+        """folder -> the git_folders at or above it, outermost first."""
+        for folder in sorted(folders)[1:]:  # a parent sorts before its children
             parent = folder.rpartition("/")[0]
-            if folder and (parent in self.linked or self._host_is_link(folder)):
+            if parent in self.linked or self._host_is_link(folder):
                 self.linked.add(folder)
+            elif "/.git/" not in f"/{folder}/" and os.path.lexists(os.path.join(self.root, folder, ".git")):
+                self.git_folders.add(folder)
+            above = self.repos_above[parent]
+            self.repos_above[folder] = (*above, folder) if folder in self.git_folders else above
         self.repos = {f for f in folders if self._is_repo(f)}
         self.venvs = {f for f in folders if self._has(f, "pyvenv.cfg")}
+
+    def asked(self, repos: dict[str, object], paths: list[str]) -> dict[str, list[str]]:
+        """{folder of a repository: `paths` to ask it about, relative to it}: every repository at or
+        above each path ('' the workspace's own, for all), none through a host link."""
+        asked: dict[str, list[str]] = {folder: [] for folder in repos}
+        for path in paths:
+            if self.below_link(path):
+                continue
+            if "" in asked:
+                asked[""].append(path)
+            for folder in self.repos_above[path.rstrip("/").rpartition("/")[0]]:
+                if folder in asked:
+                    asked[folder].append(path[len(folder) + 1:])
+        return {folder: found for folder, found in asked.items() if found}
 
     def reason(self, path: str) -> str:
         key = path.rstrip("/")

@@ -88,6 +88,39 @@ def test_husky_v9_a_new_non_executable_hook_is_held_and_its_stub_runs_it_once_na
     assert (repo / "husky-ran").read_text() == "ran\n"
 
 
+def test_every_repository_in_the_workspace_keeps_its_hooks_a_nested_one_and_an_untracked_clone_in_it(tmp_path,
+                                                                                                     monkeypatch):
+    """Issue 52: with --workspace ~/code, where app/ is a repository with core.hooksPath=.githooks
+    holding an untracked clone vendor/tool (core.hooksPath=hooks), apply all wrote both hooks' new
+    contents and the next git commit there ran them: only the workspace's own repository was asked."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code, hooks = tmp_path / "code", {"app": ".githooks", "app/vendor/tool": "hooks"}
+    for where, folder in hooks.items():
+        hook = code / where / folder / "pre-commit"
+        hook.parent.mkdir(parents=True)
+        hook.write_text("#!/bin/sh\n")
+        hook.chmod(0o755)
+        (code / where / "a.txt").write_text("a\n")
+        git(code / where, "init", "-q")
+        git(code / where, "config", "core.hooksPath", folder)
+        commit(code / where)
+    planted = [f"{where}/{folder}/pre-commit" for where, folder in hooks.items()]
+    with Sandbox(SandboxSpec(workspace=code)) as sb:
+        held = held_after_apply_all(sb, " && ".join(f"echo 'echo ran > hook-ran' >> {p}" for p in planted)
+                                        + " && echo b > app/a.txt && echo b > app/vendor/tool/a.txt")
+        assert set(held) == set(planted) and {held_kind(w) for w in held.values()} == {GIT}
+        assert "the repository app/vendor/tool/'s hooks folder" in held["app/vendor/tool/hooks/pre-commit"]
+        for where in hooks:
+            assert (code / where / "a.txt").read_text() == "b\n"  # the rest went
+            commit(code / where)
+            assert not (code / where / "hook-ran").exists()
+        sb.apply(planted)  # named, they go: and git commit runs each, as the user
+    for where in hooks:
+        (code / where / "a.txt").write_text("c\n")
+        commit(code / where)
+        assert (code / where / "hook-ran").read_text() == "ran\n"
+
+
 REPO_IN = ("git init -q --bare {where} && git -C {where} config core.bare false"
            " && git -C {where} config core.worktree . && git -C {where} config core.fsmonitor"
            " 'echo ran > fsmonitor-ran; exit 1'")

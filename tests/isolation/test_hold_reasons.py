@@ -3,6 +3,7 @@ by behaviour (the repository's config, what git takes for a repository, venvs), 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -70,6 +71,46 @@ def test_a_folder_git_takes_for_a_repository_is_held_whole_wherever_it_is_and_wh
     # A worktree's folder (HEAD and commondir), a .git file, a .git folder at any depth.
     assert kinds(repo, ["w/HEAD", "w/commondir", "a/b/.git", "c/.git/config", "w2/HEAD"]) == {
         "w/HEAD": REPO, "w/commondir": REPO, "a/b/.git": REPO, "c/.git/config": REPO}
+
+
+def test_every_repository_in_or_above_the_change_is_asked_with_one_query_each(repo, tmp_path, monkeypatch):
+    """Only the repository the workspace is in was asked: a nested clone's hooks path, fsmonitor,
+    included config and ignores, a submodule's (a gitdir file) and a repository in a workspace
+    that is none went whole with apply all."""
+    tool = repo / "vendor" / "tool"  # an untracked nested clone
+    tool.mkdir(parents=True)
+    git(tool, "init", "-q")
+    git(tool, "config", "core.hooksPath", "hooks")
+    git(tool, "config", "core.fsmonitor", "bin/fsmon --fast")
+    git(tool, "config", "include.path", "../shared.cfg")  # beside .git/config: vendor/tool/shared.cfg
+    (tool / ".gitignore").write_text("*.tmp\n")
+    git(tmp_path, "init", "-q", f"--separate-git-dir={tmp_path / 'lib.git'}", str(repo / "lib"))
+    git(repo / "lib", "config", "core.hooksPath", "githooks")  # lib/.git is a gitdir file
+    (repo / "other" / ".git").mkdir(parents=True)  # git passes an empty .git by: the workspace's repository decides
+    code = tmp_path / "code"  # a workspace that is no repository, holding one
+    (code / "app").mkdir(parents=True)
+    git(code / "app", "init", "-q")
+    git(code / "app", "config", "core.hooksPath", ".githooks")
+    log = tmp_path / "git-calls"
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {shutil.which("git")} "$@"\n')
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    made = {"vendor/tool/hooks/pre-commit": GIT, "vendor/tool/bin/fsmon": GIT, "vendor/tool/shared.cfg": GIT,
+            "vendor/tool/x.tmp": IGNORED, "lib/githooks/post-checkout": GIT, "other/githooks/x": None,
+            **{f"vendor/tool/src/m{i}.py": None for i in range(100)}, **{f"lib/m{i}.py": None for i in range(100)}}
+    reasons = hold_reasons(repo, [(p, "added") for p in made])
+    assert {p: held_kind(w) for p, w in reasons.items()} == {p: k for p, k in made.items() if k}
+    assert "the repository vendor/tool/'s hooks folder (vendor/tool/hooks)" in reasons["vendor/tool/hooks/pre-commit"]
+    assert "the repository vendor/tool/ ignores it (.gitignore:1 '*.tmp')" in reasons["vendor/tool/x.tmp"]
+    calls = log.read_text().splitlines()
+    # rev-parse, config, check-ignore for the workspace's, vendor/tool's and lib's; rev-parse for other/
+    asked = [next(w for w in ("check-ignore", "config", "rev-parse") if w in call.split()) for call in calls]
+    assert sorted(asked) == ["check-ignore"] * 3 + ["config"] * 3 + ["rev-parse"] * 4
+    assert kinds(code, ["app/.githooks/pre-commit", "app/src/a.py"]) == {"app/.githooks/pre-commit": GIT}
+    reasons = hold_reasons(code, [("app/.githooks/pre-commit", "modified")])  # a tracked hook's new contents
+    assert reasons["app/.githooks/pre-commit"].startswith(f"{GIT}: in the repository app/'s hooks folder")
 
 
 def test_in_a_workspace_inside_a_repository_only_what_git_discovery_reads_at_its_top_is_held(repo):
