@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from isolation.changes.heldback import GIT, IGNORED, KINDS, LINKS, PYTHON, REPO, TOOLS, YOURS, held_kind, hold_reasons
+from lis_tui.agent.instructions import FILE_NAME
+from isolation.changes.heldback import (AGENTS, CACHE, DOT, GIT, IGNORED, KINDS, LINKS, PYTHON, REPO, TOOLS, YOURS,
+                                        held_kind, hold_reasons)
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_NOSYSTEM": "1"}
@@ -176,9 +178,9 @@ def test_your_patterns_add_to_the_rules_and_cannot_take_one_away(repo):
 
 
 def test_without_git_the_git_rules_find_nothing_and_the_others_still_hold(repo, monkeypatch, tmp_path):
-    git(repo, "config", "core.hooksPath", ".githooks")
+    git(repo, "config", "core.hooksPath", "githooks")
     monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
-    assert kinds(repo, [".githooks/pre-commit", "build/x", ".envrc", "v/HEAD", "v/objects/", "v/refs/"]) == {
+    assert kinds(repo, ["githooks/pre-commit", "build/x", ".envrc", "v/HEAD", "v/objects/", "v/refs/"]) == {
         ".envrc": TOOLS, "v/HEAD": REPO, "v/objects/": REPO, "v/refs/": REPO}
 
 
@@ -192,10 +194,39 @@ def test_the_quick_name_matching_agrees_with_the_patterns_as_documented(tmp_path
 
     samples = [f"{pre}{name}{post}" for pre in ("", "a/", "a/b/") for post in ("", "/x", "/x/y.py")
                for name in ("site-packages", "node_modules", ".github", ".husky", "x.pth", ".envrc", ".env.local",
-                            "a.code-workspace", "Jenkinsfile", "github", "x.pthx", "mise.toml.bak", ".zed", "zed")]
-    for patterns in ((), ("docs/*.md", "/top/**", "**/gen/*.py", "*.sh", "build")):
-        reasons = hold_reasons(tmp_path, [(p, "added") for p in samples + ["docs/a.md", "top/x", "q/gen/m.py"]],
+                            "a.code-workspace", "Jenkinsfile", "github", "x.pthx", "mise.toml.bak", ".zed", "zed",
+                            "__pycache__", "m.pyc", ".cargo/config.toml", "cargo/config.toml", "lefthook.yml",
+                            "AGENTS.md", "agents.md", ".yarnrc.yml", ".claude")]
+    for patterns in ((), ("docs/*.md", "/top/**", "**/gen/*.py", "*.sh", "build", "a/b", "x/")):
+        # modified, so that the names alone decide (a new dot-file is held whatever its name)
+        reasons = hold_reasons(tmp_path, [(p, "modified") for p in samples + ["docs/a.md", "top/x", "q/gen/m.py"]],
                                patterns)
         for path in samples + ["docs/a.md", "top/x", "q/gen/m.py"]:
             expected = any(matches(path, pattern) for pattern in HELD_BACK + patterns)
             assert (path in reasons) == expected, (path, patterns, reasons.get(path))
+
+
+REALISTIC = {"src/app/core.py": "modified", "src/app/new_feature.py": "added", "src/app/sub/": "added",
+             "src/app/sub/__init__.py": "added", "tests/test_new_feature.py": "added", "tests/conftest.py": "added",
+             "docs/guide.md": "modified", "docs/new.md": "added", "README.md": "modified", "pyproject.toml": "modified",
+             ".gitignore": "modified", "web/.editorconfig": "modified", "docs/.gitignore": "modified", "old.py": "deleted",
+             ".github.md": "deleted"}
+
+
+def test_held_by_class_caches_new_dot_files_tool_configs_and_agent_instructions_and_nothing_ordinary(repo):
+    held = {"scripts/__pycache__/": ("added", CACHE), "scripts/__pycache__/util.cpython-311.pyc": ("added", CACHE),
+            "old/mod.pyc": ("modified", CACHE), "pkg/fast.cpython-311-x86_64-linux-gnu.so": ("added", CACHE),
+            ".editorconfig": ("added", DOT), "pkg/.gitignore": ("added", DOT), ".config/": ("added", DOT),
+            ".config/tool/settings.toml": ("added", DOT), ".prettierrc": ("type", DOT),
+            ".cargo/config.toml": ("modified", TOOLS), ".claude/settings.json": ("modified", TOOLS),
+            ".mcp.json": ("modified", TOOLS), ".npmrc": ("modified", TOOLS), ".yarnrc.yml": ("modified", TOOLS),
+            ".devcontainer.json": ("modified", TOOLS), ".cursor/mcp.json": ("modified", TOOLS),
+            ".lefthook.yml": ("modified", GIT), "lefthook.yml": ("modified", GIT),
+            "lefthook-local.yml": ("added", GIT), "AGENTS.md": ("modified", AGENTS), "web/CLAUDE.md": ("added", AGENTS),
+            FILE_NAME: ("deleted", AGENTS)}
+    changes = {p: kind for p, (kind, _) in held.items()} | REALISTIC
+    reasons = hold_reasons(repo, list(changes.items()))
+    assert {p: held_kind(w) for p, w in reasons.items()} == {p: k for p, (_, k) in held.items()}
+    assert "in place of its source" in reasons["scripts/__pycache__/util.cpython-311.pyc"]
+    assert "new in the dot-folder .config/" in reasons[".config/tool/settings.toml"]
+    assert "standing instructions" in reasons["AGENTS.md"]
