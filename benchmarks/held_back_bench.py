@@ -6,8 +6,10 @@ under 2 s on the 2-core machine.
 `isolation.changes.heldback.hold_reasons` over a real git repository (its config read, its ignore rules
 asked in one `git check-ignore`), against today's rule in the same run: the ten name patterns of
 before issue 34, matched one by one per path. The change lists are this checkout's own .venv
-(a real venv's layout) as made in the sandbox, the same with pyvenv.cfg on the host, and as many
-plain source files that no rule holds (each one then goes to git: the slowest case).
+(a real venv's layout) as made in the sandbox, the same with pyvenv.cfg on the host, as many
+plain source files that no rule holds (each one then goes to git: the slowest case), the same
+spread over 20 nested clones (issue 52: each repository is asked too, one query each), and new
+caches and dot-files (held by class, with no git asked for them).
 """
 from __future__ import annotations
 
@@ -55,18 +57,32 @@ def venv_paths(count: int) -> list[str]:
     return found[:count]
 
 
-def source_paths(count: int) -> list[str]:
-    return [f"src/pkg{i // 100}/mod{i % 100}.py" for i in range(count)]
+NESTED = 20
 
 
-def project(where: Path, venv_on_host: bool) -> Path:
-    root = where / ("host-venv" if venv_on_host else "plain")
+def source_paths(count: int, top: str = "src") -> list[str]:
+    return [f"{top}/pkg{i // 100}/mod{i % 100}.py" for i in range(count)]
+
+
+def nested_paths(count: int) -> list[str]:
+    return [path for i in range(NESTED) for path in source_paths(count // NESTED, f"vendor/clone{i}")]
+
+
+def class_paths(count: int) -> list[str]:
+    kinds = ("src/pkg{0}/__pycache__/mod{1}.cpython-311.pyc", "src/pkg{0}/.cache{1}/x.json", "src/pkg{0}/.cfg{1}")
+    return [kinds[i % 3].format(i // 300, i % 100) for i in range(count)]
+
+
+def project(where: Path, venv_on_host: bool, nested: int = 0) -> Path:
+    root = where / ("host-venv" if venv_on_host else "nested" if nested else "plain")
     root.mkdir()
     (root / ".gitignore").write_text("build/\n*.log\n")
     if venv_on_host:
         (root / ".venv").mkdir()
         (root / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    for i in range(nested):
+        subprocess.run(["git", "init", "-q", str(root / "vendor" / f"clone{i}")], check=True)
     return root
 
 
@@ -86,10 +102,13 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         plain, host_venv = project(Path(tmp), False), project(Path(tmp), True)
+        nested = project(Path(tmp), False, NESTED)
         venv = venv_paths(args.files)
         cases = [("a venv made in the sandbox", plain, venv),
                  ("a venv on the host, changed inside", host_venv, [p for p in venv if p != ".venv/pyvenv.cfg"]),
-                 ("plain source, none held (all asked of git)", plain, source_paths(args.files))]
+                 ("plain source, none held (all asked of git)", plain, source_paths(args.files)),
+                 (f"the same in {NESTED} nested clones (each asked)", nested, nested_paths(args.files)),
+                 ("new caches and dot-files, all held", plain, class_paths(args.files))]
         print(f"deciding what to hold back, median of {args.rounds} (target: under 2000 ms)\n")
         print(f"| {'change':44} | {'paths':>6} | {'today: ms':>9} | {'held':>6} | {'now: ms':>8} | {'held':>6} |")
         print(f"|{'-' * 46}|{'-' * 8}|{'-' * 11}|{'-' * 8}|{'-' * 10}|{'-' * 8}|")

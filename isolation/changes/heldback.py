@@ -1,20 +1,26 @@
 """What of a sandbox's changes would configure or run something on the host once applied: those
 are held back, applied only when a person names them (`Change.held` says why).
 
-The rule is behaviour, not a list of names a hostile model can step around. Before applying, it
-finds what the host would run and holds those paths back:
-- what the host repository's effective git config makes git run or read (isolation.changes.hostgit): the
-  hooks folder (`core.hooksPath`, else `.git/hooks`) whatever the modes in it, the file named by
-  `core.fsmonitor`, the files `include.path` and `includeIf.*.path` name;
+The rule is behaviour and class, not a list of names a hostile model can step around. Before
+applying, it finds what the host would run and holds those paths back:
+- what each host repository in or above the change makes git run or read, by its effective config
+  (isolation.changes.hostgit, one query per repository): the one the workspace is in, and every
+  folder of the change holding a `.git` on the host (an untracked nested clone, a submodule, a
+  gitdir file): the hooks folder (`core.hooksPath`, else `.git/hooks`) whatever the modes in it,
+  the file named by `core.fsmonitor`, the files `include.path` and `includeIf.*.path` name;
 - anything git would take for a repository: a `.git` file or folder, or a folder holding HEAD with
   objects/ and refs/ (or commondir), in the change or on the host, and all of it; in a workspace
   that is a subfolder of a repository, what git's discovery reads at its top (HEAD, commondir, and
   objects/ or refs/ where the host has none): with them git would take the workspace itself for a
   repository (and obey its config) instead of the one around it; the other changes at the top go;
 - virtual environments (a folder holding `pyvenv.cfg`, in the change or on the host: all of it),
-  and the names of `BUILT_IN`: what Python imports at start-up, installed packages, git hooks
-  managers, CI, editor and tool configs that load on their own;
-- the paths the host repository ignores (build outputs, caches, venvs): not reviewable source.
+  and the classes of `BUILT_IN`, new or changed: what Python imports at start-up, installed
+  packages, compiled code and caches a runtime loads in place of the source the review shows
+  (`__pycache__`, `*.pyc`, extension modules), git hooks managers, CI, editor and tool configs that
+  run commands, and instructions agents read (`AGENTS.md`, `CLAUDE.md`);
+- every new dot-file and dot-folder, and whatever is new in one, at any depth (`NEW` kinds): tools
+  load them on their own, a model has no business adding one; an edit of one the host has goes;
+- the paths a host repository ignores (build outputs, caches, venvs): not reviewable source.
 The person's `[workspace] held_back` patterns add to these; they never turn one off. Links the
 sandbox made and new executable bits are held back too (isolation.changes.workspace: they need the walk's
 stat data), and so is the deletion half of a held-back move (`pair_moves`, `move_reason`: the
@@ -38,9 +44,17 @@ from typing import Callable, Hashable, Iterable
 from . import hostgit
 
 GIT, REPO, PYTHON, TOOLS = "git hooks & config", "nested repository", "venv & packages", "CI & tool config"
+CACHE, AGENTS, DOT = "cache & compiled code", "agent instructions", "new dot-file"
 IGNORED, LINKS, YOURS = "ignored path", "link or exec bit", "your pattern"
-KINDS = (GIT, REPO, PYTHON, TOOLS, IGNORED, LINKS, YOURS)
+KINDS = (GIT, REPO, PYTHON, CACHE, TOOLS, AGENTS, DOT, IGNORED, LINKS, YOURS)
 """The kinds of held-back changes, in the order the review lists them."""
+NEW = ("added", "type")
+"""The change kinds that make a path new: what was not there (or was of another type)."""
+_COMPILED = "a runtime loads it in place of its source, which the review shows unchanged"
+_RUNS = "runs commands it names"
+_AGENT = "agents read it as standing instructions for every later run here"
+_LEFTHOOK = "lefthook's config and scripts: git runs them at commit and push"
+_CARGO = f"cargo's config (runners, rustc wrappers) {_RUNS}"
 
 BUILT_IN: dict[str, tuple[str, str]] = {
     ".husky/**": (GIT, "husky's hooks: git runs them through core.hooksPath=.husky/_, whatever their mode"),
@@ -60,9 +74,36 @@ BUILT_IN: dict[str, tuple[str, str]] = {
     ".zed/**": (TOOLS, "the editor runs tasks from it"), ".idea/**": (TOOLS, "the IDE runs tasks from it"),
     ".exrc": (TOOLS, "vim runs it (exrc)"), ".nvim.lua": (TOOLS, "neovim runs it (exrc)"),
     ".devcontainer/**": (TOOLS, "it configures a container the editor builds"),
+    ".devcontainer.json": (TOOLS, "it configures a container the editor builds"),
     "lis-tui.toml": (TOOLS, "lis-tui's own settings"), ".lis-tui/**": (TOOLS, "lis-tui's own settings"),
+    # compiled code and caches: what runs is not what the review shows (a forged .pyc with the
+    # source's mtime and size runs past an unchanged .py; an extension module is imported before it)
+    "__pycache__/**": (CACHE, f"Python's bytecode cache: {_COMPILED}"),
+    "*.pyc": (CACHE, f"Python bytecode: {_COMPILED}"), "*.pyo": (CACHE, f"Python bytecode: {_COMPILED}"),
+    "*.so": (CACHE, f"native code (Python imports an extension module before the .py): {_COMPILED}"),
+    "*.elc": (CACHE, f"Emacs bytecode: {_COMPILED}"), "*.zwc": (CACHE, f"compiled zsh: {_COMPILED}"),
+    # tool and editor configs that run commands, new or tracked
+    "lefthook.*": (GIT, _LEFTHOOK), "lefthook-local.*": (GIT, _LEFTHOOK), ".lefthook*": (GIT, _LEFTHOOK),
+    ".lefthook/**": (GIT, _LEFTHOOK), ".lefthook-local/**": (GIT, _LEFTHOOK),
+    ".claude/**": (TOOLS, f"Claude Code's settings: its hooks and MCP servers {_RUNS}"),
+    ".mcp.json": (TOOLS, "MCP clients start the servers it names"),
+    ".cursor/**": (TOOLS, f"Cursor's settings: its MCP servers {_RUNS}"),
+    ".gemini/**": (TOOLS, f"Gemini CLI's settings {_RUNS}"), ".codex/**": (TOOLS, f"Codex's settings {_RUNS}"),
+    ".aider.conf.yml": (TOOLS, f"aider's settings (lint-cmd, test-cmd) {_RUNS}"),
+    ".npmrc": (TOOLS, f"npm's config (script-shell, node-options) {_RUNS}"),
+    ".yarnrc*": (TOOLS, "yarn runs the yarnPath it names"), ".pnpmfile.cjs": (TOOLS, "pnpm runs it at install"),
+    "bunfig.toml": (TOOLS, "bun runs the preload scripts it names"),
+    ".cargo/config.toml": (TOOLS, _CARGO), ".cargo/config": (TOOLS, _CARGO),
+    ".nvimrc": (TOOLS, "neovim runs it (exrc)"), ".dir-locals.el": (TOOLS, "Emacs evaluates it in the project"),
+    ".pdbrc": (TOOLS, "pdb runs it at start"), ".irbrc": (TOOLS, "irb runs it at start"),
+    ".pryrc": (TOOLS, "pry runs it at start"), ".gitpod.yml": (TOOLS, "Gitpod runs its tasks"),
+    # instructions agents read (lis-tui itself: AGENTS.md at the project's top, lis_tui/agent/instructions.py)
+    "AGENTS.md": (AGENTS, _AGENT), "AGENT.md": (AGENTS, _AGENT), "CLAUDE.md": (AGENTS, _AGENT),
+    "CLAUDE.local.md": (AGENTS, _AGENT), "GEMINI.md": (AGENTS, _AGENT), ".cursorrules": (AGENTS, _AGENT),
+    ".windsurfrules": (AGENTS, _AGENT), ".clinerules": (AGENTS, _AGENT), ".clinerules/**": (AGENTS, _AGENT),
+    ".windsurf/**": (AGENTS, _AGENT),
 }
-"""Names held back at any depth: pattern -> (kind, what runs it)."""
+"""Names held back at any depth whether new or changed: pattern -> (kind, why)."""
 HELD_BACK: tuple[str, ...] = tuple(BUILT_IN)
 
 
@@ -71,20 +112,28 @@ def hold_reasons(project: Path, changes: Iterable[tuple[str, str]], patterns: tu
     `project`: the host workspace folder; `changes`: (path, kind) as in workspace.Change (relative,
     '/'-separated, directories end with '/'; kind added/modified/deleted/mode/type);
     `patterns`: the user's extra held-back patterns (added to the built-in rules, never replacing them)."""
+    changes = list(changes)
     paths = [path for path, _ in changes]
-    repo = hostgit.host_repo(project)
     tree = _Tree(project, paths)
+    own = hostgit.host_repo(project)
+    repos = {"": own} if own else {}
+    repos.update((f, r) for f in sorted(tree.git_folders) if (r := hostgit.host_repo(project, f)))
+    runs: dict[str, str] = {}
+    for repo in repos.values():
+        for where, why in repo.runs.items():
+            runs.setdefault(where, why)
     names, yours = _Names(BUILT_IN), _Names({p: (YOURS, "a held-back pattern of your config") for p in patterns})
     reasons: dict[str, str] = {}
-    for path in paths:
-        why = (_git_reason(path, repo, project) if repo else "") or tree.reason(path) or names.reason(path) \
-            or yours.reason(path)
+    for path, kind in changes:
+        why = _git_reason(path, runs, own, project) or tree.reason(path) or names.reason(path) \
+            or (_new_dot(path) if kind in NEW else "") or yours.reason(path)
         if why:
             reasons[path] = why
-    if repo:
-        asked = [p for p in paths if p not in reasons and not tree.below_link(p)]
-        for path, rule in hostgit.ignored(project, asked).items():
-            reasons[path] = f"{IGNORED}: the repository ignores it ({rule}), so it is no source to review"
+    for folder, asked in tree.asked(repos, [p for p in paths if p not in reasons]).items():
+        whose = f"the repository {folder}/" if folder else "the repository"
+        for path, rule in hostgit.ignored(project, asked, folder).items():
+            path = f"{folder}/{path}" if folder else path  # the innermost repository's rule is said
+            reasons[path] = f"{IGNORED}: {whose} ignores it ({rule}), so it is no source to review"
     return reasons
 
 
@@ -136,16 +185,27 @@ def with_moves(held: dict[str, str], named: set[str]) -> set[str]:
     return named | {path for path, why in held.items() if why in wanted}
 
 
-def _git_reason(path: str, repo: hostgit.HostRepo, project: Path) -> str:
+def _git_reason(path: str, runs: dict[str, str], own: hostgit.HostRepo | None, project: Path) -> str:
     key = path.rstrip("/")
-    for where, why in repo.runs.items():
+    for where, why in runs.items():
         if not where or key == where or key.startswith(f"{where}/"):
             return f"{GIT}: {why}"
-    if repo.prefix and _makes_a_repository(key, project):
-        return (f"{REPO}: at the top of a workspace inside the repository {repo.top}, git's discovery reads "
+    if own and own.prefix and _makes_a_repository(key, project):
+        return (f"{REPO}: at the top of a workspace inside the repository {own.top}, git's discovery reads "
                 f"{key.partition('/')[0]}: with HEAD, objects/ and refs/ (or commondir) there, git would take "
                 "the workspace itself for a repository and obey its config")
     return ""
+
+
+def _new_dot(path: str) -> str:
+    """Why a new path that is, or is in, a dot-file or dot-folder is held ("" if it is neither)."""
+    if "/." not in f"/{path}":  # most paths: one scan in C
+        return ""
+    names = path.rstrip("/").split("/")
+    dotted = next(i for i, name in enumerate(names) if name.startswith("."))
+    what = f"new in the dot-folder {'/'.join(names[:dotted + 1])}/" if dotted < len(names) - 1 else "a new dot-name"
+    return (f"{DOT}: {what}: tools and editors load dot-files on their own, and a model has no business "
+            "adding a tool's config (an edit of one you have, a .gitignore say, goes)")
 
 
 def _makes_a_repository(key: str, project: Path) -> bool:
@@ -165,21 +225,42 @@ class _Tree:
     def __init__(self, project: Path, paths: list[str]) -> None:
         self.root = os.fspath(project)
         self.named = {p.rstrip("/") for p in paths}
-        folders = {""} | {p.rstrip("/") for p in paths if p.endswith("/")}
-        for path in self.named:
-            while "/" in path:
-                path = path.rpartition("/")[0]
-                if path in folders:
-                    break
-                folders.add(path)
+        folders = {""}
+        for path in paths:  # each folder and every one above it, each added once
+            folder = path.rstrip("/") if path.endswith("/") else path.rpartition("/")[0]
+            while folder not in folders:
+                folders.add(folder)
+                folder = folder.rpartition("/")[0]
         self.within = self.named | folders  # everything the change has, folders it implies included
         self.linked: set[str] = set()
-        for folder in sorted(folders):  # a parent sorts before its children
+        self.git_folders: set[str] = set()
+        """Host folders below the top holding a .git (folder or gitdir file): repositories of their own."""
+        self.repos_above: dict[str, tuple[str, ...]] = {"": ()}
+        """folder -> the git_folders at or above it, outermost first."""
+        for folder in sorted(folders)[1:]:  # a parent sorts before its children
             parent = folder.rpartition("/")[0]
-            if folder and (parent in self.linked or self._host_is_link(folder)):
+            if parent in self.linked or self._host_is_link(folder):
                 self.linked.add(folder)
+            elif "/.git/" not in f"/{folder}/" and os.path.lexists(os.path.join(self.root, folder, ".git")):
+                self.git_folders.add(folder)
+            above = self.repos_above[parent]
+            self.repos_above[folder] = (*above, folder) if folder in self.git_folders else above
         self.repos = {f for f in folders if self._is_repo(f)}
         self.venvs = {f for f in folders if self._has(f, "pyvenv.cfg")}
+
+    def asked(self, repos: dict[str, object], paths: list[str]) -> dict[str, list[str]]:
+        """{folder of a repository: `paths` to ask it about, relative to it}: every repository at or
+        above each path ('' the workspace's own, for all), none through a host link."""
+        asked: dict[str, list[str]] = {folder: [] for folder in repos}
+        for path in paths:
+            if self.below_link(path):
+                continue
+            if "" in asked:
+                asked[""].append(path)
+            for folder in self.repos_above[path.rstrip("/").rpartition("/")[0]]:
+                if folder in asked:
+                    asked[folder].append(path[len(folder) + 1:])
+        return {folder: found for folder, found in asked.items() if found}
 
     def reason(self, path: str) -> str:
         key = path.rstrip("/")
@@ -229,8 +310,8 @@ class _Tree:
 
 
 class _Names:
-    """Patterns matched quickly: `NAME/**` by a set of names, a plain name by a set of last names,
-    a name with wildcards by one regular expression; the rest one by one."""
+    """Patterns matched quickly: `NAME/**` by a set of names, a plain name (or plain `A/B`) by its
+    last name, a name with wildcards by one regular expression; the rest one by one."""
 
     def __init__(self, rules: dict[str, tuple[str, str]]) -> None:
         self.rules = rules
@@ -239,8 +320,9 @@ class _Names:
             head, _, tail = pattern.partition("/")
             if tail == "**" and head and not _wild(head):
                 self.folders.setdefault(head, pattern)
-            elif "/" not in pattern and not _wild(pattern):
-                self.leaves.setdefault(pattern, pattern)
+            elif not _wild(pattern) and not pattern.startswith("/") and pattern.strip("/"):
+                want = [n for n in pattern.split("/") if n]
+                self.leaves.setdefault(want[-1], []).append((want, pattern))
             elif "/" not in pattern:
                 self.globs.append(pattern)
             else:
@@ -250,7 +332,7 @@ class _Names:
     def reason(self, path: str) -> str:
         names = path.strip("/").split("/")
         pattern = next((self.folders[n] for n in names if n in self.folders), None) \
-            or self.leaves.get(names[-1])
+            or next((p for want, p in self.leaves.get(names[-1], ()) if names[-len(want):] == want), None)
         if pattern is None and self.glob is not None and self.glob.fullmatch(names[-1]):
             pattern = next(g for g in self.globs if fnmatchcase(names[-1], g))
         if pattern is None:
@@ -264,6 +346,7 @@ class _Names:
 
 def _wild(name: str) -> bool:
     return any(c in name for c in "*?[")
+
 
 
 def matches(path: str, pattern: str) -> bool:

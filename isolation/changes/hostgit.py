@@ -1,9 +1,12 @@
-"""The host repository around a workspace, read with the host's own git: what git would run
-there (the hooks folder, core.fsmonitor, included config files) and which paths it ignores.
+"""The host repositories of a workspace, read with the host's own git: the one the workspace is
+in, and each of its folders holding a `.git` (a nested clone, a submodule, a gitdir file): what
+git would run there (the hooks folder, core.fsmonitor, included config files) and which paths
+each ignores. One query per repository, never per path.
 
-This is the person's own repository and config, so their git is asked, in the workspace folder
-(which the sandbox did not make); never inside a folder the sandbox made, whose config would be
-the sandbox's. Paths go through stdin, never argv; the environment is a small, fixed one, with
+These are the person's own repositories and config, so their git is asked, in the workspace folder
+or the nested repository's own (host folders the sandbox did not make); never inside a folder the
+sandbox made, whose config would be the sandbox's. `rev-parse`, `config` and `check-ignore` read
+the config and run nothing it names. Paths go through stdin, never argv; the environment is a small, fixed one, with
 no lock taken (GIT_OPTIONAL_LOCKS=0), no pathspec magic and no fsmonitor of the repository's run
 for the asking. Without git, or outside a repository, every answer is empty.
 """
@@ -34,15 +37,22 @@ class HostRepo:
     """Workspace-relative path ('' for the whole workspace) -> why git would run or read it."""
 
 
-def host_repo(project: Path) -> HostRepo | None:
-    """The repository `project` is in and what of the workspace its git would run; None if none."""
-    where = _git(project, "rev-parse", "--path-format=absolute", "--show-toplevel", "--show-prefix",
+def host_repo(project: Path, folder: str = "") -> HostRepo | None:
+    """The repository git finds at `project` (`folder` '': the one the workspace is in, at its top
+    or above it) or at its subfolder `folder` (one holding a `.git`: None where git passes it by,
+    going on up), and what of the workspace its git would run; None if none."""
+    where = Path(project, folder)
+    found = _git(where, "rev-parse", "--path-format=absolute", "--show-toplevel", "--show-prefix",
                  "--git-path", "hooks")
-    lines = where.split("\n") if where is not None else []
+    lines = found.split("\n") if found is not None else []
     if len(lines) != 4 or not lines[0]:  # not a work tree (or a name with a newline: decide nothing)
         return None
     top, prefix, hooks = lines[:3]
+    here, top_real = os.path.realpath(where), os.path.realpath(top)
+    if folder and here != top_real and _inside(top_real, here) is not None:
+        return None  # git went on up past a .git it does not take for a repository: the one around decides
     real = os.path.realpath(project)
+    whose = f"the repository {folder}/'s" if folder else "the repository's"
     runs: dict[str, str] = {}
 
     def note(path: str, why: str) -> None:
@@ -50,28 +60,28 @@ def host_repo(project: Path) -> HostRepo | None:
         if rel is not None:
             runs.setdefault(rel, why)
 
-    note(hooks, f"in the repository's hooks folder ({_shown(real, hooks)}): git runs what is there "
+    note(hooks, f"in {whose} hooks folder ({_shown(real, hooks)}): git runs what is there "
                 "at commit, checkout, merge, push, whatever its mode")
-    for origin, key, value in _config(project):
+    for origin, key, value in _config(where):
         if key == "core.fsmonitor" and value.strip().lower() not in NOT_A_COMMAND:
             words = _words(value)
             if words:
-                note(_resolve(words[0], top), "named by core.fsmonitor: git runs it at every status")
+                note(_resolve(words[0], top), f"named by {whose} core.fsmonitor: git runs it at every status")
         elif key.endswith(".path") and key != "core.hookspath":
             base = os.path.dirname(_resolve(origin, top)) if origin else top
             note(_resolve(value, base), f"a config file git includes ({key} in {_shown(real, origin or top)})")
     return HostRepo(top, prefix, runs)
 
 
-def ignored(project: Path, paths: list[str]) -> dict[str, str]:
-    """{path: the ignore rule} of `paths` (relative to `project`) that the host repository ignores.
-    One git for all of them; a path git cannot take (beyond a link, in a submodule) is skipped."""
+def ignored(project: Path, paths: list[str], folder: str = "") -> dict[str, str]:
+    """{path: the ignore rule} of `paths` (relative to `project`/`folder`) that the repository there
+    ignores. One git for all of them; a path git cannot take (beyond a link, in a submodule) is skipped."""
     found: dict[str, str] = {}
     rest = list(paths)
     for _ in range(16):  # each failure skips the path git choked on; a bound keeps it cheap
         if not rest:
             break
-        answers, complete = _check_ignore(project, rest)
+        answers, complete = _check_ignore(Path(project, folder), rest)
         for path, rule in zip(rest, answers):
             if rule:
                 found[path] = rule

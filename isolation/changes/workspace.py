@@ -14,8 +14,9 @@ never applied as a deletion.
 
 Some changes are held back (`Change.held` says why): written only when named, never by an "apply
 all". They are what would configure or run something on the host once applied, decided once for
-the whole change list by isolation.changes.heldback (the repository's hooks and config, nested repositories,
-venvs, CI and tool configs, ignored paths, the user's patterns), links the sandbox made, files that
+the whole change list by isolation.changes.heldback (the hooks and config of every repository in or
+above the change, nested repositories, venvs, caches, new dot-files, CI and tool configs, agent
+instructions, ignored paths, the user's patterns), links the sandbox made, files that
 gain an executable bit, the deletion half of a held-back move (so a move goes whole or not at
 all), deleted folders holding a held-back deletion, and added folders holding nothing but
 held-back changes (an "apply all" leaves no empty `.github/`).

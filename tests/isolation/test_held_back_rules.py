@@ -2,6 +2,8 @@
 would run once applied is held back from "apply all", whatever it is named; named, it does run."""
 from __future__ import annotations
 
+import importlib.util
+import marshal
 import os
 import subprocess
 import sys
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from isolation import Sandbox, SandboxSpec
-from isolation.changes.heldback import GIT, IGNORED, PYTHON, REPO, TOOLS, YOURS, held_kind
+from isolation.changes.heldback import CACHE, GIT, IGNORED, PYTHON, REPO, TOOLS, YOURS, held_kind
 from isolation.host.walk import RefusedPaths
 
 pytestmark = pytest.mark.sandbox
@@ -86,6 +88,93 @@ def test_husky_v9_a_new_non_executable_hook_is_held_and_its_stub_runs_it_once_na
     assert not (repo / ".husky" / "pre-commit").stat().st_mode & 0o111
     commit(repo)
     assert (repo / "husky-ran").read_text() == "ran\n"
+
+
+def test_every_repository_in_the_workspace_keeps_its_hooks_a_nested_one_and_an_untracked_clone_in_it(tmp_path,
+                                                                                                     monkeypatch):
+    """Issue 52: with --workspace ~/code, where app/ is a repository with core.hooksPath=.githooks
+    holding an untracked clone vendor/tool (core.hooksPath=hooks), apply all wrote both hooks' new
+    contents and the next git commit there ran them: only the workspace's own repository was asked."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code, hooks = tmp_path / "code", {"app": ".githooks", "app/vendor/tool": "hooks"}
+    for where, folder in hooks.items():
+        hook = code / where / folder / "pre-commit"
+        hook.parent.mkdir(parents=True)
+        hook.write_text("#!/bin/sh\n")
+        hook.chmod(0o755)
+        (code / where / "a.txt").write_text("a\n")
+        git(code / where, "init", "-q")
+        git(code / where, "config", "core.hooksPath", folder)
+        commit(code / where)
+    planted = [f"{where}/{folder}/pre-commit" for where, folder in hooks.items()]
+    with Sandbox(SandboxSpec(workspace=code)) as sb:
+        held = held_after_apply_all(sb, " && ".join(f"echo 'echo ran > hook-ran' >> {p}" for p in planted)
+                                        + " && echo b > app/a.txt && echo b > app/vendor/tool/a.txt")
+        assert set(held) == set(planted) and {held_kind(w) for w in held.values()} == {GIT}
+        assert "the repository app/vendor/tool/'s hooks folder" in held["app/vendor/tool/hooks/pre-commit"]
+        for where in hooks:
+            assert (code / where / "a.txt").read_text() == "b\n"  # the rest went
+            commit(code / where)
+            assert not (code / where / "hook-ran").exists()
+        sb.apply(planted)  # named, they go: and git commit runs each, as the user
+    for where in hooks:
+        (code / where / "a.txt").write_text("c\n")
+        commit(code / where)
+        assert (code / where / "hook-ran").read_text() == "ran\n"
+
+
+def test_a_forged_pyc_is_held_and_python_runs_it_past_the_unchanged_source_once_named(repo):
+    """Issue 52: a .pyc carrying the host util.py's mtime and size went with apply all (the review
+    showed only an added binary) and the next `python3 scripts/main.py` ran the planted code."""
+    (repo / "scripts").mkdir()
+    (repo / "scripts" / "util.py").write_text('VALUE = "clean"\n')
+    (repo / "scripts" / "main.py").write_text("import util\nprint(util.VALUE)\n")
+    commit(repo)
+    source = (repo / "scripts" / "util.py").stat()
+    code = compile('VALUE = "planted"\n', "util.py", "exec")  # what the model would write, with the source's facts
+    forged = b"".join([importlib.util.MAGIC_NUMBER, bytes(4), (int(source.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little"),
+                       (source.st_size & 0xFFFFFFFF).to_bytes(4, "little"), marshal.dumps(code)])
+    pyc = f"scripts/__pycache__/util.{sys.implementation.cache_tag}.pyc"
+    run = [sys.executable, "-E", "-B", "scripts/main.py"]  # -B: this python writes no cache of its own
+    with Sandbox(SandboxSpec(workspace=repo)) as sb:
+        done = sb.exec(f"mkdir -p scripts/__pycache__ && cat > {pyc} && echo b > a.txt", stdin=forged)
+        assert done.exit_code == 0, done.stderr
+        with pytest.raises(RefusedPaths) as refused:
+            sb.apply()
+        held = refused.value.held_back
+        assert set(held) == {pyc, "scripts/__pycache__"} and {held_kind(w) for w in held.values()} == {CACHE}
+        assert (repo / "a.txt").read_text() == "b\n" and not (repo / "scripts" / "__pycache__").exists()
+        assert subprocess.run(run, cwd=repo, capture_output=True, text=True).stdout == "clean\n"
+        sb.apply([pyc])
+    assert subprocess.run(run, cwd=repo, capture_output=True, text=True).stdout == "planted\n"
+
+
+REALISTIC = {"src/app/core.py": "def run():\n    return 2\n", "src/app/feature.py": "def feature():\n    return 1\n",
+             "src/app/sub/__init__.py": "", "tests/test_feature.py": "from app.feature import feature\n",
+             "tests/conftest.py": "import sys\n", "docs/feature.md": "# Feature\n", "README.md": "# App, now more\n",
+             "pyproject.toml": "[project]\nname = 'app'\nversion = '0.2'\n",
+             ".gitignore": "__pycache__/\n*.pyc\n.venv/\nbuild/\ndist/\n", ".editorconfig": "root = true\n"}
+
+
+def test_a_realistic_projects_work_applies_whole_with_apply_all(repo):
+    """Nothing ordinary is held: source edits, new modules and tests, docs, a tracked .gitignore and
+    .editorconfig edit, a conftest.py (code your pytest runs, on purpose), a deletion and a move."""
+    for path, text in {"src/app/__init__.py": "", "src/app/core.py": "def run():\n    return 1\n",
+                       "src/app/old.py": "OLD = 1\n", "tests/test_core.py": "from app.core import run\n",
+                       "docs/index.md": "# App\n", "docs/gone.md": "bye\n", "README.md": "# App\n",
+                       "pyproject.toml": "[project]\nname = 'app'\n", ".editorconfig": "root = false\n"}.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    commit(repo)
+    with Sandbox(SandboxSpec(workspace=repo)) as sb:
+        for path, text in REALISTIC.items():
+            sb.write_file(f"/testbed/{path}", text.encode())
+        done = sb.exec("rm docs/gone.md && mv src/app/old.py src/app/renamed.py")
+        assert done.exit_code == 0, done.stderr
+        assert not [c for c in sb.changes() if c.held]
+        sb.apply()  # apply all: nothing refused, nothing held
+    assert {p: (repo / p).read_text() for p in REALISTIC} == REALISTIC
+    assert not (repo / "docs" / "gone.md").exists() and (repo / "src" / "app" / "renamed.py").read_text() == "OLD = 1\n"
 
 
 REPO_IN = ("git init -q --bare {where} && git -C {where} config core.bare false"

@@ -3,12 +3,15 @@ by behaviour (the repository's config, what git takes for a repository, venvs), 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from isolation.changes.heldback import GIT, IGNORED, KINDS, LINKS, PYTHON, REPO, TOOLS, YOURS, held_kind, hold_reasons
+from lis_tui.agent.instructions import FILE_NAME
+from isolation.changes.heldback import (AGENTS, CACHE, DOT, GIT, IGNORED, KINDS, LINKS, PYTHON, REPO, TOOLS, YOURS,
+                                        held_kind, hold_reasons)
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_NOSYSTEM": "1"}
@@ -70,6 +73,46 @@ def test_a_folder_git_takes_for_a_repository_is_held_whole_wherever_it_is_and_wh
     # A worktree's folder (HEAD and commondir), a .git file, a .git folder at any depth.
     assert kinds(repo, ["w/HEAD", "w/commondir", "a/b/.git", "c/.git/config", "w2/HEAD"]) == {
         "w/HEAD": REPO, "w/commondir": REPO, "a/b/.git": REPO, "c/.git/config": REPO}
+
+
+def test_every_repository_in_or_above_the_change_is_asked_with_one_query_each(repo, tmp_path, monkeypatch):
+    """Only the repository the workspace is in was asked: a nested clone's hooks path, fsmonitor,
+    included config and ignores, a submodule's (a gitdir file) and a repository in a workspace
+    that is none went whole with apply all."""
+    tool = repo / "vendor" / "tool"  # an untracked nested clone
+    tool.mkdir(parents=True)
+    git(tool, "init", "-q")
+    git(tool, "config", "core.hooksPath", "hooks")
+    git(tool, "config", "core.fsmonitor", "bin/fsmon --fast")
+    git(tool, "config", "include.path", "../shared.cfg")  # beside .git/config: vendor/tool/shared.cfg
+    (tool / ".gitignore").write_text("*.tmp\n")
+    git(tmp_path, "init", "-q", f"--separate-git-dir={tmp_path / 'lib.git'}", str(repo / "lib"))
+    git(repo / "lib", "config", "core.hooksPath", "githooks")  # lib/.git is a gitdir file
+    (repo / "other" / ".git").mkdir(parents=True)  # git passes an empty .git by: the workspace's repository decides
+    code = tmp_path / "code"  # a workspace that is no repository, holding one
+    (code / "app").mkdir(parents=True)
+    git(code / "app", "init", "-q")
+    git(code / "app", "config", "core.hooksPath", ".githooks")
+    log = tmp_path / "git-calls"
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {shutil.which("git")} "$@"\n')
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    made = {"vendor/tool/hooks/pre-commit": GIT, "vendor/tool/bin/fsmon": GIT, "vendor/tool/shared.cfg": GIT,
+            "vendor/tool/x.tmp": IGNORED, "lib/githooks/post-checkout": GIT, "other/githooks/x": None,
+            **{f"vendor/tool/src/m{i}.py": None for i in range(100)}, **{f"lib/m{i}.py": None for i in range(100)}}
+    reasons = hold_reasons(repo, [(p, "added") for p in made])
+    assert {p: held_kind(w) for p, w in reasons.items()} == {p: k for p, k in made.items() if k}
+    assert "the repository vendor/tool/'s hooks folder (vendor/tool/hooks)" in reasons["vendor/tool/hooks/pre-commit"]
+    assert "the repository vendor/tool/ ignores it (.gitignore:1 '*.tmp')" in reasons["vendor/tool/x.tmp"]
+    calls = log.read_text().splitlines()
+    # rev-parse, config, check-ignore for the workspace's, vendor/tool's and lib's; rev-parse for other/
+    asked = [next(w for w in ("check-ignore", "config", "rev-parse") if w in call.split()) for call in calls]
+    assert sorted(asked) == ["check-ignore"] * 3 + ["config"] * 3 + ["rev-parse"] * 4
+    assert kinds(code, ["app/.githooks/pre-commit", "app/src/a.py"]) == {"app/.githooks/pre-commit": GIT}
+    reasons = hold_reasons(code, [("app/.githooks/pre-commit", "modified")])  # a tracked hook's new contents
+    assert reasons["app/.githooks/pre-commit"].startswith(f"{GIT}: in the repository app/'s hooks folder")
 
 
 def test_in_a_workspace_inside_a_repository_only_what_git_discovery_reads_at_its_top_is_held(repo):
@@ -135,9 +178,9 @@ def test_your_patterns_add_to_the_rules_and_cannot_take_one_away(repo):
 
 
 def test_without_git_the_git_rules_find_nothing_and_the_others_still_hold(repo, monkeypatch, tmp_path):
-    git(repo, "config", "core.hooksPath", ".githooks")
+    git(repo, "config", "core.hooksPath", "githooks")
     monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
-    assert kinds(repo, [".githooks/pre-commit", "build/x", ".envrc", "v/HEAD", "v/objects/", "v/refs/"]) == {
+    assert kinds(repo, ["githooks/pre-commit", "build/x", ".envrc", "v/HEAD", "v/objects/", "v/refs/"]) == {
         ".envrc": TOOLS, "v/HEAD": REPO, "v/objects/": REPO, "v/refs/": REPO}
 
 
@@ -151,10 +194,39 @@ def test_the_quick_name_matching_agrees_with_the_patterns_as_documented(tmp_path
 
     samples = [f"{pre}{name}{post}" for pre in ("", "a/", "a/b/") for post in ("", "/x", "/x/y.py")
                for name in ("site-packages", "node_modules", ".github", ".husky", "x.pth", ".envrc", ".env.local",
-                            "a.code-workspace", "Jenkinsfile", "github", "x.pthx", "mise.toml.bak", ".zed", "zed")]
-    for patterns in ((), ("docs/*.md", "/top/**", "**/gen/*.py", "*.sh", "build")):
-        reasons = hold_reasons(tmp_path, [(p, "added") for p in samples + ["docs/a.md", "top/x", "q/gen/m.py"]],
+                            "a.code-workspace", "Jenkinsfile", "github", "x.pthx", "mise.toml.bak", ".zed", "zed",
+                            "__pycache__", "m.pyc", ".cargo/config.toml", "cargo/config.toml", "lefthook.yml",
+                            "AGENTS.md", "agents.md", ".yarnrc.yml", ".claude")]
+    for patterns in ((), ("docs/*.md", "/top/**", "**/gen/*.py", "*.sh", "build", "a/b", "x/")):
+        # modified, so that the names alone decide (a new dot-file is held whatever its name)
+        reasons = hold_reasons(tmp_path, [(p, "modified") for p in samples + ["docs/a.md", "top/x", "q/gen/m.py"]],
                                patterns)
         for path in samples + ["docs/a.md", "top/x", "q/gen/m.py"]:
             expected = any(matches(path, pattern) for pattern in HELD_BACK + patterns)
             assert (path in reasons) == expected, (path, patterns, reasons.get(path))
+
+
+REALISTIC = {"src/app/core.py": "modified", "src/app/new_feature.py": "added", "src/app/sub/": "added",
+             "src/app/sub/__init__.py": "added", "tests/test_new_feature.py": "added", "tests/conftest.py": "added",
+             "docs/guide.md": "modified", "docs/new.md": "added", "README.md": "modified", "pyproject.toml": "modified",
+             ".gitignore": "modified", "web/.editorconfig": "modified", "docs/.gitignore": "modified", "old.py": "deleted",
+             ".github.md": "deleted"}
+
+
+def test_held_by_class_caches_new_dot_files_tool_configs_and_agent_instructions_and_nothing_ordinary(repo):
+    held = {"scripts/__pycache__/": ("added", CACHE), "scripts/__pycache__/util.cpython-311.pyc": ("added", CACHE),
+            "old/mod.pyc": ("modified", CACHE), "pkg/fast.cpython-311-x86_64-linux-gnu.so": ("added", CACHE),
+            ".editorconfig": ("added", DOT), "pkg/.gitignore": ("added", DOT), ".config/": ("added", DOT),
+            ".config/tool/settings.toml": ("added", DOT), ".prettierrc": ("type", DOT),
+            ".cargo/config.toml": ("modified", TOOLS), ".claude/settings.json": ("modified", TOOLS),
+            ".mcp.json": ("modified", TOOLS), ".npmrc": ("modified", TOOLS), ".yarnrc.yml": ("modified", TOOLS),
+            ".devcontainer.json": ("modified", TOOLS), ".cursor/mcp.json": ("modified", TOOLS),
+            ".lefthook.yml": ("modified", GIT), "lefthook.yml": ("modified", GIT),
+            "lefthook-local.yml": ("added", GIT), "AGENTS.md": ("modified", AGENTS), "web/CLAUDE.md": ("added", AGENTS),
+            FILE_NAME: ("deleted", AGENTS)}
+    changes = {p: kind for p, (kind, _) in held.items()} | REALISTIC
+    reasons = hold_reasons(repo, list(changes.items()))
+    assert {p: held_kind(w) for p, w in reasons.items()} == {p: k for p, (_, k) in held.items()}
+    assert "in place of its source" in reasons["scripts/__pycache__/util.cpython-311.pyc"]
+    assert "new in the dot-folder .config/" in reasons[".config/tool/settings.toml"]
+    assert "standing instructions" in reasons["AGENTS.md"]
