@@ -122,11 +122,13 @@ def test_the_head_reader_agrees_with_the_whole_file_and_skips_what_is_not_a_run(
 
 @pytest.mark.sandbox
 def test_hostile_run_folders_from_a_sandbox_and_special_files_are_skipped_quickly(tmp_path):
-    """A workspace applied into ./lis-output can bring run folders the sandbox made: a head line
-    of megabytes with no end, and a nesting bomb, come through a real apply. A fifo or a link to
-    /dev/zero as trajectory.json (apply refuses those, so they are planted here) would block the
-    listing or fill memory. `runs` lists only the real run, and `replay` says what is wrong."""
+    """A workspace applied into ./lis-output can bring run folders the sandbox made (held back, so
+    named here): a head line of megabytes with no end, and a nesting bomb, come through a real
+    apply. A fifo or a link to /dev/zero as trajectory.json (apply refuses those, so they are
+    planted here) would block the listing or fill memory. `runs --dir` lists only the real run,
+    and `replay` says what is wrong."""
     from isolation import Sandbox, SandboxSpec
+    from isolation.host.walk import RefusedPaths
 
     project = tmp_path / "project"
     project.mkdir()
@@ -137,7 +139,10 @@ def test_hostile_run_folders_from_a_sandbox_and_special_files_are_skipped_quickl
     with Sandbox(SandboxSpec(rootfs="host", workspace=str(project))) as sb:
         made = sb.exec(["bash", "-c", script], timeout=60)
         assert made.exit_code == 0, made.stderr
-        applied = sb.apply()
+        with pytest.raises(RefusedPaths) as held:  # apply all: a run record's place is held back
+            sb.apply()
+        assert f"lis-output/{bomb}/trajectory.json" in held.value.held_back and not (project / "lis-output").exists()
+        applied = sb.apply([f"lis-output/{name}/trajectory.json" for name in (long_head, bomb)])  # named
     assert len([c for c in applied if c.path.endswith("trajectory.json")]) == 2
     runs = project / "lis-output"
     assert (runs / long_head / "trajectory.json").stat().st_size > 5_000_000
