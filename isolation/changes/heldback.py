@@ -129,6 +129,7 @@ def hold_reasons(project: Path, changes: Iterable[tuple[str, str]], patterns: tu
             or (_new_dot(path) if kind in NEW else "") or yours.reason(path)
         if why:
             reasons[path] = why
+    reasons.update({p: why for p, why in run_record_reasons(project, paths).items() if p not in reasons})
     for folder, asked in tree.asked(repos, [p for p in paths if p not in reasons]).items():
         whose = f"the repository {folder}/" if folder else "the repository"
         for path, rule in hostgit.ignored(project, asked, folder).items():
@@ -147,6 +148,49 @@ def without_kind(why: str) -> str:
     """A reason without its "KIND: " (the walk's own reasons have none)."""
     head, sep, rest = why.partition(": ")
     return rest if sep and held_kind(why) == head else why
+
+
+# ---- run records: a folder lis-tui would take for one of its runs ------------------------------
+
+RUN_FILES = ("changes.json", "answer.txt", "files")
+"""What lis-tui writes beside a run's trajectory.json: a folder holding one of them and a
+trajectory.json is a run's record, whatever its name."""
+
+
+def run_record_reasons(project: Path, paths: list[str]) -> dict[str, str]:
+    """path -> why, for each change in a folder holding a run record (a trajectory.json beside one
+    of RUN_FILES, in the change or on the host) or under a `lis-output` folder (where lis-tui kept
+    runs before): a record says where `lis-tui apply` writes and how `resume` runs, and one that
+    lis-tui's index names (an --output-dir inside the project) is trusted."""
+    named = {p.rstrip("/") for p in paths}
+    folders: set[str] = set()
+    for path in named:
+        while path:
+            path = path.rpartition("/")[0]
+            if path in folders:
+                break
+            folders.add(path)
+    within = named | folders
+
+    def has(folder: str, name: str) -> bool:
+        path = f"{folder}/{name}" if folder else name
+        return path in within or os.path.lexists(os.path.join(project, path))
+
+    record_of: dict[str, str | None] = {}  # folder -> the run record folder it is in, if any
+    for folder in sorted(folders):  # a parent sorts before its children
+        is_record = has(folder, "trajectory.json") and any(has(folder, name) for name in RUN_FILES)
+        record_of[folder] = folder if is_record else record_of.get(folder.rpartition("/")[0]) if folder else None
+    reasons: dict[str, str] = {}
+    for path in paths:
+        key = path.rstrip("/")
+        record = record_of.get(key) if key in record_of else record_of[key.rpartition("/")[0]]
+        if record is not None:
+            reasons[path] = (f"{TOOLS}: in {record or 'the workspace'}/, a lis-tui run record (a trajectory.json "
+                             "beside its files): lis-tui apply and resume read from it where to write and how to run")
+        elif "/lis-output/" in f"/{key}/":
+            reasons[path] = (f"{TOOLS}: in a lis-output/ folder, where lis-tui kept its runs before: a run "
+                             "record there says where lis-tui apply writes and how resume runs")
+    return reasons
 
 
 # ---- moves: a deletion that is the other half of a held-back addition --------------------------

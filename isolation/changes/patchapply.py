@@ -27,7 +27,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,12 +177,14 @@ def _link_target(entry: Entry) -> str:
 
 
 def apply_patch(project: Path, patch: dict[str, list[Entry]], chosen: Iterable[str],
-                moved: Iterable[str] = (), blobs: Path | None = None, three_way: bool = False) -> list[str]:
+                moved: Iterable[str] = (), blobs: Path | None = None, three_way: bool = False,
+                before: Callable[[], None] = lambda: None) -> list[str]:
     """Write the `chosen` paths' entries into `project`, all or none; files kept beside the patch
     from `blobs` (isolation.changes.beside). PatchConflict, naming each, when one is not what the
     patch expects or is in `moved`; with `three_way`, a text file the project changed since is merged
     instead (git's 3-way apply, from its old content kept in `blobs`: isolation.changes.threeway).
-    PatchError when git refuses. Returns the merged paths whose files hold git's conflict markers."""
+    PatchError when git refuses. `before()` is called once all is checked, before the first write.
+    Returns the merged paths whose files hold git's conflict markers."""
     chosen = sorted(set(chosen))
     if not chosen:
         return []
@@ -201,6 +203,7 @@ def apply_patch(project: Path, patch: dict[str, list[Entry]], chosen: Iterable[s
         head = f"the project changed since the run under {shown}; nothing was applied"
         raise PatchConflict(f"{head}. Fix: look at those files, then apply the others by name", sorted(conflicts),
                             [] if three_way else mergeable, head)
+    before()
     try:
         merged = threeway.merge(project, {p: (patch[p][0].old_id, patch[p][0].text) for p in merging}, blobs) \
             if merging else threeway.Merged()

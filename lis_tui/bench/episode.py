@@ -263,15 +263,18 @@ def llm_prompt(task: Task) -> str:
 
 
 def task_files(task: Task) -> list[tuple[str, str]]:
-    """(path under /testbed, text) of every file the task brings; binary files are left out."""
+    """(path under /testbed, text) of every file the task brings; binary files are left out, and
+    so is a file whose real path is outside its folder: a task's folder is data, and a link in it
+    could name any file of the host (sandbox mode copies a link as a link, which stays inside)."""
     found = []
     for prefix, files, folder in (("input", task.input_files, task.input_dir),
                                   ("documents", task.documents, task.documents_dir)):
         found += [(f"{prefix}/{name}", text) for name, text in sorted(files.items())]
         for path in sorted(folder.rglob("*")) if folder is not None else ():
             try:
-                text = path.read_text(encoding="utf-8") if path.is_file() else None
-            except (OSError, UnicodeDecodeError):
+                inside = path.resolve().is_relative_to(folder.resolve())
+                text = path.read_text(encoding="utf-8") if inside and path.is_file() else None
+            except (OSError, UnicodeDecodeError, RuntimeError):  # RuntimeError: a link loop
                 continue
             if text is not None:
                 found.append((f"{prefix}/{path.relative_to(folder).as_posix()}", text))

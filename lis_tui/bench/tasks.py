@@ -11,10 +11,17 @@ Any other field (`qa_type`, `instruction_id_list`, ...) is kept in `Task.extra` 
 
 The directory form holds one folder per task: `task.toml` (the same fields) and an optional
 `input/` (copied to /testbed/input) and `documents/` folder.
+
+A task file is data (a downloaded data set, a file a sandbox wrote): the host folders it names
+(`documents_dir`, `input_dir`) are given relative to its own folder and must stay inside it, or
+inside the folder the person gave with --allow-dir, links resolved (`_host_dir`, the one check
+for bench, rollout, paper rows and `env serve`). A task without a file (sent over HTTP, a row
+from hf:) takes them from --allow-dir, and without it names none.
 """
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -63,20 +70,24 @@ class Task:
         return bool(self.input_files or self.documents or self.input_dir or self.documents_dir)
 
 
-def load_tasks(source: str | Path, default_reward: Any = None) -> list[Task]:
-    """Tasks from a built-in set name, a .json / .jsonl file, or a task directory."""
+def load_tasks(source: str | Path, default_reward: Any = None, allow: Path | None = None) -> list[Task]:
+    """Tasks from a built-in set name, a .json / .jsonl file, or a task directory; their host
+    folders inside the file's folder (a task folder's own, in the directory form) or `allow`."""
     path = resolve_source(source)
     if path.is_dir():
-        tasks = _load_dir(path)
+        tasks = _load_dir(path, allow)
     else:
         file_reward, items = _read_items(path)
-        return tasks_from_items(items, path, str(path), default_reward or file_reward)
+        return tasks_from_items(items, path.parent, str(path), default_reward or file_reward, allow)
     return _finish(tasks, path, default_reward)
 
 
-def tasks_from_items(items: list, base: Path, label: str, default_reward: Any) -> list[Task]:
-    """Tasks from rows already read (JSON objects); `base` anchors relative folders."""
-    tasks = [_task(item, base, f"{label}: task {n + 1}") for n, item in enumerate(items)]
+def tasks_from_items(items: list, base: Path | None, label: str, default_reward: Any,
+                     allow: Path | None = None) -> list[Task]:
+    """Tasks from rows already read (JSON objects). Their host folders are given relative to `base`
+    (the task file's folder; None: `allow`) and stay inside it or `allow` (--allow-dir); with
+    neither, a row may name none."""
+    tasks = [_task(item, base, allow, f"{label}: task {n + 1}") for n, item in enumerate(items)]
     return _finish(tasks, label, default_reward)
 
 
@@ -125,7 +136,7 @@ def _json(text: str, path: Path, line: int | None) -> Any:
                         "whole JSON object") from None
 
 
-def _task(item: Any, base: Path, where: str) -> Task:
+def _task(item: Any, base: Path | None, allow: Path | None, where: str) -> Task:
     if not isinstance(item, dict):
         raise TaskError(f"{where}: a task must be a JSON object, not {type(item).__name__}")
     if "id" not in item or "problem_statement" not in item:
@@ -139,8 +150,8 @@ def _task(item: Any, base: Path, where: str) -> Task:
         input_files=_files(item.get("input_files"), "input_files", where),
         documents=_files(item.get("documents"), "documents", where),
         domain=str(item.get("domain") or "general"), reward=item.get("reward"),
-        documents_dir=_host_dir(item.get("documents_dir"), base, "documents_dir", where),
-        input_dir=_host_dir(item.get("input_dir"), base, "input_dir", where),
+        documents_dir=_host_dir(item.get("documents_dir"), base, allow, "documents_dir", where),
+        input_dir=_host_dir(item.get("input_dir"), base, allow, "input_dir", where),
         answer_file=_relative(item.get("answer_file") or "answer.txt", "answer_file", where),
         extra={k: v for k, v in item.items() if k not in KNOWN_FIELDS})
 
@@ -169,27 +180,40 @@ def _relative(name: str, field_name: str, where: str) -> str:
     return str(PurePosixPath(*parts))
 
 
-def _host_dir(value: Any, base: Path, name: str, where: str) -> Path | None:
+def _host_dir(value: Any, base: Path | None, allow: Path | None, name: str, where: str) -> Path | None:
+    """The folder `value` names, given relative to `base` (else `allow`), its real path inside one of
+    them. What a task file says is data: `~`, an absolute path, or `..` or a link out is refused."""
     if not value:
         return None
-    path = Path(value).expanduser()
-    path = path if path.is_absolute() else (base if base.is_dir() else base.parent) / path
-    path = path.absolute()  # the episode may read it from another working directory
+    text, base = str(value), base or allow
+    if base is None:
+        raise TaskError(f"{where}: `{name}` names a host folder, which a task without a task file (sent over "
+                        "HTTP, a row from hf:) may not. Fix: send its files as `input_files` / `documents` (name -> "
+                        "text), or give --allow-dir DIR, the folder it names one in")
+    try:
+        path = (base / text).resolve()
+        inside = any(path.is_relative_to(root.resolve()) for root in (base, allow) if root is not None)
+    except (OSError, ValueError, RuntimeError):  # a NUL, a link loop
+        inside = False
+    if text.startswith("~") or os.path.isabs(text) or not inside:
+        raise TaskError(f"{where}: `{name}` is not inside the task file's folder or --allow-dir: a "
+                        "task names its folders relative to its file's folder, with no ~, absolute path, nor `..` or "
+                        "link out of it. Fix: move the folder into it, or give --allow-dir DIR, a folder holding it")
     if not path.is_dir():
-        raise TaskError(f"{where}: `{name}` {str(value)!r} is not a directory (relative paths are "
-                        "taken from the task file's folder)")
+        raise TaskError(f"{where}: `{name}` {text[:200]!r} is not a directory (relative paths are taken from the "
+                        "task file's folder)")
     return path
 
 
-def _load_dir(root: Path) -> list[Task]:
+def _load_dir(root: Path, allow: Path | None) -> list[Task]:
     folders = sorted(p for p in root.iterdir() if (p / "task.toml").is_file())
     if not folders:
         raise TaskError(f"{root}: no task folders found; each task is a folder with a task.toml "
                         "(and optionally input/ and documents/)")
-    return [_dir_task(folder) for folder in folders]
+    return [_dir_task(folder, allow) for folder in folders]
 
 
-def _dir_task(folder: Path) -> Task:
+def _dir_task(folder: Path, allow: Path | None) -> Task:
     toml = folder / "task.toml"
     try:
         item = parse_toml(toml.read_text(encoding="utf-8"), toml)
@@ -199,7 +223,7 @@ def _dir_task(folder: Path) -> Task:
     for sub, key in (("input", "input_dir"), ("documents", "documents_dir")):
         if (folder / sub).is_dir():
             item.setdefault(key, sub)  # relative to the folder, as one written in task.toml
-    return _task(item, folder, str(toml))
+    return _task(item, folder, allow, str(toml))
 
 
 def _with_reward(task: Task, reward: Any) -> Task:

@@ -15,7 +15,11 @@ said by name (exit 1). With --commits, the model's new commits (a run with --git
 are fetched into a new branch lis-tui/RUN of the project's repository: objects and that branch
 only, never the sandbox's hooks, config or other refs. The committed changes are in the patch too
 (the model's work tree holds them): take one or the other, as the end of `lis-tui run`, --list and
-apply say; both taken, `git merge lis-tui/RUN` refuses over those files."""
+apply say; both taken, `git merge lis-tui/RUN` refuses over those files.
+
+The project is the one the run worked in, said before anything is written. Only a run of lis-tui's
+store (`lis-tui runs`) is trusted for that: a run folder named by its path elsewhere (one found in a
+project may be a sandbox's) needs --workspace DIR."""
 
 
 def add_parsers(sub) -> None:
@@ -32,7 +36,8 @@ def add_parsers(sub) -> None:
                    "conflict markers, said by name (exit 1)")
     p.add_argument("--commits", action="store_true", help="fetch the run's new commits into branch lis-tui/RUN "
                    "(alone, unless PATHs are given too)")
-    p.add_argument("--workspace", metavar="DIR", help="apply to DIR instead of the run's project")
+    p.add_argument("--workspace", metavar="DIR", help="apply to DIR instead of the run's project (needed for a "
+                   "run folder outside lis-tui's store: where its record says to apply is not taken)")
     p.set_defaults(func=cmd_apply)
 
 
@@ -58,7 +63,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                                          + (f"  ({note})" if note else "")))
             return 0
         done = apply_run(run_dir, args.paths or None, patterns, project, commits=args.commits,
-                         three_way=args.three_way)
+                         three_way=args.three_way, before=lambda where: say(f"lis-tui apply: writing to {where}"))
     except (ValueError, ConfigError) as exc:
         say(f"lis-tui apply: {exc}")
         return 2

@@ -7,7 +7,7 @@ import sys
 import threading
 
 from lis_tui.commands.bench_run import build_run, interrupt, report, run_suite, server_unreachable
-from lis_tui.commands.sandbox import add_model_flags, add_sandbox_flags, add_tool_format_flag
+from lis_tui.commands.sandbox import add_allow_dir_flag, add_model_flags, add_sandbox_flags, add_tool_format_flag
 from lis_tui.ray.cli import add_ray_flags, add_workers_flag
 from tools.terminal_text import safe_terminal_text
 
@@ -16,7 +16,8 @@ TASKS is a built-in set (demo: four small tasks of our own, not the paper's data
 tasks that need the sandbox), paper:SUITE DATA (docs/paper-suites.md; paper:all DIR runs every
 suite in DIR both ways and writes the paper's main table), a JSON
 list or JSONL file of tasks (id, problem_statement, ground_truth, input_files, domain, reward,
-documents_dir), or a folder of task folders (task.toml + input/).
+documents_dir), or a folder of task folders (task.toml + input/). A task's documents_dir and
+input_dir are folders inside its file's folder (or --allow-dir), given relative to it.
 
 The --output folder gets results.jsonl (one line per finished episode), episodes/<id>/ (each
 trajectory), summary.md, summary.json and report.html. Ctrl-C stops cleanly: running episodes end,
@@ -56,6 +57,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--reward", metavar="R", help="reward for tasks that name none (default normalized)")
     p.add_argument("--judge-model", metavar="M", help="model for `judge` rewards")
     p.add_argument("--judge-base-url", metavar="U", help="server of the judge (default: --base-url)")
+    add_allow_dir_flag(p)
     add_sandbox_flags(p)
     add_workers_flag(p)
     add_ray_flags(p)

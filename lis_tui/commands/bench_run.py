@@ -101,6 +101,9 @@ def _paper_settings(args: argparse.Namespace, config: Any, tasks: list,
 
 def _tasks(args: argparse.Namespace, load_tasks: Any) -> list:
     """The tasks: our task file, or a paper suite over DATA (paper:SUITE DATA, --suite)."""
+    from lis_tui.commands.sandbox import allow_dir  # noqa: PLC0415
+
+    allow = allow_dir(args)
     suite, data = args.suite, args.tasks
     if args.tasks.startswith("paper:"):
         suite, data = args.tasks[len("paper:"):], args.data
@@ -112,12 +115,12 @@ def _tasks(args: argparse.Namespace, load_tasks: Any) -> list:
     if not suite:
         if args.suite_scorer:
             raise ValueError("--suite-scorer goes with a paper suite (paper:SUITE DATA or --suite)")
-        return load_tasks(args.tasks, default_reward=args.reward)
+        return load_tasks(args.tasks, default_reward=args.reward, allow=allow)
     if args.reward:
         raise ValueError("--reward does not apply to a paper suite: the suite sets the scorer")
     from lis_tui.bench.paper import load_suite  # noqa: PLC0415
 
-    return load_suite(suite, data, args.suite_scorer or "")
+    return load_suite(suite, data, args.suite_scorer or "", allow)
 
 
 def _judge(args: argparse.Namespace, config: Any, tasks: list) -> Any:

@@ -10,11 +10,10 @@ import signal
 import socket
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 from lis_tui.commands.ports import cannot_listen, port_number
-from lis_tui.commands.sandbox import add_sandbox_flags, spec_from_args
+from lis_tui.commands.sandbox import add_allow_dir_flag, add_sandbox_flags, allow_dir, spec_from_args
 from tools.terminal_text import safe_terminal_text
 
 TOKEN_ENV = "LIS_ENV_TOKEN"
@@ -27,7 +26,8 @@ text with <tool_call>{...}</tool_call> or ```json blocks) and answers with the t
 
 Every request but GET /health needs `Authorization: Bearer TOKEN`: --token, else $LIS_ENV_TOKEN,
 else a fresh one printed at start. Tasks sent over HTTP bring their files as name -> text; they
-may name a host folder only inside --allow-dir. Ctrl-C or SIGTERM closes every sandbox.
+may name a host folder only inside --allow-dir (given relative to it), and a --tasks file only
+inside its own folder or --allow-dir. Ctrl-C or SIGTERM closes every sandbox.
 
 Workers: with --workers N (N > 1) the environments live in N worker processes behind this one
 port, each new one on the least loaded; the limits stay this server's. A worker that dies takes
@@ -49,8 +49,7 @@ def add_parsers(sub) -> None:
     s.add_argument("--port", type=port_number, default=8765, help="port (default 8765; 0 picks a free one)")
     s.add_argument("--token", metavar="T", help=f"the bearer token (default ${TOKEN_ENV}, else generated)")
     s.add_argument("--tasks", metavar="TASKS", help="a task set whose tasks a reset may name by id")
-    s.add_argument("--allow-dir", metavar="DIR",
-                   help="a host folder that tasks sent over HTTP may take documents_dir/input_dir from")
+    add_allow_dir_flag(s)
     s.add_argument("--max-envs", type=int, default=512, metavar="N",
                    help="live environments at most (default 512)")
     s.add_argument("--idle-timeout", type=float, default=600.0, metavar="S",
@@ -141,7 +140,8 @@ def _build(args: argparse.Namespace) -> tuple[Any, str]:
         config = load_config(args.profile, {"network.mode": args.network, "sandbox.rootfs": args.rootfs,
                                             "agent.max_steps": args.max_steps,
                                             "sandbox.workers": args.workers})
-        tasks = {t.id: t for t in load_tasks(args.tasks)} if args.tasks else {}
+        allow = allow_dir(args)
+        tasks = {t.id: t for t in load_tasks(args.tasks, allow=allow)} if args.tasks else {}
     except (ConfigError, TaskError) as exc:
         raise ValueError(str(exc)) from None
     if not args.judge_model and any(parse_reward(t.reward)[0] == "judge" for t in tasks.values()):
@@ -150,9 +150,6 @@ def _build(args: argparse.Namespace) -> tuple[Any, str]:
     args.rootfs = args.rootfs or configured_rootfs(config)
     args.network = args.network or config.network.mode
     spec = spec_from_args(args, config)
-    allow = Path(args.allow_dir).expanduser().resolve() if args.allow_dir else None
-    if allow is not None and not allow.is_dir():
-        raise ValueError(f"--allow-dir {args.allow_dir!r} is not a folder")
     token = args.token or os.environ.get(TOKEN_ENV) or ""
     given = bool(token)
     token = token or secrets.token_urlsafe(24)

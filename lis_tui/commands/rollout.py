@@ -7,7 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from lis_tui.commands.sandbox import add_sandbox_flags, add_tool_format_flag, spec_from_args
+from lis_tui.commands.sandbox import add_allow_dir_flag, add_sandbox_flags, add_tool_format_flag, allow_dir, spec_from_args
 from lis_tui.ray.cli import add_ray_flags, add_workers_flag, ray_from_args
 from tools.terminal_text import safe_terminal_text
 
@@ -41,6 +41,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--no-token-ids", dest="token_ids", action="store_false",
                    help="do not ask for logprobs and token ids (for servers that reject them)")
     p.add_argument("--profile", metavar="P", help="a [models.P] profile from the config")
+    add_allow_dir_flag(p)
     s = p.add_argument_group("sampling (default: the model config)")
     s.add_argument("--temperature", type=float, metavar="T")
     s.add_argument("--top-p", type=float, metavar="P")
@@ -105,7 +106,7 @@ def build_run(args: argparse.Namespace):
     if args.workspace or args.input_dir or getattr(args, "session", None):
         raise ValueError("--workspace, --input-dir and --session do not apply to rollout: each "
                          "episode gets a fresh sandbox and its task brings its own files")
-    tasks = load_tasks(args.tasks)
+    tasks = load_tasks(args.tasks, allow=allow_dir(args))
     overrides = {"model.model": args.model or None, "model.base_url": args.policy_url,
                  "model.temperature": args.temperature, "model.top_p": args.top_p,
                  "model.max_tokens": args.max_tokens, "model.seed": args.seed,

@@ -111,6 +111,8 @@ def _resumed(args: argparse.Namespace) -> Any:
 
 def _changes(result: Any, apply: bool, spec: Any) -> int:
     """Say where the workspace's changes were saved; with --apply, apply them. A failed apply's code."""
+    from pathlib import Path  # noqa: PLC0415
+
     from lis_tui.runs.changes import ApplyRefused, apply_run  # noqa: PLC0415
 
     saved = result.changes
@@ -120,7 +122,7 @@ def _changes(result: Any, apply: bool, spec: Any) -> int:
     if not apply or not saved.paths or saved.error:
         return 0
     try:
-        done = apply_run(result.output_dir, None, spec.held_back)
+        done = apply_run(result.output_dir, None, spec.held_back, Path(spec.workspace))  # the project it ran on
     except ApplyRefused as exc:
         print(safe_terminal_text(f"lis-tui run: --apply: {exc}"), file=sys.stderr)
         return 1

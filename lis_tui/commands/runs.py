@@ -8,11 +8,14 @@ import shutil
 import sys
 
 _DESCRIPTION = """\
-List past runs, newest first, wherever they were started: the app's and `lis-tui run`'s (kept under
-$XDG_DATA_HOME/lis-tui/runs/), those given an --output-dir (noted in $XDG_DATA_HOME/lis-tui/runs.index),
-and earlier versions' ($XDG_STATE_HOME/lis-tui/runs/, ./lis-output/). Show one with
-`lis-tui replay ID`; an id may be shortened to any prefix that names one run; `lis-tui apply ID`
-applies a workspace run's changes; `lis-tui resume ID` (or `run --resume ID TASK`) continues one."""
+List past runs, newest first, wherever they were started: lis-tui's store, that is the app's and
+`lis-tui run`'s (kept under $XDG_DATA_HOME/lis-tui/runs/), those given an --output-dir (noted in
+$XDG_DATA_HOME/lis-tui/runs.index) and an earlier version's ($XDG_STATE_HOME/lis-tui/runs/). Nothing
+inside a project is listed (an earlier version's ./lis-output/ neither: a sandbox may have made what
+is there); --dir lists a folder you name. Show one with `lis-tui replay ID`; an id may be shortened
+to any prefix that names one run; `lis-tui apply ID` applies a workspace run's changes; `lis-tui
+resume ID` (or `run --resume ID TASK`) continues one. A run outside the store is named by its path,
+and what its record says of where and how it ran is not taken: apply needs --workspace DIR."""
 _RESULTS = {"submitted": "submitted", "max_steps": "limit: steps", "max_context": "limit: context",
             "wall_time": "limit: time", "no_action": "limit: no tool", "sandbox_limit": "limit: sandbox",
             "error": "error",
@@ -25,7 +28,8 @@ def add_parsers(sub) -> None:
     p.add_argument("-n", "--limit", type=int, default=20, metavar="N",
                    help="show the newest N runs (default 20; 0 for all)")
     p.add_argument("--dir", action="append", default=[], metavar="DIR",
-                   help="also list the runs in DIR (a run's --output-dir parent); may be repeated")
+                   help="also list the runs in DIR (a run's --output-dir parent); may be repeated. Runs there are "
+                   "named by their path (DIR/NAME), not their id, unless they are in the store")
     p.add_argument("--json", action="store_true", help="print JSON, one object per run")
     p.set_defaults(func=cmd_runs)
 
@@ -33,7 +37,7 @@ def add_parsers(sub) -> None:
 def cmd_runs(args: argparse.Namespace) -> int:
     from pathlib import Path  # noqa: PLC0415
 
-    from lis_tui.runs.store import default_places, list_runs  # noqa: PLC0415
+    from lis_tui.runs.store import list_runs, store_places  # noqa: PLC0415
 
     given = [Path(d).expanduser().absolute() for d in args.dir]
     for place in given:
@@ -41,7 +45,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             print(f"lis-tui runs: --dir {place}: {'not a folder' if place.exists() else 'no such folder'}; "
                   "give the folder that holds the runs (a run's --output-dir parent)", file=sys.stderr)
             return 2
-    places = default_places() + given
+    places = store_places() + given
     runs = list_runs(places, indexed=True)
     shown = runs if args.limit <= 0 else runs[:args.limit]
     if args.json:

@@ -129,6 +129,27 @@ def add_tool_format_flag(group) -> None:
                        help=TOOL_FORMAT_HELP)
 
 
+def add_allow_dir_flag(parser) -> None:
+    """--allow-dir, for the commands that read task files (bench, rollout, env serve)."""
+    parser.add_argument("--allow-dir", metavar="DIR",
+                        help="a folder the tasks' documents_dir/input_dir may name folders in, besides their task "
+                             "file's own folder (paths stay relative to that folder; a task with no file, sent "
+                             "over HTTP or a row from hf:, takes them from DIR and without it may name none)")
+
+
+def allow_dir(args: argparse.Namespace):
+    """--allow-dir as a real path (None when not given); ValueError with the fix when it is no folder."""
+    from pathlib import Path  # noqa: PLC0415
+
+    if not getattr(args, "allow_dir", None):
+        return None
+    allow = Path(args.allow_dir).expanduser().resolve()
+    if not allow.is_dir():
+        raise ValueError(f"--allow-dir {args.allow_dir!r} is not a folder; give the folder the tasks' "
+                         "documents_dir/input_dir are in")
+    return allow
+
+
 def spec_from_args(args: argparse.Namespace, config=None):
     """The SandboxSpec the flags ask for; [network] allow/deny come from `config` (loaded if None)."""
     from isolation import SandboxSpec  # noqa: PLC0415 (keep `lis-tui --help` fast)

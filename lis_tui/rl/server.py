@@ -10,8 +10,9 @@ Every request but /health carries `Authorization: Bearer TOKEN`. Errors are
 
 A client with the token is trusted like the user who started the server (it runs commands in
 sandboxes), but a task sent over HTTP brings its files as name -> text: it can name a host
-folder (`documents_dir`, `input_dir`) only under the server's --allow-dir, and answers never
-carry host paths (failures are logged here and answered in general terms).
+folder (`documents_dir`, `input_dir`) only under the server's --allow-dir (the one check of every
+task's folders, lis_tui.bench.tasks), and answers never carry host paths (failures are logged here
+and answered in general terms).
 """
 from __future__ import annotations
 
@@ -39,7 +40,6 @@ from tools.terminal_text import safe_terminal_text
 log = logging.getLogger(__name__)
 STEP_PATH = re.compile(r"^/envs/([A-Za-z0-9_-]{1,64})/step$")
 ENV_PATH = re.compile(r"^/envs/([A-Za-z0-9_-]{1,64})$")
-HOST_DIR_FIELDS = ("documents_dir", "input_dir")
 
 
 @dataclass
@@ -164,24 +164,10 @@ class EnvServer(ThreadingHTTPServer):
             raise RequestError(400, 'send {"task": {"id": ..., "problem_statement": ..., '
                                     '"ground_truth": ..., "input_files": {name: text}}} or '
                                     '{"task_id": ...}')
-        item = {**item, **{k: self._allowed_dir(k, item[k]) for k in HOST_DIR_FIELDS if item.get(k)}}
-        try:
-            return tasks_from_items([item], self.settings.allow_dir or Path("/nonexistent"),
-                                    "task", None)[0]
+        try:  # its host folders only inside --allow-dir, as any task file's (lis_tui.bench.tasks)
+            return tasks_from_items([item], None, "task", None, self.settings.allow_dir)[0]
         except TaskError as exc:
             raise RequestError(400, str(exc)) from None
-
-    def _allowed_dir(self, name: str, value: Any) -> str:
-        root = self.settings.allow_dir
-        if root is None:
-            raise RequestError(400, f"`{name}` names a host folder, which a task sent over HTTP may "
-                                    "not: send the files as `input_files` / `documents` (name -> "
-                                    "text), or start the server with --allow-dir DIR")
-        path = (root / str(value)).resolve()
-        if not path.is_relative_to(root.resolve()) or not path.is_dir():
-            raise RequestError(400, f"`{name}` must be a folder inside the server's --allow-dir, "
-                                    "given relative to it")
-        return str(path)
 
 
 class _RequestClock(io.RawIOBase):

@@ -20,7 +20,7 @@ from isolation.changes.beside import Beside, Kept
 from isolation.changes.gitbundle import BundleError, check_target, fetch_bundle
 from isolation.changes.heldback import with_moves
 from isolation.changes.patchapply import Entry, PatchConflict, PatchError, apply_patch, held_back, kind_of, read_patch
-from lis_tui.runs.store import open_run_file
+from lis_tui.runs.store import in_store, open_run_file
 
 PATCH, RECORD, BUNDLE, BLOBS = "changes.patch", "changes.json", "commits.bundle", "blobs"
 FORMAT = "lis-tui-changes/1"
@@ -217,7 +217,9 @@ class Applied:
 
 
 def load_run(run_dir: Path, project: Path | None = None) -> tuple[dict, dict[str, list[Entry]], Path]:
-    """A run's record, its patch (checked against the recorded sha256) and the project to apply to."""
+    """A run's record, its patch (checked against the recorded sha256) and the project to apply to:
+    `project`, else the one the record names, which is taken only from a run of lis-tui's store
+    (store.in_store): a run folder found anywhere else may be a sandbox's, naming any folder."""
     record = _record(run_dir)
     patch_file = run_dir / PATCH
     try:
@@ -234,6 +236,11 @@ def load_run(run_dir: Path, project: Path | None = None) -> tuple[dict, dict[str
         patch = _with_kept(_read(patch_file), _kept_of(record))
     except (PatchError, ValueError) as exc:
         raise ApplyRefused(f"{patch_file} or {run_dir / RECORD} is corrupt ({exc}); nothing was applied") from None
+    if project is None and not in_store(run_dir):
+        named = str(record.get("workspace"))
+        raise ApplyRefused(f"{run_dir} is not a run of lis-tui's store, so the project its record names "
+                           f"({named[:200]}) is not taken: a run folder found elsewhere may be a sandbox's. Fix: "
+                           f"name the folder to apply to: lis-tui apply {run_dir} --workspace DIR", 2)
     where = Path(project or record.get("workspace") or "").expanduser().absolute()
     if not where.is_dir():
         raise ApplyRefused(f"the project {where} is not a folder (moved or removed?); give the folder to apply "
@@ -242,11 +249,13 @@ def load_run(run_dir: Path, project: Path | None = None) -> tuple[dict, dict[str
 
 
 def apply_run(run_dir: Path, paths: list[str] | None, patterns: tuple[str, ...] = (),
-              project: Path | None = None, commits: bool = False, three_way: bool = False) -> Applied:
+              project: Path | None = None, commits: bool = False, three_way: bool = False,
+              before: Callable[[Path], None] | None = None) -> Applied:
     """Apply a past run's changes (all but the held-back ones, or just `paths`) to its project, and
     with `commits` fetch its new commits (then, without `paths`, those alone). `three_way`: a text
     file the project changed since is merged (git's 3-way apply; `Applied.conflicts`: those merged
-    with conflict markers) instead of refused."""
+    with conflict markers) instead of refused. `before(project)` is called once all is checked,
+    before anything is written (to say where it goes)."""
     record, patch, where = load_run(run_dir, project)
     held = held_back(where, patch, patterns)
     if commits:
@@ -267,8 +276,16 @@ def apply_run(run_dir: Path, paths: list[str] | None, patterns: tuple[str, ...] 
             raise ApplyRefused(f"the run did not change {', '.join(unknown)}; nothing was applied. Fix: "
                                f"`lis-tui apply {run_dir} --list` lists its changes", 2)
         chosen = sorted(with_moves(held, set(chosen)))  # a held-back move's new path takes its deletion with it
+    said: list[Path] = []
+
+    def say_where() -> None:  # once, before the first write (the patch's, else the commits')
+        if before is not None and not said:
+            said.append(where)
+            before(where)
+
     try:
-        conflicts = apply_patch(where, patch, chosen, record.get("moved") or (), run_dir / BLOBS, three_way)
+        conflicts = apply_patch(where, patch, chosen, record.get("moved") or (), run_dir / BLOBS, three_way,
+                                say_where)
     except PatchConflict as exc:
         raise ApplyRefused(_merge_fix(run_dir, exc, paths) if exc.mergeable else str(exc)) from None
     except PatchError as exc:
@@ -276,6 +293,7 @@ def apply_run(run_dir: Path, paths: list[str] | None, patterns: tuple[str, ...] 
     left = {} if commits and paths is None else {p: why for p, why in held.items() if p not in chosen}
     done = Applied(where, sorted(set(chosen)), left, record, conflicts=conflicts)
     if commits:
+        say_where()
         done.commits = fetch_commits(run_dir, where, record)
     done.note = _overlap(run_dir, record, done.applied, commits)
     return done

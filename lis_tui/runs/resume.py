@@ -4,13 +4,16 @@ run's kept session when there is one, else a fresh one with the run's workspace 
 files put back inside it (lis_tui.runs.restore), never on the host.
 
 What a run was started with (rootfs, network, workspace, input, limits, the tool format its
-conversation is written in) is taken again unless a flag says otherwise.
+conversation is written in) is taken again unless a flag says otherwise; from a run of lis-tui's
+store only (store.in_store). A run folder named by its path elsewhere may be a sandbox's, so its
+record gives the conversation and its tool format, nothing of where or how to run.
 """
 from __future__ import annotations
 
 import argparse
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -70,6 +73,11 @@ class Resumable:
     def name(self) -> str:
         return self.run_dir.name
 
+    @cached_property
+    def trusted(self) -> bool:
+        """Whether the run is lis-tui's own (in its store): only then is how it ran taken again."""
+        return in_store(self.run_dir)
+
     @property
     def sandbox(self) -> dict:
         saved = self.doc.get("sandbox")
@@ -80,21 +88,22 @@ class Resumable:
         return {"resumed_from": self.name, "resumed_from_path": str(self.run_dir)}
 
     def overrides(self, given: dict[str, Any], profile: str | None = None) -> dict[str, Any]:
-        """`given` (config overrides from flags, None: not given) with the earlier run's limits, tool
-        format, model and server where no flag (nor `profile`, for the model) gave them."""
+        """`given` (config overrides from flags, None: not given) with the earlier run's tool format,
+        and for a run of the store its limits, model and server, where no flag (nor `profile`, for
+        the model) gave them."""
         agent = self.doc.get("agent") if isinstance(self.doc.get("agent"), dict) else {}
         merged = dict(given)
-        for key, dotted in CARRIED.items():
+        for key, dotted in CARRIED.items() if self.trusted else ():
             if merged.get(dotted) is None and agent.get(key) is not None:
                 merged[dotted] = agent[key]
         model = self.doc.get("model") if isinstance(self.doc.get("model"), dict) else {}
-        if merged.get("model.max_tokens") is None and isinstance(model.get("max_tokens"), int):
+        if merged.get("model.max_tokens") is None and isinstance(model.get("max_tokens"), int) and self.trusted:
             merged["model.max_tokens"] = model["max_tokens"]
         # The model and its server, unless a flag or a profile names them: the conversation goes on
         # with the model that wrote it. Only from lis-tui's own store: a run folder found elsewhere
         # may be anyone's, and a server it names would get the API key.
         if profile is None and merged.get("model.model") is None and merged.get("model.base_url") is None \
-                and in_store(self.run_dir):
+                and self.trusted:
             for key in ("model", "base_url", "api_key_env"):
                 if isinstance(model.get(key), str) and model[key]:
                     merged[f"model.{key}"] = model[key]
@@ -106,8 +115,13 @@ class Resumable:
         return merged
 
     def fill_args(self, args: argparse.Namespace) -> list[str]:
-        """Set the sandbox flags not given to what the run had; notes on what was taken and what
-        could not be had. Each value is checked for its type: the file may not be lis-tui's."""
+        """Set the sandbox flags not given to what the run had (a run of the store only); notes on
+        what was taken and what could not be had. Each value is checked for its type."""
+        if not self.trusted:
+            self.notes = ["it is not a run of lis-tui's store, so nothing its record says of how it ran is taken "
+                          "(workspace, network, env, rootfs, input, session, model, limits): give the flags you "
+                          "want (--workspace DIR, --network, ...)"] + self._kept_session(args, None)
+            return self.notes
         saved, notes = self.sandbox, []
         text = {key: value for key, value in saved.items() if isinstance(value, str) and value}
         for key in HOST_FOLDERS:  # absolute since this version; before, relative to where it started

@@ -5,9 +5,12 @@ A run is a directory holding `trajectory.json`, named `<UTC time>-<6 hex digits>
 `lis-tui run` keep them in one place outside any project, $XDG_DATA_HOME/lis-tui/runs/ (default
 ~/.local/share), so nothing lands in the folder a run was started in; a run given its own
 `--output-dir` is noted in $XDG_DATA_HOME/lis-tui/runs.index (one folder a line), so `lis-tui runs`
-lists it too. Earlier versions' places ($XDG_STATE_HOME/lis-tui/runs/, ./lis-output/) are still
-listed. Listing reads only the head of each trajectory (one top-level key a line, steps and
-messages last), so a long history of long runs lists in milliseconds.
+lists it too. That is lis-tui's store (with an earlier version's $XDG_STATE_HOME/lis-tui/runs/):
+ids resolve only there, and only a run there is trusted for what its record says of where and how
+it ran (`in_store`). Nothing is looked for inside a project (earlier versions' ./lis-output/ among
+them): a run folder found there may be a sandbox's, applied with its workspace, and is used only
+when named by its path. Listing reads only the head of each trajectory (one top-level key a line,
+steps and messages last), so a long history of long runs lists in milliseconds.
 """
 from __future__ import annotations
 
@@ -19,8 +22,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 
-RUN_OUTPUT = Path("lis-output")
-"""Where `lis-tui run` put its runs before 0.x, relative to the directory it was started in (listed still)."""
 _HEAD_STOP = ' "steps": '
 HEAD_LIMIT = 4 << 20
 """Characters of a trajectory's head (the keys before `steps`) a listing reads, at most."""
@@ -39,17 +40,11 @@ def app_runs_dir() -> Path:
     return data_dir() / "runs"
 
 
-def default_places() -> list[Path]:
-    """The directories `lis-tui runs` looks in: the runs folder, then earlier versions' places."""
-    from isolation.records import state_dir  # noqa: PLC0415 (it loads the rootfs store: not for the app's first frame)
-
-    return [app_runs_dir(), state_dir() / "runs", RUN_OUTPUT.absolute()]
-
-
 def store_places() -> list[Path]:
-    """Where lis-tui itself keeps runs (the index names the others): never ./lis-output, which a
-    workspace run's applied changes may have filled with folders a sandbox made."""
-    from isolation.records import state_dir  # noqa: PLC0415 (see default_places)
+    """Where lis-tui itself keeps runs (the index names the others): the runs folder, then an earlier
+    version's. Never ./lis-output, which a workspace run's applied changes may have filled with
+    folders a sandbox made."""
+    from isolation.records import state_dir  # noqa: PLC0415 (it loads the rootfs store: not for the app's first frame)
 
     return [app_runs_dir(), state_dir() / "runs"]
 
@@ -113,12 +108,12 @@ class RunSummary:
 
 
 def list_runs(places: Iterable[Path] | None = None, indexed: bool | None = None) -> list[RunSummary]:
-    """Every run found in `places` (default_places() if None), and with `indexed` (by default when
+    """Every run found in `places` (store_places() if None), and with `indexed` (by default when
     `places` is None) those the index names, newest first."""
     if indexed is None:
         indexed = places is None
     found: dict[Path, RunSummary] = {}
-    entries = [entry for place in (places if places is not None else default_places())
+    entries = [entry for place in (places if places is not None else store_places())
                for entry in _children(Path(place))]
     for entry in entries + (indexed_runs() if indexed else []):
         summary = read_summary(entry)
@@ -149,28 +144,33 @@ def read_summary(run_dir: Path) -> RunSummary | None:
 
 
 def find_run(ref: str, places: Iterable[Path] | None = None) -> Path:
-    """The run directory `ref` names: a path, a run's full name or its id, or a unique prefix of
-    either. ValueError with the fix when none or several match."""
+    """The run directory `ref` names: a run's full name or its id, or a unique prefix of either,
+    among the runs of `places` (default: lis-tui's store and its index), else a path. A ref that
+    reads as a path (a `/`, `~`, `.json`) is one; a folder here that is named like a run id is the
+    store's run, not the folder. ValueError with the fix when none or several match."""
     path = Path(ref).expanduser()
-    if path.exists() or os.sep in ref or ref.endswith(".json"):  # a path: its own errors say more
-        return path
+    if os.sep in ref or ref.startswith("~") or ref.endswith(".json") or ref in (".", ".."):
+        return path  # a path: its own errors say more
     runs = list_runs(places)
     matches = [run for run in runs if run.name.startswith(ref) or run.short_id.startswith(ref)] if ref else []
     if len(matches) == 1:
         return matches[0].path
+    if not matches and path.exists():
+        return path
     if not matches:
-        where = ", ".join(str(p) for p in (places if places is not None else default_places()))
-        raise ValueError(f"no run {ref!r}: not a path, and no run id starts with it (looked in {where}). "
-                         "Fix: lis-tui runs lists the runs and their ids")
+        where = ", ".join([str(p) for p in (places if places is not None else store_places())]
+                          + (["runs.index"] if places is None else []))
+        raise ValueError(f"no run {ref!r}: not a path, and no run id starts with it (looked in {where}). Fix: "
+                         "lis-tui runs lists the runs and their ids; name a run folder elsewhere by its path")
     shown = ", ".join(f"{run.short_id} ({run.name})" for run in matches[:5])
     raise ValueError(f"{ref!r} matches {len(matches)} runs: {shown}. Fix: give more of the id")
 
 
 def open_run_file(file: Path, follow: bool = False):
     """`file` opened for reading as text, if it is a regular file; else OSError. A run's folder may
-    hold what a sandbox made (a workspace applied into ./lis-output): a fifo would block the open
-    and a link could name /dev/zero, so neither is followed nor read. `follow`: a path the user
-    gave may be a link (to a regular file)."""
+    hold what a sandbox made (a folder named by its path; an --output-dir a later workspace run
+    changed): a fifo would block the open and a link could name /dev/zero, so neither is followed
+    nor read. `follow`: a path the user gave may be a link (to a regular file)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     fd = os.open(file, flags)
     if not stat.S_ISREG(os.fstat(fd).st_mode):

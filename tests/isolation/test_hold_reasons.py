@@ -230,3 +230,22 @@ def test_held_by_class_caches_new_dot_files_tool_configs_and_agent_instructions_
     assert "in place of its source" in reasons["scripts/__pycache__/util.cpython-311.pyc"]
     assert "new in the dot-folder .config/" in reasons[".config/tool/settings.toml"]
     assert "standing instructions" in reasons["AGENTS.md"]
+
+
+def test_a_run_record_is_held_whole_by_its_shape_in_the_change_or_on_the_host_and_so_is_lis_output(repo):
+    """A run record (trajectory.json beside answer.txt, files/ or changes.json) says where `lis-tui
+    apply` writes and how `resume` runs; one lis-tui's index names (an --output-dir in the project)
+    is trusted, so a sandbox may change none, whatever the folder's name."""
+    kept = repo / "out" / "mine"  # a run's --output-dir inside the project, as lis-tui wrote it
+    (kept / "files").mkdir(parents=True)
+    (kept / "trajectory.json").write_text("{}")
+    (repo / "data").mkdir()
+    (repo / "data" / "trajectory.json").write_text("[]")  # a project's own file of that name
+    changes = ["out/mine/trajectory.json", "out/mine/files/a.txt", "made/r1/trajectory.json", "made/r1/changes.json",
+               "made/r1/changes.patch", "made/r1/", "lis-output/x/notes.txt", "src/lis-output/y", "made/",
+               "data/trajectory.json", "data/answer.json", "src/a.py", "notes/answer.txt"]
+    reasons = hold_reasons(repo, [(p, "added") for p in changes])
+    assert {p: held_kind(w) for p, w in reasons.items()} == {p: TOOLS for p in changes[:8]}
+    assert reasons["out/mine/files/a.txt"].startswith(f"{TOOLS}: in out/mine/, a lis-tui run record")
+    assert reasons["made/r1/changes.patch"].startswith(f"{TOOLS}: in made/r1/, a lis-tui run record")
+    assert reasons["src/lis-output/y"].startswith(f"{TOOLS}: in a lis-output/ folder")

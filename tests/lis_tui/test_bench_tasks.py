@@ -1,6 +1,7 @@
 """Task files in every form, the mistakes people make in them, and the built-in sets."""
 
 import json
+import re
 
 import pytest
 
@@ -54,6 +55,44 @@ def test_documents_dir_is_relative_to_the_task_file(tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps([PAPER_TASK | {"documents_dir": "docs"}]))
     assert load_tasks(path)[0].documents_dir == tmp_path / "docs"
+
+
+def test_a_task_file_names_folders_only_inside_its_own_folder_or_allow_dir(tmp_path, monkeypatch, capsys):
+    """A downloaded data set naming the person's ~/.ssh: `~`, `..`, an absolute path and a link out
+    are each refused in one line, before anything is read, by bench, rollout, env serve --tasks and
+    paper rows alike; --allow-dir lets the person open a folder; a link inside a task's folder to a
+    file outside is left out of what llm mode inlines."""
+    from lis_tui.bench.paper import load_suite
+    from lis_tui.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    secret = tmp_path / "home" / ".ssh"
+    secret.mkdir(parents=True)
+    (secret / "id_ed25519").write_text("PRIVATE KEY")
+    docs = tmp_path / "sets" / "docs"
+    docs.mkdir(parents=True)
+    (docs / "out").symlink_to(secret)
+    path = tmp_path / "sets" / "t.jsonl"
+    refused = "`input_dir` is not inside the task file's folder or --allow-dir"
+    for named in ("~/.ssh", "../home/.ssh", str(secret), "docs/out"):
+        path.write_text(json.dumps(PAPER_TASK | {"input_dir": named}) + "\n")
+        for load in (lambda: load_tasks(path), lambda: load_suite("long_context", str(path))):
+            with pytest.raises(TaskError, match=re.escape(refused)) as err:
+                load()
+            assert "\n" not in str(err.value) and "--allow-dir DIR" in str(err.value)
+    for argv in (["bench", str(path), "--mode", "llm", "--base-url", "http://127.0.0.1:9/v1"],
+                 ["rollout", str(path), "--policy-url", "http://127.0.0.1:9/v1", "--output", str(tmp_path / "o")],
+                 ["env", "serve", "--tasks", str(path), "--port", "0"]):
+        assert main(argv) == 2
+        said = capsys.readouterr().err
+        assert refused in said and len(said.splitlines()) == 1, said
+    path.write_text(json.dumps(PAPER_TASK | {"input_dir": "../home/.ssh"}) + "\n")
+    assert load_tasks(path, allow=tmp_path / "home")[0].input_dir == secret  # the person's choice
+    (docs / "key").symlink_to(secret / "id_ed25519")
+    (docs / "a.txt").write_text("the doc")
+    path.write_text(json.dumps(PAPER_TASK | {"input_files": {}, "documents_dir": "docs"}) + "\n")
+    assert task_files(load_tasks(path)[0]) == [("documents/a.txt", "the doc")]
 
 
 @pytest.mark.parametrize("content, message", [

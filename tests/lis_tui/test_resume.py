@@ -91,9 +91,11 @@ def test_what_cannot_be_resumed_is_refused_with_where_to_look(tmp_path):
 def test_bench_and_paper_episodes_are_refused_and_a_context_limit_is_said(tmp_path, monkeypatch):
     from lis_tui.runs.resume import load_resumable
 
-    def saved(name: str, **doc) -> str:
-        folder = tmp_path / name
-        folder.mkdir()
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+
+    def saved(name: str, **doc) -> str:  # in lis-tui's store: only a run there is taken at its word
+        folder = tmp_path / "data" / "lis-tui" / "runs" / name
+        folder.mkdir(parents=True)
         (folder / "trajectory.json").write_text(json.dumps({"steps": [], **doc}))
         return str(folder)
 

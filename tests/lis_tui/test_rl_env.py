@@ -287,14 +287,14 @@ def test_http_tasks_bring_files_by_content_not_host_paths(tmp_path):
     (allowed / "docs").mkdir(parents=True)
     (allowed / "docs" / "d.txt").write_text("allowed doc")
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(json.dumps({**task(8), "documents_dir": str(secret)}) + "\n")
+    tasks.write_text(json.dumps({**task(8), "documents_dir": "secret"}) + "\n")  # inside the file's folder
     with serve(tmp_path, "--tasks", str(tasks)) as served:
         for bad in ({**task(9), "documents_dir": str(secret)}, {**task(9), "input_dir": "secret"},
                     {**task(9), "input_files": {"../../etc/x": "y"}}):
             with pytest.raises(EnvServerError) as err:
                 served.client.reset(bad)
             assert err.value.status == 400 and str(tmp_path) not in str(err.value)
-        # the operator's own --tasks file may name host folders
+        # the operator's own --tasks file may name host folders inside its own folder
         env_id, _ = served.client.reset("t8")
         shown = served.client.step(env_id, bash("cat /testbed/documents/key.txt"))["messages"]
         assert shown[0]["content"] == "host secret"

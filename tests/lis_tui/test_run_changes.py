@@ -197,10 +197,10 @@ def test_a_saved_move_of_an_executable_or_a_link_is_held_whole_and_naming_its_ne
         saved = save_changes(sb, tmp_path / "run")
     assert saved.held["tool.sh"].startswith("link or exec bit: the other half of a move to bin/tool.sh")
     assert saved.held["latest"].startswith("link or exec bit: the other half of a move to bin/latest")
-    assert apply_run(tmp_path / "run", None).applied == ["notes.txt"]
+    assert apply_run(tmp_path / "run", None, project=project).applied == ["notes.txt"]
     assert (project / "tool.sh").is_file() and os.readlink(project / "latest") == "notes.txt"
-    assert apply_run(tmp_path / "run", ["bin/tool.sh"]).applied == ["bin/tool.sh", "tool.sh"]
-    assert apply_run(tmp_path / "run", ["latest"]).applied == ["latest"]  # the deletion alone: no held-back link
+    assert apply_run(tmp_path / "run", ["bin/tool.sh"], project=project).applied == ["bin/tool.sh", "tool.sh"]
+    assert apply_run(tmp_path / "run", ["latest"], project=project).applied == ["latest"]  # the deletion alone: no held-back link
     assert not os.path.lexists(project / "latest") and sorted(os.listdir(project / "bin")) == ["tool.sh"]
 
 

@@ -16,10 +16,11 @@ HF_HINT = ("download it once where there is network (python -c \"import datasets
            "--repo-type dataset {name}` and give the Parquet folder instead")
 
 
-def load_rows(data: str) -> tuple[list[dict[str, Any]], Path, str]:
-    """(rows, folder relative paths are taken from, label for messages)."""
+def load_rows(data: str) -> tuple[list[dict[str, Any]], Path | None, str]:
+    """(rows, folder relative paths are taken from (None for hf: rows, which have none), label for
+    messages)."""
     if data.startswith("hf:"):
-        return _hf_rows(data), Path.cwd(), data
+        return _hf_rows(data), None, data
     path = Path(data).expanduser()
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable
 
 from isolation.extras import install_hint
@@ -156,14 +157,15 @@ def scoring(name: str, scorer_name: str) -> Scoring:
                        "it has only the paper's own (leave out --suite-scorer)"))
 
 
-def load_suite(name: str, data: str, scorer_name: str = "") -> list[Task]:
+def load_suite(name: str, data: str, scorer_name: str = "", allow: Path | None = None) -> list[Task]:
     """The suite's tasks from DATA (a file, folder or hf:NAME:CONFIG[:SPLIT]), scored as the
-    paper does, or with its other scorer `scorer_name` (a note in the summary says so)."""
+    paper does, or with its other scorer `scorer_name` (a note in the summary says so); the host
+    folders rows name inside DATA's folder or `allow` (lis_tui.bench.tasks)."""
     chosen = suite(name)
     other = scoring(name, scorer_name) if scorer_name else None
     check_extras(name, scorer_name)
     rows, base, label = load_rows(data)
-    tasks = tasks_from_items(rows, base, label, default_reward=None)
+    tasks = tasks_from_items(rows, base, label, None, allow)
     prepare = other.prepare if other else chosen.prepare
     shared = [other.note if other else "", prepare(tasks) if prepare else ""]
     return [replace(t, reward=other.reward if other else chosen.reward, layout=chosen.layout,
