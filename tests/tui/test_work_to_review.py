@@ -24,7 +24,7 @@ def test_changes_left_to_review_are_said_and_quitting_with_them_says_where_they_
                 await wait_for(pilot, lambda: said(app))
                 await pilot.press("ctrl+q")
                 await wait_for(pilot, lambda: type(app.screen).__name__ == "ConfirmScreen")
-                asked = " ".join(texts(app, "ConfirmScreen Label"))
+                asked = " ".join(" ".join(texts(app, "ConfirmScreen Label")).split())  # as one line, unwrapped
                 await pilot.press("n")  # stay
                 await open_review(pilot, app)
                 await pilot.press("a")  # apply all: nothing is left
