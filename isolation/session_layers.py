@@ -10,8 +10,11 @@ layers) they stay in the session's folder itself, under the walk, as before (`to
 What overlayfs needs survives both copies: whiteouts (character devices 0/0, which overlayfs makes
 in the sandbox's user namespace, and which Linux 5.8+ lets any user make), opaque directories and
 overlayfs's other marks (user.overlay.* attributes: bwrap's overlay in a user namespace is mounted
-with userxattr, so never trusted.*), modes (set-id bits too), access and modification times,
-symlinks, fifos, and hard links (up to MAX_LINKED linked files per copy; past that, copies).
+with userxattr, so never trusted.*), modes, access and modification times, symlinks, fifos, and
+hard links (up to MAX_LINKED linked files per copy; past that, copies). Set-uid and set-gid bits
+are dropped, both ways: overlayfs needs neither, and for a root caller a saved file is root's
+on disk, so a sandbox's `chmod u+s` on its own shell became a set-uid root copy of `sh` in the
+session's folder (behind one 0700 folder); inside, no_new_privs makes them mean nothing anyway.
 Owners: the sandbox maps one id, its uid 0, so every file of its layers is that id outside: ours,
 or for a root caller its subordinate id in the tmpfs (`idmap.as_sandbox_root` makes each file) and
 root's on disk, as the idmapped folders of a root caller's other sandboxes are (idmap.py).
@@ -48,6 +51,7 @@ _RENAME_EXCHANGE = 2
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _libc = ctypes.CDLL(None, use_errno=True)
+_SET_ID = stat.S_ISUID | stat.S_ISGID
 _trashed: set[str] = set()  # old copies this process is removing: not `recover`'s to take
 
 
@@ -230,7 +234,7 @@ class _Copy:
 
     def entry(self, src: int, dst: int, name: str) -> None:
         st = os.lstat(name, dir_fd=src)
-        mode, times = stat.S_IMODE(st.st_mode), (st.st_atime_ns, st.st_mtime_ns)
+        mode, times = stat.S_IMODE(st.st_mode) & ~_SET_ID, (st.st_atime_ns, st.st_mtime_ns)
         if stat.S_ISDIR(st.st_mode):
             shut = self.open_up(src, name, st, 0o500)
             sub = os.open(name, _DIR, dir_fd=src)
@@ -275,7 +279,7 @@ class _Copy:
             try:
                 _copy_data(fd, out)
                 _copy_xattrs(fd, out)
-                os.fchmod(out, stat.S_IMODE(st.st_mode))
+                os.fchmod(out, stat.S_IMODE(st.st_mode) & ~_SET_ID)
                 os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
             finally:
                 os.close(out)
@@ -289,7 +293,7 @@ class _Copy:
             if shut is not None:
                 os.fchmod(src, shut)
             if st is not None:  # not the top, which is the tmpfs's root or NEW
-                os.fchmod(dst, stat.S_IMODE(st.st_mode))
+                os.fchmod(dst, stat.S_IMODE(st.st_mode) & ~_SET_ID)
                 os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
         finally:
             os.close(src)

@@ -52,7 +52,8 @@ class Limits:
     unlike RLIMIT_AS, leaves the big reservations of V8 or Go alone); None: no cap. Default: 4 GiB
     or half the machine's memory, whichever is less. Also the cap of the whole sandbox: where cgroup
     v2 is delegated, its tmpfs files included (memory.max, no swap; cgroup.py), else its processes'
-    anonymous memory summed by a watcher, which stops it past the cap (memcap.py)."""
+    memory, shared memory and memfd files included, summed by a watcher, which stops it past the
+    cap (memcap.py); and of its SysV shared memory, by the kernel (its IPC namespace's shmall)."""
     open_files: int | None = 4096
     """Most open descriptors per process (RLIMIT_NOFILE)."""
     wall_time: float | None = None

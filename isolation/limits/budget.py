@@ -1,14 +1,16 @@
 """One memory budget for every writable tmpfs of the user's sandboxes, in all lis-tui processes.
 
-A sandbox's writable layers (diskcap.on_tmpfs), /tmp, /run and /dev/shm are tmpfs: memory. Each
-is sized to its own limit, and those sizes are overcommitted (six default sandboxes ask for 66
-GiB), so their sum is bounded here, against the budget (default: BUDGET_SHARE of MemAvailable
-plus free swap plus what the sandboxes hold now; [sandbox] tmpfs_budget, LIS_TMPFS_BUDGET) and
-against the floor (MemAvailable must stay above it).
+A sandbox's writable layers (diskcap.on_tmpfs), /tmp, /run and /dev/shm are tmpfs: memory. So are
+the memfd files its processes hold open (memcap.memfds), which the budget counts with them, though
+only the sandbox's memory limit stops their writer. Each tmpfs is sized to its own limit, and
+those sizes are overcommitted (six default sandboxes ask for 66 GiB), so their sum is bounded
+here, against the budget (default: BUDGET_SHARE of MemAvailable plus free swap plus what the
+sandboxes hold now; [sandbox] tmpfs_budget, LIS_TMPFS_BUDGET) and against the floor (MemAvailable
+must stay above it).
 
 - The ledger (ledger.py): one small file per user, where each lis-tui process writes what its
-  sandboxes' tmpfs hold (used blocks, and INODE_COST a file: tmpfs.py) on every pass; a crashed
-  process's share is freed.
+  sandboxes' tmpfs and memfd files hold (used blocks, and INODE_COST a file: tmpfs.py) on every
+  pass; a crashed process's share is freed.
 - A start (`admit`) is refused in one line when the budget has no room left, and gets a smaller
   disk when it has less than the disk limit asks for; a disk limit larger than the whole budget
   is refused.
@@ -30,7 +32,7 @@ import threading
 import time
 import weakref
 
-from . import activity
+from . import activity, memcap
 from .ledger import exchange, held, ledger_path
 from ..spawn import SpawnError
 from ..spec import SandboxError
@@ -217,9 +219,10 @@ class _Tracker:
             sandboxes = list(self.sandboxes)
         growth = {}
 
-        def measure(sandbox, _by_ns) -> bool:
+        def measure(sandbox, by_ns) -> bool:
             measured = usage(sandbox)
             found = sum(cost(fs) for fs in measured.values())
+            found += memcap.memfds(activity.processes(sandbox, by_ns) or [])
             with self.lock:
                 if sandbox in self.sandboxes:  # not closed meanwhile
                     growth[sandbox] = found - self.costs.get(sandbox, found)
@@ -231,7 +234,7 @@ class _Tracker:
         mem = meminfo()
         try:
             entries = exchange(self.entry() if sandboxes else None)
-        except (OSError, SandboxError) as exc:  # a corrupt ledger: the floor and our own use still bound us
+        except (OSError, SandboxError) as exc:  # an unusable ledger: the floor and our own use still bound us
             log.warning("%s", exc)
             entries = {"": {"use": self.use, "sandboxes": len(sandboxes)}}
         use, now, free = held(entries), time.monotonic(), mem.get("MemAvailable", 0)

@@ -1,4 +1,4 @@
-"""The sandbox's pid 1: the limits it and every command get (rlimits, the user namespace's
+"""The sandbox's pid 1: the limits it and every command get (rlimits, the user and IPC namespaces'
 sysctls), which the sandbox's first zygote sets on it before it execs (spawn/forks.py, _Start);
 and how we reach it later, by pid only (no descriptor is kept per idle sandbox), each time checked
 to be bwrap's child."""
@@ -24,9 +24,22 @@ def _rlimits(limits: Limits) -> list[tuple[int, int]]:
     return [(res, value) for res, value in pairs if value]
 
 
-def _sysctls(limits: Limits) -> list[tuple[str, int]]:
-    """The sandbox's user namespace's own caps on per-user kernel counters (/proc/sys/user/)."""
-    pairs = [("max_inotify_instances", limits.inotify_instances), ("max_inotify_watches", limits.inotify_watches)]
+# SysV message queues and semaphores are kernel memory that nothing else bounds: a new IPC
+# namespace allows 32,000 queues of 16 KiB (500 MiB) and 32,000 sets of 32,000 semaphores (300 sets
+# took 468 MiB here). These allow 256 queues (4 MiB) and 65,536 semaphores in 1,024 sets (4 MiB);
+# PostgreSQL, for one, takes a few sets of 17. 1,024 shared-memory segments hold at most 1.5 MiB
+# of metadata beside their pages.
+SYSV = [("kernel/msgmni", 256), ("kernel/sem", "32000 65536 500 1024"), ("kernel/shmmni", 1024)]
+
+
+def _sysctls(limits: Limits) -> list[tuple[str, int | str]]:
+    """The sandbox's own caps (paths under /proc/sys/): on per-user kernel counters, in its user
+    namespace (user/); on SysV IPC, in its IPC namespace (kernel/): shared memory up to its memory
+    limit in all (shmall, in pages, and shmmax), the memory the memory limit stands for."""
+    pairs = [("user/max_inotify_instances", limits.inotify_instances),
+             ("user/max_inotify_watches", limits.inotify_watches), *SYSV]
+    if limits.memory:
+        pairs += [("kernel/shmmax", limits.memory), ("kernel/shmall", -(-limits.memory // os.sysconf("SC_PAGE_SIZE")))]
     return [(name, value) for name, value in pairs if value]
 
 

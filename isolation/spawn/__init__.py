@@ -268,12 +268,13 @@ class Zygote:
     request forks a new one. Close this when the sandbox closes."""
 
     def __init__(self, rlimits: list[tuple[int, int]] = (), nested_userns: bool = False, cgroup: str | None = None,
-                 sysctl: list[tuple[str, int]] = (), remounts: list[tuple[str, str]] = (),
+                 sysctl: list[tuple[str, int | str]] = (), remounts: list[tuple[str, str]] = (),
                  masks: list[tuple[str, str]] = (), take_uid_0: bool = False) -> None:
         """For a sandbox still starting: set_root says how to reach it once it runs (before that,
         only start and launched). `cgroup`: the sandbox's cgroup.procs, which each zygote
         enters before it joins (cgroup.py). Done once, by the first zygote that gets ready:
-        `sysctl`, (name, value) of /proc/sys/user/ files to set in the sandbox's user namespace;
+        `sysctl`, (name, value) of /proc/sys/ files to set in the sandbox's namespaces (user/: its
+        user namespace's, kernel/: its IPC namespace's);
         `remounts`, (mount point, options) of each mount to remount with those options (tmpfs
         sizes, the ptys' cap); `masks`, (source, target) of each read-only bind to make (confined
         waits for all three). `take_uid_0`: we are root and the sandbox's uid 0 is another id

@@ -16,8 +16,8 @@ requires. For a sandbox it forks a zygote, which:
 A fork asked to `pick` joins the same way, but hands back resize contexts of the sandbox's
 tmpfs (_pick) and exits, confined in nothing but the chroot, having run nothing of the sandbox's.
 The sandbox's first zygote also, before any command ran, caps the sandbox's per-user counters
-(inotify) in its user namespace, joined alone first, and sizes every tmpfs and caps the ptys,
-chrooted and still capable, loading the filter after that (see _bound_user_ns, _remount).
+(inotify) in its user namespace and SysV IPC in its IPC namespace, and sizes every tmpfs and caps
+the ptys, chrooted and still capable, loading the filter after that (see _bound_ns, _remount).
 Only then does it serve requests, starting each command with posix_spawn (vfork and exec: no
 Python runs in the child), and the command inherits all of the above. So nothing from the
 sandbox's filesystem is executed or loaded while a capability is held, and a command costs one
@@ -348,9 +348,9 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
             _write_all(request["cgroup"], str(os.getpid()))
         if request["take_uid_0"]:
             os.setgroups([])  # root's groups, here where we may still drop them (the sandbox denies setgroups)
-        # the sandbox's first zygote only: sysctl (_bound_user_ns), masks (_mask), remounts (_remount)
+        # the sandbox's first zygote only: sysctl (_bound_ns), masks (_mask), remounts (_remount)
         sysctl, remounts, masks = (request.get(key) or [] for key in ("sysctl", "remounts", "masks"))
-        _join(fds[0], [] if _OWN_PROC else sysctl)
+        _join(fds[0], [] if _OWN_PROC else [pair for pair in sysctl if pair[0].startswith("user/")])
         if start is not None:
             start.layers()
         pick = request.get("pick")  # None: a zygote; else a fork that hands back resize contexts and exits
@@ -374,8 +374,9 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
             os._exit(0)
         for fd in fds:
             os.close(fd)
-        if _OWN_PROC and sysctl:
-            _bound_user_ns(sysctl, own_proc=True)
+        if sysctl:  # the IPC namespace's here, joined (without open_tree, the user namespace's were at _join)
+            _bound_ns(sysctl if _OWN_PROC else [pair for pair in sysctl if not pair[0].startswith("user/")],
+                      own_proc=True)
         if masks:
             _mask(masks)
         if remounts:
@@ -422,8 +423,8 @@ def _last_requests(channel: socket.socket, state: _State, poller) -> None:
 
 
 def _join(pidfd: int, sysctls: list) -> None:
-    """Enter the sandbox's namespaces: its user namespace first, where `sysctls` are written
-    (before its mount namespace, where /proc/sys is read-only), then the others."""
+    """Enter the sandbox's namespaces: its user namespace first, where `sysctls` (user/ ones) are
+    written (before its mount namespace, where /proc/sys is read-only), then the others."""
     try:
         linux.setns(pidfd, linux.CLONE_NEWUSER)
     except OSError as exc:
@@ -436,17 +437,20 @@ def _join(pidfd: int, sysctls: list) -> None:
             linux.setns(fd, flag)
             os.close(fd)
             if flag == linux.CLONE_NEWUSER:
-                _bound_user_ns(sysctls)
+                _bound_ns(sysctls)
         return
-    _bound_user_ns(sysctls)
+    _bound_ns(sysctls)
     linux.setns(pidfd, linux.ALL_NAMESPACES & ~linux.CLONE_NEWUSER)
 
 
-def _bound_user_ns(sysctls: list, own_proc: bool = False) -> None:
+def _bound_ns(sysctls: list, own_proc: bool = False) -> None:
     """Set the sandbox's per-user counters (/proc/sys/user/max_inotify_*, ...): the kernel counts
     them per user namespace, and a new one starts unlimited, so the sandbox could otherwise take
-    all of the user's on the host. The file shows the namespace of the process that opens it, and
-    writing it takes CAP_SYS_RESOURCE there, which we hold just after joining.
+    all of the user's on the host; and its SysV IPC limits (/proc/sys/kernel/shm*, msgmni, sem),
+    per IPC namespace, which a new one starts at the kernel's defaults (shared memory without
+    bound). The file shows the namespace of the process that opens it (user/: its user namespace;
+    kernel/: its IPC namespace, so only once joined to it), and writing it takes CAP_SYS_RESOURCE
+    there (user/) or being its uid 0 (kernel/), as we are just after joining.
 
     `own_proc`: chrooted in the sandbox, through its own /proc, before our read-only bind over
     /proc/sys (_mask); where bwrap covered /proc/sys itself (run as the host's root, unmapped),
@@ -454,11 +458,11 @@ def _bound_user_ns(sysctls: list, own_proc: bool = False) -> None:
     /proc, joined to the user namespace alone: there the kernel compares the file's name with every
     live user namespace's (a lookup that grows with the sandboxes live, 6-8 ms beside 3,000); in a
     procfs of the sandbox's own, with its own alone."""
-    if own_proc and _write_sysctls(sysctls, "/proc/sys/user", None):
+    if own_proc and _write_sysctls(sysctls, "/proc/sys", None):
         return
-    proc = linux.open_tree("/proc") if own_proc else None
+    proc = linux.open_tree("/proc") if own_proc and _OWN_PROC else None
     try:
-        _write_sysctls(sysctls, "sys/user" if own_proc else "/proc/sys/user", proc)
+        _write_sysctls(sysctls, "sys" if proc is not None else "/proc/sys", proc)
     finally:
         if proc is not None:
             os.close(proc)
@@ -466,7 +470,8 @@ def _bound_user_ns(sysctls: list, own_proc: bool = False) -> None:
 
 def _write_sysctls(sysctls: list, folder: str, dir_fd: int | None) -> bool:
     """False where the files are read-only (a cover over them); True once written, or where the
-    kernel has none (a container's read-only /proc/sys, a kernel before 4.9: doctor says so)."""
+    kernel has none (a container's read-only /proc/sys, a kernel before 4.9: doctor says so), or
+    keeps SysV's to the host's root (an older kernel: doctor says so)."""
     for name, value in sysctls:
         try:
             fd = os.open(f"{folder}/{name}", os.O_WRONLY | os.O_CLOEXEC, dir_fd=dir_fd)
@@ -475,6 +480,8 @@ def _write_sysctls(sysctls: list, folder: str, dir_fd: int | None) -> bool:
                 return False
             if exc.errno in (errno.EROFS, errno.ENOENT):
                 return True
+            if exc.errno in (errno.EACCES, errno.EPERM) and name.startswith("kernel/"):
+                continue
             raise
         try:
             os.write(fd, str(value).encode())

@@ -30,14 +30,14 @@ WRITE = """set -e
 echo kept > /testbed/f; ln /testbed/f /testbed/linked; touch -d 2001-02-03 /testbed/f
 rm /etc/debian_version
 rm -r /etc/apt; mkdir /etc/apt; echo only > /etc/apt/only
-echo tool > /opt/tool; chmod 4710 /opt/tool
+echo tool > /opt/tool; chmod 4710 /opt/tool; mkdir /opt/g; chmod 2755 /opt/g
 mkdir /opt/shut; echo in > /opt/shut/in; chmod 000 /opt/shut
 ln -s nowhere /testbed/link; mkfifo /testbed/fifo
 stat -f -c %T /testbed /etc/apt/only
 """
 READ = """cat /testbed/f; stat -c '%h %y' /testbed/f
 test -e /etc/debian_version && echo whiteout-lost; test -e /etc/issue && echo lower-seen
-ls -A /etc/apt; stat -c %a /opt/tool /opt/shut; chmod 700 /opt/shut; cat /opt/shut/in
+ls -A /etc/apt; stat -c %a /opt/tool /opt/g /opt/shut; chmod 700 /opt/shut; cat /opt/shut/in
 readlink /testbed/link; stat -c %F /testbed/fifo
 """
 
@@ -51,12 +51,15 @@ def test_a_kept_session_runs_in_the_tmpfs_and_keeps_whiteouts_opaque_dirs_modes_
         assert sb.writable != sb.layers and "" in tmpfs.mounts(sb)  # the layers' tmpfs, counted in the budget
     saved = Path(os.environ["LIS_SESSIONS"]) / "k1" / "layers"
     assert (saved / "upper/etc/apt").is_dir() and not (saved.parent / "upper").exists()
+    # no set-uid or set-gid bit is kept: as root the saved copy is root's, a set-uid root file
+    assert oct((saved / "upper/opt/tool").stat().st_mode & 0o7777) == "0o710"
+    assert oct((saved / "upper/opt/g").stat().st_mode & 0o7777) == "0o755"
     with Sandbox(spec) as sb:
         r = sb.exec(READ)
     assert r.stdout == ("kept\n2 2001-02-03 00:00:00.000000000 +0000\n"  # a file, its hard link, its time
                         "lower-seen\n"  # the rootfs shows through, but the deleted file stays deleted (a whiteout)
                         "only\n"  # the replaced directory hides the rootfs's (opaque)
-                        "4710\n0\nin\n"  # modes, set-id bits and a shut directory's
+                        "710\n755\n0\nin\n"  # modes, set-id bits dropped, and a shut directory's
                         "nowhere\nfifo\n"), r.stderr
 
 
