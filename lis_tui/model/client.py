@@ -15,6 +15,7 @@ import json
 import os
 import queue
 import random
+import re
 import socket
 import threading
 import time
@@ -34,6 +35,10 @@ WORKER_IDLE = 120.0  # seconds an idle call worker waits for the next call befor
 # just starting; a minute of backoff would only hide the mistake (a wrong port, no network).
 UNREACHABLE_RETRIES = 1
 UNREACHABLE_DELAY = 0.5
+NOT_OPENAI = (404, 405, 501)
+"""What a web server that is no model server answers a POST to /chat/completions (a 404 page, a
+static server's 405, `python3 -m http.server`'s 501): said at once, never retried, when the body is
+no JSON (an OpenAI-compatible server's errors are)."""
 OnDelta = Callable[[str, str], None]
 """Called with (kind, text): kind is "text", "reasoning", or "reset" (a retry starts over)."""
 
@@ -228,7 +233,7 @@ class ModelClient:
         if not call.streaming:
             data = client.post("/chat/completions", cast_to=object, body=body)
             # a server that labels its JSON text/plain comes back as a string
-            return reply_from_completion(json.loads(data) if isinstance(data, str) else data)
+            return reply_from_completion(_parsed(data, self.config.base_url) if isinstance(data, str) else data)
         stream = client.post("/chat/completions", cast_to=object, body=body, stream=True,
                              stream_cls=openai.Stream[object])
         call.response = stream
@@ -296,6 +301,9 @@ class ModelClient:
         url, c = self.config.base_url, self.config
         tries = f" (after {attempts} attempts)" if attempts > 1 else ""
         status = getattr(failure, "status_code", None)
+        if _not_openai(failure):
+            return ModelError(f"model server {url} answered {status} {_phrase(status)} with "
+                              f"{_what(_text_of(failure.response))}: {NOT_OPENAI_FIX}", url=url, status=status)
         if isinstance(failure, openai.APIStatusError):
             message = (f"model server {url} answered {status} {_phrase(status)}: "
                        f"{_server_message(failure)}{tries}; {_status_fix(status, c)}")
@@ -338,11 +346,52 @@ class _Call:
 
 # -- failures --------------------------------------------------------------------------------
 
+NOT_OPENAI_FIX = ("this does not look like an OpenAI-compatible endpoint (it usually ends in /v1). "
+                  "Fix: check model.base_url (--base-url)")
+
+
+def _parsed(text: str, url: str) -> Any:
+    """A 200 answer's body that came back as text: its JSON, or (a web page) ModelError at once."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ModelError(f"model server {url} answered with {_what(text)}: {NOT_OPENAI_FIX}", url=url,
+                         status=200) from None
+
+
+def _not_openai(exc: BaseException) -> bool:
+    """A 404, 405 or 501 whose body is no JSON: a web server, not a model server (NOT_OPENAI)."""
+    import openai  # noqa: PLC0415 (lazy: see the top)
+    return isinstance(exc, openai.APIStatusError) and exc.status_code in NOT_OPENAI \
+        and not isinstance(exc.body, (dict, list))
+
+
+def _text_of(response: Any) -> str:
+    try:
+        return response.text
+    except Exception:  # the body could not be read: say what is known
+        return ""
+
+
+def _what(text: str) -> str:
+    """A web page (and its title), or what else a body that is no JSON is, in a few words."""
+    text = text[:20000]
+    if not text.strip():
+        return "an empty body"
+    if "<html" not in text.lower() and "<!doctype" not in text.lower():
+        return "text that is not JSON"
+    title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+    words = " ".join(title.group(1).split())[:80] if title else ""
+    return f'a web page ("{words}")' if words else "a web page"
+
+
 def _retryable(exc: Exception) -> bool:
     """429, 408, 409, 5xx, timeouts and dropped connections are worth another try."""
     import openai  # noqa: PLC0415 (lazy: see the top)
     if isinstance(exc, openai.APIStatusError):
         if "--jinja" in _server_message(exc):  # llama.cpp's 500 for `tools` it is not set up for
+            return False
+        if _not_openai(exc):  # waiting will not make a web page a model server
             return False
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
     if isinstance(exc, openai.APIConnectionError):

@@ -291,3 +291,47 @@ def test_reported_usage_is_not_an_estimate():
     with FakeOpenAI([reply("x", usage=(10, 2))]) as server:
         out = make(server).complete(USER, on_delta=lambda *a: None)
     assert out.usage == Usage(10, 2) and not out.usage.estimated
+
+
+@pytest.mark.parametrize("call, status", [("complete", 501), ("stream", 501), ("models", 404), ("page", 200)])
+def test_a_web_server_that_is_no_model_server_is_said_at_once_in_one_line(tmp_path, call, status):
+    """`python3 -m http.server` at the base URL (a 404 page for GET, 501 for POST), or a server
+    that answers every POST with a page: one try, one line, no page in it."""
+    import functools
+    import http.server
+
+    seen = []
+
+    class WebServer(http.server.SimpleHTTPRequestHandler):
+        def parse_request(self):
+            seen.append(self.raw_requestline)
+            return super().parse_request()
+
+        def log_message(self, *args):
+            pass
+
+        if call == "page":
+            def do_POST(self):
+                page = b"<!DOCTYPE html><html><head><title>My   blog</title></head><body>hi</body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(WebServer, directory=str(tmp_path)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    notices = []
+    try:
+        client = make(f"http://127.0.0.1:{httpd.server_address[1]}", max_retries=2, stream=call == "stream")
+        client.on_retry = notices.append
+        with pytest.raises(ModelError) as info:
+            client.list_models() if call == "models" else client.complete(USER, on_delta=lambda *a: None)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    message = str(info.value)
+    assert "this does not look like an OpenAI-compatible endpoint (it usually ends in /v1)" in message
+    assert f"answered {status}" in message if status != 200 else "answered with a web page" in message
+    assert "<" not in message and "\n" not in message and len(message) < 300, message
+    assert (len(seen), notices, info.value.status) == (1, [], status)
