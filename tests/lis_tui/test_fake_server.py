@@ -174,3 +174,32 @@ def test_lis_tui_fake_server_lets_a_person_try_run_and_bench_without_a_model(tmp
     finally:
         server.send_signal(signal.SIGINT)
         assert server.wait(timeout=30) == 0  # Ctrl-C stops it cleanly
+
+
+@pytest.mark.sandbox
+def test_echo_runs_each_task_and_follow_up_as_one_command_and_answers_with_its_output(tmp_path, monkeypatch):
+    """`fake-server --echo`, as the app's conversation meets it: what is typed runs as typed, in a
+    workspace whose changes come back for review, and a follow-up likewise."""
+    from isolation import SandboxSpec
+    from lis_tui.commands.fake_server import echo_turn
+    from lis_tui.config.settings import load_config
+    from lis_tui.conversation import Conversation
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (tmp_path / "project").mkdir()
+    typed = ["echo hello > hello.txt && echo made it", "cat hello.txt; echo more >> hello.txt"]
+    with FakeOpenAI(default=echo_turn, model="fake") as server:
+        config = load_config(overrides={"model.model": "fake", "model.base_url": server.base_url}, env={}, paths=[])
+        talk = Conversation(config, SandboxSpec(rootfs="host", workspace=str(tmp_path / "project")),
+                            tmp_path / "out", stream=True)
+        try:
+            first, second = (talk.ask(task) for task in typed)
+            changed = [(c.path, c.kind) for c in talk.sandbox.changes()]
+        finally:
+            talk.close()
+    assert (first.reason, first.answer, second.reason, second.answer) == ("submitted", "made it", "submitted", "hello")
+    ran = [json.loads(c["function"]["arguments"])["command"] for m in talk.messages if m["role"] == "assistant"
+           for c in m.get("tool_calls") or [] if c["function"]["name"] == "execute_bash"]
+    assert ran == typed
+    assert changed == [("hello.txt", "added")]
