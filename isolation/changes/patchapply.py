@@ -176,6 +176,21 @@ def _link_target(entry: Entry) -> str:
     return os.fsdecode(added[-1]) if added else "?"
 
 
+def already_applied(project: Path, patch: dict[str, list[Entry]], paths: Iterable[str]) -> list[str]:
+    """Those of `paths` the project already has as the patch leaves them (its new side: the same
+    blob and mode, or gone where it deletes): applied before, so there is nothing to write."""
+    found = []
+    for path in sorted(set(paths)):
+        last = patch[path][-1]
+        try:
+            now = _state(project, path)
+        except OSError:
+            continue
+        if now == ((last.new_mode, last.new_id) if last.new_mode else None):
+            found.append(path)
+    return found
+
+
 def apply_patch(project: Path, patch: dict[str, list[Entry]], chosen: Iterable[str],
                 moved: Iterable[str] = (), blobs: Path | None = None, three_way: bool = False,
                 before: Callable[[], None] = lambda: None) -> list[str]:

@@ -8,7 +8,8 @@ _DESCRIPTION = """\
 Apply the changes a `lis-tui run --workspace DIR` saved (RUN/changes.patch, and the files over 8 MiB
 kept beside it in RUN/blobs/) to that project, under the review's rules: held-back changes (links
 the sandbox made, new executables, .git, CI and tool config, ...) only when named; nothing at all
-when a chosen file changed in the project since the run (the message names it). With --3way, a
+when a chosen file changed in the project since the run (the message names it); one already as the
+run left it (applied before) is said to be, and not written again. With --3way, a
 text file changed since is merged instead (git apply --3way in a scratch copy, from the old
 content the run kept); where both sides changed the same lines it gets git's conflict markers,
 said by name (exit 1). With --commits, the model's new commits (a run with --git-writable)
@@ -72,11 +73,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
         return exc.code
     if done.commits:
         say(f"fetched the run's commits into branch lis-tui/{run_dir.name} ({done.commits[:12]})")
-    if done.applied or not done.commits:
-        say(f"applied {len(done.applied)} change{'' if len(done.applied) == 1 else 's'} to {done.project}")
-    if done.held:
-        names = ", ".join(f"{path} ({why})" for path, why in sorted(done.held.items()))
-        say(f"held back {len(done.held)}, applied only by name (lis-tui apply {run_dir} PATH): {names}")
+    if done.applied or done.already or done.held or not done.commits:
+        say(done.said(run_dir))
     if done.note:
         say(done.note)
     if done.conflicts:

@@ -118,17 +118,16 @@ def _changes(result: Any, apply: bool, spec: Any) -> int:
     saved = result.changes
     if saved is None:
         return 0
-    print(safe_terminal_text(saved.line()), file=sys.stderr)
     if not apply or not saved.paths or saved.error:
+        print(safe_terminal_text(saved.line()), file=sys.stderr)
         return 0
     try:
         done = apply_run(result.output_dir, None, spec.held_back, Path(spec.workspace))  # the project it ran on
-    except ApplyRefused as exc:
+    except ApplyRefused as exc:  # the saved patch and how to apply it, then why it was not
+        print(safe_terminal_text(saved.line()), file=sys.stderr)
         print(safe_terminal_text(f"lis-tui run: --apply: {exc}"), file=sys.stderr)
         return 1
-    held = f"; held back {len(done.held)}: {', '.join(sorted(done.held))} (apply by name: lis-tui apply " \
-        f"{result.output_dir} PATH)" if done.held else ""
-    print(safe_terminal_text(f"applied {len(done.applied)} to {done.project}{held}"), file=sys.stderr)
+    print(safe_terminal_text(saved.line(done)), file=sys.stderr)
     if done.note:  # the commits hold the same change: leave them
         print(safe_terminal_text(done.note), file=sys.stderr)
     return 0

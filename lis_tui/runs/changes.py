@@ -19,7 +19,8 @@ from isolation import SandboxError
 from isolation.changes.beside import Beside, Kept
 from isolation.changes.gitbundle import BundleError, check_target, fetch_bundle
 from isolation.changes.heldback import with_moves
-from isolation.changes.patchapply import Entry, PatchConflict, PatchError, apply_patch, held_back, kind_of, read_patch
+from isolation.changes.patchapply import (Entry, PatchConflict, PatchError, already_applied, apply_patch, held_back,
+                                         kind_of, read_patch)
 from lis_tui.runs.store import in_store, open_run_file
 
 PATCH, RECORD, BUNDLE, BLOBS = "changes.patch", "changes.json", "commits.bundle", "blobs"
@@ -49,8 +50,8 @@ class SavedChanges:
     """Large files kept in RUN/blobs/ beside the patch, not in it."""
     error: str = ""
 
-    def line(self) -> str:
-        """The one line `lis-tui run` ends with."""
+    def line(self, applied: Applied | None = None) -> str:
+        """The one line `lis-tui run` ends with; `applied`: what `run --apply` wrote of them."""
         if self.error:
             return f"the changes to the workspace could not be saved: {self.error}"
         if not self.paths:
@@ -59,7 +60,8 @@ class SavedChanges:
             count = f"{len(self.paths)} file{'' if len(self.paths) == 1 else 's'} changed"
             held = f" ({len(self.held)} held back)" if self.held else ""
             line = (f"{count}{held}: saved in {self.run_dir / PATCH}; apply with "
-                    f"`lis-tui apply {self.run_dir}`")
+                    f"`lis-tui apply {self.run_dir}`") if applied is None else \
+                f"{count}{held}, saved in {self.run_dir / PATCH}: {applied.said(self.run_dir)}"
             if self.kept:
                 line += f"; kept beside it in {self.run_dir / BLOBS}/, too large for the patch: {sizes(self.kept)}"
         if self.commits:
@@ -214,6 +216,26 @@ class Applied:
     """What the person should know of what was taken (that the commits and the patch hold the same change)."""
     conflicts: list[str] = field(default_factory=list)
     """Files a 3-way apply merged with conflicts: they hold git's conflict markers."""
+    already: list[str] = field(default_factory=list)
+    """Chosen paths the project already had as the run left them (applied before): not written."""
+
+    def said(self, run_dir: Path) -> str:
+        """What was written where, what was already there and what was held back, in one clause."""
+        count = len(self.applied)
+        if count or not self.already:
+            parts = [f"applied {count} change{'' if count == 1 else 's'} to {self.project}"]
+            parts += [f"already applied: {_names(self.already)} (as the run left them)"] if self.already else []
+        else:
+            parts = [f"already applied: {self.project} has {_names(self.already)} as the run left "
+                     f"{'it' if len(self.already) == 1 else 'them'}; nothing written"]
+        if self.held:
+            names = ", ".join(f"{path} ({why})" for path, why in sorted(self.held.items()))
+            parts.append(f"held back {len(self.held)}, applied only by name (lis-tui apply {run_dir} PATH): {names}")
+        return "; ".join(parts)
+
+
+def _names(paths: list[str]) -> str:
+    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
 def load_run(run_dir: Path, project: Path | None = None) -> tuple[dict, dict[str, list[Entry]], Path]:
@@ -283,15 +305,21 @@ def apply_run(run_dir: Path, paths: list[str] | None, patterns: tuple[str, ...] 
             said.append(where)
             before(where)
 
+    already = already_applied(where, patch, set(chosen) | set(held))  # a second apply writes nothing twice
+    to_write = [p for p in chosen if p not in already]
     try:
-        conflicts = apply_patch(where, patch, chosen, record.get("moved") or (), run_dir / BLOBS, three_way,
+        conflicts = apply_patch(where, patch, to_write, record.get("moved") or (), run_dir / BLOBS, three_way,
                                 say_where)
     except PatchConflict as exc:
-        raise ApplyRefused(_merge_fix(run_dir, exc, paths) if exc.mergeable else str(exc)) from None
+        done_before = f"; already applied: {_names([p for p in already if p in chosen])}" \
+            if set(already) & set(chosen) else ""
+        raise ApplyRefused((_merge_fix(run_dir, exc, paths) if exc.mergeable else str(exc)) + done_before) from None
     except PatchError as exc:
         raise ApplyRefused(str(exc)) from None
-    left = {} if commits and paths is None else {p: why for p, why in held.items() if p not in chosen}
-    done = Applied(where, sorted(set(chosen)), left, record, conflicts=conflicts)
+    left = {} if commits and paths is None else {p: why for p, why in held.items()
+                                                 if p not in chosen and p not in already}
+    done = Applied(where, sorted(set(to_write)), left, record, conflicts=conflicts,
+                   already=[p for p in already if p in chosen])
     if commits:
         say_where()
         done.commits = fetch_commits(run_dir, where, record)
@@ -337,9 +365,11 @@ def listing(run_dir: Path, patterns: tuple[str, ...] = (), project: Path | None 
     record, patch, where = load_run(run_dir, project)
     held = held_back(where, patch, patterns)
     kept_sizes = {kept.path: kept.size for kept in _kept_of(record)}
-    found = [(path, kind_of(entries), held.get(path, ""),
-              f"{_size(kept_sizes[path])}, kept beside the patch in {BLOBS}/, not in it" if path in kept_sizes else "")
-             for path, entries in sorted(patch.items())]
+    already = set(already_applied(where, patch, patch))
+    notes = {path: "; ".join(note for note in (
+        f"{_size(kept_sizes[path])}, kept beside the patch in {BLOBS}/, not in it" if path in kept_sizes else "",
+        "already applied" if path in already else "") if note) for path in patch}
+    found = [(path, kind_of(entries), held.get(path, ""), notes[path]) for path, entries in sorted(patch.items())]
     saved = record.get("commits")
     if isinstance(saved, dict):
         count = saved.get("count")

@@ -126,6 +126,13 @@ def test_a_workspace_run_saves_a_patch_and_lis_tui_apply_reproduces_the_sandboxs
     assert named.returncode == 0, named.stderr
     assert tree(project) == inside  # binary, modes, the link, the deletion: exactly the sandbox's
 
+    again = lis(tmp_path, "apply", str(run))  # twice: what is true is that it is in, not that the project changed
+    assert (again.returncode, again.stderr.splitlines()) == (0, [
+        f"already applied: {project} has blob.bin, logo.png, notes.txt, old.txt, src/pkg/mod.py as the run left "
+        "them; nothing written"]), again.stderr  # and the held-back ones, named before, are no longer said to wait
+    assert tree(project) == inside
+    assert all(line.endswith("(already applied)") for line in lis(tmp_path, "apply", str(run), "--list").stdout.splitlines())
+
 
 def test_a_file_changed_in_the_project_since_the_run_is_named_and_nothing_is_written(tmp_path):
     project = make_project(tmp_path / "project")
@@ -179,7 +186,11 @@ def test_bad_input_is_one_line_with_the_fix_and_writes_nothing(tmp_path):
 def test_run_apply_applies_at_the_end_and_keeps_the_held_back_for_naming(tmp_path):
     project = make_project(tmp_path / "project")
     done, inside = run_in(tmp_path, project, "--apply")
-    assert "held back 2: build.sh, latest" in done.stderr, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if "changes.patch" in line]  # one thing said, not "apply with" first
+    run = line.split("saved in ", 1)[1].split("/changes.patch", 1)[0]
+    assert line.startswith(f"7 files changed (2 held back), saved in {run}/changes.patch: applied 5 changes to "
+                           f"{project}; held back 2, applied only by name (lis-tui apply {run} PATH): build.sh (a new "
+                           "executable file), latest (a symlink"), line
     assert tree(project) == {k: v for k, v in inside.items() if k not in HELD}
 
 
