@@ -26,7 +26,7 @@ from lis_tui.agent.loop import Agent, CommandApproval
 from lis_tui.agent.allow_words import RUN as RUN_WORDS, allow_words
 from lis_tui.config.settings import Config, configured_rootfs, load_config, network_credentials, sandbox_limits  # noqa: F401 (configured_rootfs: callers import it from here)
 from lis_tui.agent.events import (LIMIT_REASONS, InstructionsRead, Listeners, ResumeNote, RunFinished, RunUsage,
-                                  network_listener)
+                                  StepFinished, network_listener)
 from lis_tui.agent.instructions import Instructions, read_instructions
 from lis_tui.model.client import ModelClient
 from lis_tui.prompts import Prompts, load_prompts
@@ -65,6 +65,9 @@ class RunResult:
     """Files copied from /testbed/output into `output_dir/files`."""
     changes: Any = None
     """With a workspace: what was saved of its changes (runs/changes.py's SavedChanges), else None."""
+    replied: bool = True
+    """False when the model never answered (its first call failed): the run never began, so what
+    it says of a missing answer or an unchanged workspace is no news."""
 
     @property
     def trajectory_path(self) -> Path:
@@ -116,7 +119,8 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
     if resume is not None:
         header.update(resume.header())
     writer = TrajectoryWriter(out / "trajectory.json", header)
-    listeners = Listeners(writer, listener)
+    replies = _Replies()
+    listeners = Listeners(writer, listener, replies)
     if instructions.summary() and resume is None:  # a resumed conversation keeps its system prompt
         listeners.on_event(InstructionsRead(instructions.summary()))
     try:
@@ -130,7 +134,19 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
                                     encoding="utf-8")
     writer.update(files=files.get("files", []), files_skipped=files.get("skipped", []))
     return RunResult(finished.answer, finished.reason, finished.steps, finished.usage, out,
-                     finished.message, finished.answer_note, files.get("files", []), files.get("changes"))
+                     finished.message, finished.answer_note, files.get("files", []), files.get("changes"),
+                     replies.seen)
+
+
+class _Replies:
+    """Whether any step of the run got the model's reply."""
+
+    seen = False
+
+    def on_event(self, event: Any) -> None:
+        record = getattr(event, "record", None)
+        if isinstance(event, StepFinished) and (record.usage is not None or record.finish_reason is not None):
+            self.seen = True
 
 
 def _run(task: str, config: Config, spec: SandboxSpec | None, prompts: Prompts,

@@ -116,7 +116,7 @@ def _changes(result: Any, apply: bool, spec: Any) -> int:
     from lis_tui.runs.changes import ApplyRefused, apply_run  # noqa: PLC0415
 
     saved = result.changes
-    if saved is None:
+    if saved is None or not (result.replied or saved.paths or saved.error):  # never began: nothing changed
         return 0
     if not apply or not saved.paths or saved.error:
         print(safe_terminal_text(saved.line()), file=sys.stderr)
@@ -193,7 +193,7 @@ def _summary(result: Any, out: TextIO) -> None:
             f"saved in {result.output_dir}")
     if result.finish_reason in LIMIT_REASONS and result.message:
         line = f"{result.message}. {line}"
-    if result.answer_note:
+    if result.answer_note and result.replied:  # a run that never began wrote nothing: no news
         line += f" ({result.answer_note})"
     print(safe_terminal_text(line), file=out)
 

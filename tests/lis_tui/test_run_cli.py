@@ -150,6 +150,7 @@ def test_500_forever_exits_1_with_one_clear_line_and_keeps_the_trajectory(tmp_pa
     (line,) = [x for x in done.stderr.splitlines() if x.startswith("lis-tui run:")]
     assert "answered 500" in line and "out of memory" in line and "after 3 attempts" in line
     assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1].endswith("(no /testbed/output/answer.txt was written)")  # it began
     saved = trajectory(tmp_path)
     assert saved["finish_reason"] == "error" and len(saved["steps"]) == 2
     assert saved["steps"][0]["tool_calls"][0]["output"] == "step one"
@@ -159,9 +160,13 @@ def test_server_down_exits_1(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-    done = lis_run(tmp_path, url, "anything")
+    (tmp_path / "project").mkdir()
+    done = lis_run(tmp_path, url, "--workspace", "project", "anything")
     assert done.returncode == 1
     assert "could not reach model server" in done.stderr and "Traceback" not in done.stderr
+    # the run never began: nothing said of an answer.txt or a workspace it never had the chance to touch
+    assert done.stderr.splitlines()[-1].endswith(f"saved in {tmp_path / 'out'}"), done.stderr
+    assert "answer.txt" not in done.stderr and "workspace" not in done.stderr
 
 
 @pytest.mark.parametrize("args, says", [
