@@ -23,7 +23,7 @@ _RESULTS = {"submitted": "submitted", "max_steps": "limit: steps", "max_context"
 
 
 def add_parsers(sub) -> None:
-    p = sub.add_parser("runs", help="list past runs (id, time, task, model, result)", description=_DESCRIPTION,
+    p = sub.add_parser("runs", help="list past runs (id, time, task, model, result, project)", description=_DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", "--limit", type=int, default=20, metavar="N",
                    help="show the newest N runs (default 20; 0 for all)")
@@ -52,7 +52,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         for run in shown:
             print(json.dumps({"id": run.short_id, "name": run.name, "path": str(run.path), "created": run.created,
                               "task": run.task, "model": run.model, "finish_reason": run.finish_reason,
-                              "answer": run.answer, "message": run.message, "steps": run.steps}))
+                              "answer": run.answer, "message": run.message, "steps": run.steps,
+                              "project": _project(run), "workspace": run.workspace or None}))
         return 0
     if not runs:
         print("no runs yet (looked in " + ", ".join(str(p) for p in places) + '); start one: lis-tui run "TASK"')
@@ -64,22 +65,32 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _print_table(runs) -> None:
+    from pathlib import Path  # noqa: PLC0415
+
     from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
 
     width = shutil.get_terminal_size((120, 24)).columns
-    rows = [("ID", "WHEN", "STEPS", "MODEL", "RESULT", "FOLDER", "TASK")]
+    rows = [("ID", "WHEN", "STEPS", "MODEL", "RESULT", "PROJECT", "FOLDER", "TASK")]
     for run in runs:
         # Task, model and answer come from the run's file: the model wrote the answer.
         result = _RESULTS.get(run.finish_reason, str(run.finish_reason))
         if run.finish_reason == "submitted" and run.answer:
             result += ": " + _clip(_first_line(run.answer), 24)
+        project = _project(run)
         rows.append((run.short_id, _when(run.created), str(run.steps), _clip(run.model or "(server default)", 24),
-                     result, _folder(run.path.parent), _first_line(run.task)))
+                     result, _clip_start(_folder(Path(project)), 32) if project else "-", _folder(run.path.parent),
+                     _first_line(run.task)))
     rows = [tuple(safe_terminal_text(cell) for cell in row) for row in rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(6)]
+    widths = [max(len(row[i]) for row in rows) for i in range(7)]
     for row in rows:
         line = "  ".join(cell.rjust(w) if i == 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-        print(line + "  " + _clip(row[6], max(width - len(line) - 3, 20)))
+        print(line + "  " + _clip(row[7], max(width - len(line) - 3, 20)))
+
+
+def _project(run) -> str:
+    """The project a run worked on (its workspace), else the folder it was started in ("" when unknown):
+    what `--continue` and `resume` take it to belong to."""
+    return run.workspace or run.started_in
 
 
 def _folder(path) -> str:
@@ -104,3 +115,8 @@ def _first_line(text: str) -> str:
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _clip_start(text: str, width: int) -> str:
+    """A path's end, which names it, when it is too long."""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1:]

@@ -55,8 +55,11 @@ def test_runs_lists_real_runs_newest_first_with_their_result(tmp_path):
 
     done = lis(tmp_path, "runs")
     header, first, second = done.stdout.splitlines()
-    assert header.split() == ["ID", "WHEN", "STEPS", "MODEL", "RESULT", "FOLDER", "TASK"]
+    assert header.split() == ["ID", "WHEN", "STEPS", "MODEL", "RESULT", "PROJECT", "FOLDER", "TASK"]
     assert str(tmp_path / "data" / "lis-tui" / "runs") in first
+    # no workspace: the project is where the run was started (what --continue takes it to belong to)
+    assert answered["project"] == str(tmp_path / "project") and answered["workspace"] is None
+    assert "/project  " + str(tmp_path / "data") in first and "/project  " + str(tmp_path / "data") in second
     assert first.startswith(failed["id"]) and "error" in first and first.endswith("a task that fails")
     assert second.startswith(answered["id"]) and "submitted: The answer is 42. …" in second
     assert second.endswith("What is 6 * 7? …")  # the first line of a longer task
