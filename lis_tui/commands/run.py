@@ -7,7 +7,7 @@ import sys
 import threading
 from typing import Any, TextIO
 
-from lis_tui.commands.sandbox import add_agent_flags, add_sandbox_flags, agent_overrides, spec_from_args
+from lis_tui.commands.sandbox import add_agent_flags, add_sandbox_flags, agent_overrides, say_owners, spec_from_args
 from tools.terminal_text import safe_terminal_text
 
 _EPILOG = """\
@@ -68,6 +68,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             spec = spec_from_args(args)
         if args.apply and (spec is None or spec.workspace is None):
             raise ValueError("--apply applies the changes to a workspace: give --workspace DIR too")
+        say_owners(spec, "lis-tui run")
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _interrupt)
             signal.signal(signal.SIGHUP, _hung_up)

@@ -290,7 +290,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not command:
         print("lis-tui exec: no command given; usage: lis-tui exec [options] -- CMD [ARGS...]", file=sys.stderr)
         return 2
-    with Sandbox(spec_from_args(args)) as sb:
+    spec = spec_from_args(args)
+    say_owners(spec, "lis-tui exec")
+    with Sandbox(spec) as sb:
         argv = [sb.shell, "-c", command[0]] if len(command) == 1 else command
         if any(os.isatty(fd) for fd in (0, 1, 2)):  # never hand the sandbox our terminal: a pty of ours
             return _on_pty(sb, argv, args)
@@ -352,6 +354,7 @@ def interactive_shell(spec) -> int:
 
     with Sandbox(spec) as sb:
         print(shell_banner(spec), file=sys.stderr, flush=True)
+        say_owners(spec, "lis-tui shell")
         env = {"TERM": os.environ.get("TERM", "xterm-256color"), "PS1": r"(lis-sandbox) \w# "}
         argv = ["bash", "--norc", "-i"] if sb.shell == "bash" else ["sh", "-i"]
         size = shutil.get_terminal_size()
@@ -366,6 +369,52 @@ def shell_banner(spec) -> str:
     where = f"; {spec.workspace} on /testbed, copy-on-write" if spec.workspace else ""
     return safe_terminal_text(f"lis-tui shell: a fresh sandbox (rootfs {spec.rootfs}, network {spec.network}{where}). "
                               "`exit` or Ctrl-D leaves, and the sandbox and everything in it go.")
+
+
+def say_owners(spec, who: str) -> None:
+    """On stderr, the line owners_note() has for `spec`'s workspace, if any."""
+    note = owners_note(spec)
+    if note:
+        from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
+
+        print(safe_terminal_text(f"{who}: {note}"), file=sys.stderr, flush=True)
+
+
+def owners_note(spec) -> str:
+    """Why the sandbox will meet "Permission denied" in the workspace, with the fix: what at its top
+    another user owns ('' when nothing). A sandbox maps only the caller's id, as its root."""
+    if spec is None or not spec.workspace:
+        return ""
+    import shlex  # noqa: PLC0415
+
+    from isolation.host.owners import others_own  # noqa: PLC0415
+
+    found = others_own(spec.workspace, skip=() if spec.git_writable else (".git",))  # else read-only inside
+    if found is None:
+        return ""
+    me, owner, where = _user(os.geteuid()), _user(found.uid), str(spec.workspace)
+    few = ", ".join(found.names[:3]) + (f" and {len(found.names) - 3} more" if len(found.names) > 3 else "")
+    paths = [where] if found.folder else [os.path.join(where, name) for name in found.names[:3]]
+    targets = " ".join(shlex.quote(path) for path in paths) + (" ..." if not found.folder and len(found.names) > 3 else "")
+    what = f"{where} is {owner}'s" if found.folder else \
+        f"in {where}, {few} {'is' if len(found.names) == 1 else 'are'} {owner}'s"
+    if os.geteuid() != 0:
+        return (f"{what}, not yours ({me}): the sandbox works as you, so it cannot change what you do not own "
+                f"there (\"Permission denied\" inside). Fix: `sudo chown -R {shlex.quote(me)} {targets}`"
+                + (", or work on a copy of your own (`cp -r` it into your home)" if found.folder else ""))
+    fix = f"run lis-tui as {owner} (`sudo -u {shlex.quote(owner)} lis-tui ...`)" if found.folder else \
+        f"`chown -R root {targets}` if they are root's to change, else run lis-tui as their owner"
+    return (f"{what}: run as root, the sandbox works as a stand-in for root, never as the host's root, so it "
+            f"cannot change what other users own there (\"Permission denied\" inside). Fix: {fix}")
+
+
+def _user(uid: int) -> str:
+    import pwd  # noqa: PLC0415
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

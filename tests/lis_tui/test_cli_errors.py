@@ -259,3 +259,42 @@ def test_shell_says_what_it_is_in_and_how_to_leave(tmp_path):
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
+
+
+def test_what_another_user_owns_at_a_workspaces_top_is_found_without_walking_it(tmp_path):
+    from isolation.host.owners import others_own
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "deep.txt").write_text("x")
+    (tmp_path / "a.txt").write_text("x")
+    (tmp_path / "link").symlink_to("a.txt")
+    me = os.geteuid()
+    assert others_own(tmp_path) is None  # all mine
+    found = others_own(tmp_path, me=me + 1)  # as another user would find it
+    assert (found.uid, found.folder, found.names) == (me, True, ("a.txt", "sub"))  # no link, nothing deeper
+    assert others_own(tmp_path, me=me + 1, skip=("a.txt", "sub")).names == ()
+    assert others_own(tmp_path / "missing") is None
+
+
+@pytest.mark.sandbox
+def test_a_workspace_another_user_owns_is_said_with_the_fix_where_exec_meets_it(tmp_path):
+    """Inside, another user's file is `nobody`'s and "Permission denied"; the line before says why."""
+    if os.geteuid() == 0:  # root's project, with a file of another user's in it
+        project = tmp_path / "project"
+        project.mkdir()
+        (project / "os.py").write_text("x = 1\n")
+        os.chown(project / "os.py", 4242, 4242)
+        says = (f"lis-tui exec: in {project}, os.py is uid 4242's: run as root, the sandbox works as a stand-in for "
+                "root, never as the host's root, so it cannot change what other users own there")
+    else:  # a folder of root's, as an ordinary user
+        project = Path(os.__file__).parent
+        if project.stat().st_uid == os.geteuid():
+            pytest.skip(f"{project} is this user's own")
+        says = f"lis-tui exec: {project} is root's, not yours ("
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+           "XDG_STATE_HOME": str(tmp_path / "state")}
+    done = subprocess.run([sys.executable, "-m", "lis_tui.cli", "exec", "--rootfs", "host", "--workspace", str(project),
+                           "--", "echo x >> os.py"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    note, denied = done.stderr.splitlines()
+    assert done.returncode == 1 and note.startswith(says) and "Fix: " in note, done.stderr
+    assert "Permission denied" in denied
