@@ -26,7 +26,8 @@ power cut loses at most the step in flight: `lis-tui apply RUN` applies what was
 def add_parsers(sub) -> None:
     p = sub.add_parser("run", help="run one task headless and print the answer",
                        description="Give the model a task and a fresh sandbox, let it work until it "
-                                   "submits, and print the answer (/testbed/output/answer.txt).",
+                                   "submits, and print the answer (answer.txt in /testbed/output; with "
+                                   "--workspace, in /agent/output).",
                        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("task", nargs="?", help="the task text (or use --task-file)")
     p.add_argument("--task-file", metavar="FILE", help="read the task from FILE (- for stdin)")

@@ -23,10 +23,13 @@ def add_sandbox_flags(parser: argparse.ArgumentParser) -> None:
                        help="let the sandbox reach HOST without asking (repeatable): a name, *.suffix or an IP; "
                             "a service on this machine needs its exact HOST:PORT")
     group.add_argument("--workspace", metavar="DIR",
-                       help="lay DIR over /testbed copy-on-write; the host copy is not changed")
-    group.add_argument("--input-dir", metavar="DIR", help="show DIR read-only at /testbed/input")
+                       help="lay DIR over /testbed copy-on-write; the host copy is not changed (the "
+                            "model's own folders are then /agent/output, /agent/input, /agent/scratch)")
+    group.add_argument("--input-dir", metavar="DIR",
+                       help="show DIR read-only at /testbed/input (/agent/input with --workspace)")
     group.add_argument("--documents-dir", metavar="DIR",
-                       help="show DIR read-only at /testbed/documents (the paper's long-context layout)")
+                       help="show DIR read-only at /testbed/documents (the paper's long-context layout; "
+                            "/agent/documents with --workspace)")
     group.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                        help="set an environment variable inside (repeatable)")
     group.add_argument("--memory", metavar="SIZE",
@@ -40,7 +43,8 @@ def add_sandbox_flags(parser: argparse.ArgumentParser) -> None:
                             "all sandboxes) or disk (for big installs: a walk bounds them, more softly) "
                             "(default: [sandbox] disk_on, else memory)")
     group.add_argument("--export-cap", metavar="SIZE",
-                       help="data one export copies out of /testbed/output (files/, review, MCP), holes not "
+                       help="data one export copies out of the output folder (/testbed/output, or "
+                            "/agent/output with --workspace: files/, review, MCP), holes not "
                             "counted, e.g. 20G (default: [sandbox] export_cap, else the disk limit)")
     group.add_argument("--nested-userns", action="store_true", default=None,
                        help="let commands make user namespaces of their own (a nested bwrap, rootless podman); "
