@@ -340,8 +340,9 @@ def _own_path_is_clear(spec: SandboxSpec, root_dir: Path | None, scratch: Path) 
     if root_dir is None or found[0] is not root_dir:
         raise SandboxError(f"session {spec.session} put a link or a file at /{found[1]}, on the way to the project's "
                            f"own path {own}, so the project cannot be shown there. Fix: start a new session")
-    raise SandboxError(f"rootfs {spec.rootfs} has a link or a file at /{found[1]}, on the way to the project's own "
-                       f"path {own}, so the project cannot be shown there. Fix: another rootfs, or a workspace elsewhere")
+    raise SandboxError(f"rootfs {spec.rootfs} has a link or a file at /{found[1]}, on the way to the project's "
+                       f"own path {own}, so the project cannot be shown there. Fix: another rootfs, or a workspace "
+                       "elsewhere")
 
 
 def _kept_layer(spec: SandboxSpec, scratch: Path, name: str) -> Path:

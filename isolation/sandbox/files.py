@@ -152,9 +152,10 @@ def _readable(sandbox: Sandbox, path: str) -> Iterator[tuple[int, str]]:
     """(root, path) for a host-side read of `path`: the sandbox's / while it runs. Once a limit
     stopped it (every process killed, so its / is gone), what it wrote under /testbed (or the
     workspace's own path, its other name) stays readable until close(): the answer and the
-    output files a run, an episode or a review copies out are not lost with it. That is the /testbed layer on the host (without a
-    workspace, /testbed itself; with one, what the sandbox wrote over it), read with `path`
-    resolved inside that folder alone, as inside the sandbox's root; any other path is refused."""
+    output files a run, an episode or a review copies out are not lost with it. That is the
+    /testbed layer on the host (without a workspace, /testbed itself; with one, what the sandbox
+    wrote over it), read with `path` resolved inside that folder alone, as inside the sandbox's
+    root; any other path is refused."""
     if not sandbox._stopped:
         with sandbox._in_root() as root:
             yield root, path

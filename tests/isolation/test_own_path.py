@@ -74,7 +74,7 @@ def test_a_projects_own_venv_and_editable_package_work_inside(tmp_path):
     ("/home/someone/project", True), ("/tmp/project", True), ("/root/project", True),
     ("/usr/local/src/project", True), ("/etc/nixos", True),
     ("/", False), ("/usr", False), ("/tmp", False), ("/root", False), ("/etc", False), ("/usr/local", False),
-    ("/usr/lib", False), ("/proc/self", False), ("/testbed/sub", False), ("/agent/output", False),
+    ("/usr/lib", False), ("/proc/sys/kernel", False), ("/testbed/sub", False), ("/agent/output", False),
     ("/tmp/lis", False), ("/run/lis-tui/bin", False),
 ])
 def test_a_path_the_sandboxs_system_or_our_folders_need_stays_testbed_only(path, own):
