@@ -1,12 +1,14 @@
 """Sandbox start cost, the cost of one command, idle memory and how many can live at once.
 
-    .venv/bin/python benchmarks/sandbox_start.py [--runs 200] [--many 1000] [--against TREE]
+    .venv/bin/python benchmarks/sandbox_start.py [--runs 200] [--many 1000] [--against TREE] [--workspace DIR]
 
 --against TREE (another checkout, e.g. `git worktree add /tmp/start-base main`): only the start,
 in blocks of 10 of raw bwrap, TREE's code and this tree's, interleaved in one run, each tree's
 sandboxes started by a process of its own (this script, importing that tree's `isolation`), with
 the machine's CPU time per start in each block (/proc/stat: the helper's, the zygotes' and
-bwrap's, which are not our process's; run it on an otherwise idle machine).
+bwrap's, which are not our process's; run it on an otherwise idle machine). --workspace DIR: each
+timed start (the blocks, --against's too) lays DIR over /testbed (and, where the tree does, at its
+own path), so a workspace's start is what is compared.
 
 Baselines, measured in the same run: a raw `bwrap ... bash -c true` with the same host mounts,
 launched from the same loop, in blocks of 10 alternating with the sandbox's (and with the
@@ -33,7 +35,7 @@ if len(sys.argv) == 3 and sys.argv[1] == "--worker":  # a tree's starts, for --a
     ROOT = Path(sys.argv[2]).resolve()
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from isolation import Sandbox, bwrap  # noqa: E402
+from isolation import Sandbox, SandboxSpec, bwrap  # noqa: E402
 from isolation.bwrap import Bind, Special  # noqa: E402
 from isolation.spawn.helper import IDLE  # noqa: E402
 from proctree import pss_kib  # noqa: E402
@@ -70,11 +72,17 @@ def mem_available_kib() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
 
 
+def timed_spec() -> SandboxSpec:
+    """The spec of each timed start: --workspace's (told to --against's workers by the environment)."""
+    workspace = os.environ.get("LIS_BENCH_WORKSPACE")
+    return SandboxSpec(workspace=workspace) if workspace else SandboxSpec()
+
+
 def time_sandbox(runs: int) -> list[float]:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        with Sandbox() as sb:
+        with Sandbox(timed_spec()) as sb:
             assert sb.exec("true").exit_code == 0
         times.append(time.perf_counter() - start)
     return times
@@ -214,7 +222,7 @@ def many_alive(count: int) -> tuple[int, float, float, float, float]:
 
 def worker() -> None:
     """--worker TREE: start TREE's sandboxes, a block at a time: read a count, answer their times."""
-    Sandbox().start().close()  # warm up: bwrap probe and sweep
+    Sandbox(timed_spec()).start().close()  # warm up: bwrap probe and sweep
     print("ready", flush=True)
     for line in sys.stdin:
         print(json.dumps(time_sandbox(int(line))), flush=True)
@@ -257,8 +265,9 @@ def against(tree: Path, runs: int) -> None:
             proc.wait()
     p50 = lambda v: percentile(v, .5) * 1000  # noqa: E731
     p99 = lambda v: percentile(v, .99) * 1000  # noqa: E731
+    over = os.environ.get("LIS_BENCH_WORKSPACE")
     print(f"\nsandbox start on {os.cpu_count()} cores, {runs} runs each, uid {os.getuid()}, load "
-          f"{os.getloadavg()[0]:.1f}\n")
+          f"{os.getloadavg()[0]:.1f}" + (f", workspace {over}" if over else "") + "\n")
     print("| Sandbox() + exec('true') + close() | p50 ms | p99 ms | ratio p50 vs raw | target | "
           "the machine's CPU ms per start (median of blocks) |\n|---|---|---|---|---|---|")
     used = lambda v: percentile(cpu[id(v)], .5) * 1000  # noqa: E731
@@ -275,7 +284,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--many", type=int, default=1000)
     parser.add_argument("--against", type=Path, help="another checkout: only the start, raw / it / this")
+    parser.add_argument("--workspace", type=Path, help="a project each timed start lays over /testbed")
     args = parser.parse_args()
+    if args.workspace is not None:
+        os.environ["LIS_BENCH_WORKSPACE"] = str(args.workspace.resolve())
     if args.against is not None:
         return against(args.against, args.runs)
     Sandbox().start().close()  # warm up: bwrap probe and sweep

@@ -13,7 +13,7 @@ from pathlib import Path
 from . import bwrap
 from .host import nodes as hostnodes
 from .bwrap import Bind, Mount, Overlay, Special
-from .spec import SandboxError, SandboxSpec, tmpfs_inodes, tmpfs_sizes
+from .spec import TESTBED, SandboxError, SandboxSpec, tmpfs_inodes, tmpfs_sizes
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The host rootfs is read-only and has no package database of ours: Python and npm packages go to
@@ -61,6 +61,11 @@ class RootPlan:
     folders: list[tuple[str, int]] = field(default_factory=list)
     """(path under the scratch, mode) of each folder the mounts need there, parents first: made
     on disk, or in the writable layers' tmpfs (spawn/forks.py, _Start.layers), before bwrap runs."""
+    binds: list[tuple[str, str]] = field(default_factory=list)
+    """(source, target), both inside: writable binds, with every mount under the source, that
+    the first zygote makes before the masks, chrooted, making the target's missing folders
+    without following a link (spawn/forks.py, _bind): the project at its own path, the same
+    mount as /testbed (SandboxSpec.own_path)."""
 
     def environment(self, spec: SandboxSpec) -> dict[str, str]:
         env = {"PATH": PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",
@@ -119,6 +124,9 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | 
         mounts.append(Bind(str(trust), TRUST_BUNDLE))
         mounts += [Bind(str(trust), f"/{rel}") for rel in SYSTEM_BUNDLES if _plain_file(check, rel)]
     mounts += _testbed(spec, scratch, info, folders)
+    binds = [(TESTBED, spec.places.working)] if spec.places.working != TESTBED else []
+    if binds:
+        _own_path_is_clear(spec, root_dir, scratch)
     mounts += _masked_files(mounts, [f for c in spec.credentials or () for f in c.files])
     shell = "bash" if _has(check, "usr/bin/bash", "bin/bash") else "sh"
     remounts = [(path, f"size={n},nr_inodes={tmpfs_inodes(n)}") for path, n in sizes.items() if n]
@@ -126,7 +134,7 @@ def plan(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, trust: Path | 
         remounts.append(("/dev/pts", f"mode=620,ptmxmode=666,max={spec.limits.ptys}"))
     masks += [("/proc/sys", "/proc/sys"), ("/dev/null", "/proc/keys"), ("/dev/null", "/proc/key-users")]
     return RootPlan(mounts, shell, host=root_dir is None, trust=trust is not None, remounts=remounts,
-                    masks=masks, folders=folders)
+                    masks=masks, folders=folders, binds=binds)
 
 
 ROOT_PROC = ("fs", "acpi", "scsi", "driver", "tty", "asound", "timer_list", "timer_stats", "sched_debug",
@@ -224,7 +232,11 @@ exec "$real" "$@"
 def _testbed(spec: SandboxSpec, scratch: Path, info: bwrap.BwrapInfo, folders: list[tuple[str, int]]) -> list[Mount]:
     """/testbed, and the model's own folders (spec.places): under /testbed in the paper's layout;
     beside a workspace under /agent, one folder of the layers, so that nothing the model keeps for
-    itself shows up as a change to the project."""
+    itself shows up as a change to the project. The workspace's own path is no mount of bwrap's but
+    a bind of /testbed the first zygote makes (RootPlan.binds): the same overlay, one upper, so an
+    edit through either name is one change; and its parents are made inside the sandbox's root,
+    never where a link left by a kept session would lead bwrap's mkdir (outside it, as bwrap
+    builds the tree beside the host's /)."""
     places = spec.places
     top = places.output.rsplit("/", 1)[0]
     if spec.workspace is not None:
@@ -305,6 +317,65 @@ def _read_only_git(spec: SandboxSpec, workspace: Path, upper: Path) -> list[Moun
     return [Bind(str(workspace / ".git"), "/testbed/.git")]
 
 
+
+
+def _own_path_is_clear(spec: SandboxSpec, root_dir: Path | None, scratch: Path) -> None:
+    """SandboxError, with the fix, where a folder on the way to the project's own path is a link or
+    a file inside: in the rootfs, or put there by a kept session in its layers (a directory rootfs's
+    upper; the host rootfs's /root), as `.git` is checked in _read_only_git. The first zygote
+    refuses the same whatever this found (forks._bind walks there without following a link); this
+    says it at the start, in words. The host rootfs's / is bwrap's fresh tmpfs, its /usr and /etc
+    the host's (the path is resolved on the host): nothing to look at there."""
+    own = spec.places.working
+    if root_dir is None:
+        if spec.session is None or not own.startswith("/root/"):
+            return
+        layers, rel = [_kept_layer(spec, scratch, "root")], own[len("/root/"):]
+    else:
+        layers, rel = [_kept_layer(spec, scratch, "upper")] if spec.session else [], own[1:]
+        layers.append(root_dir)
+    found = _not_a_folder(layers, rel)
+    if found is None:
+        return
+    if root_dir is None or found[0] is not root_dir:
+        raise SandboxError(f"session {spec.session} put a link or a file at /{found[1]}, on the way to the project's "
+                           f"own path {own}, so the project cannot be shown there. Fix: start a new session")
+    raise SandboxError(f"rootfs {spec.rootfs} has a link or a file at /{found[1]}, on the way to the project's "
+                       f"own path {own}, so the project cannot be shown there. Fix: another rootfs, or a workspace "
+                       "elsewhere")
+
+
+def _kept_layer(spec: SandboxSpec, scratch: Path, name: str) -> Path:
+    """A kept session's layer `name` as it is before the start copies it in."""
+    layer = scratch / name
+    if layer.is_dir():  # on disk
+        return layer
+    from .session_layers import saved_layer  # noqa: PLC0415
+    from .sessions import sessions_root  # noqa: PLC0415
+
+    return saved_layer(sessions_root() / spec.session, name)
+
+
+def _not_a_folder(layers: list[Path], rel: str) -> tuple[Path, str] | None:
+    """(layer, path) of the first folder on the way to `rel` that is not one in the overlay of
+    `layers` (upper first): what a layer has hides what those under it have; a whiteout, or
+    nothing anywhere, means the rest is made anew."""
+    parts = rel.split("/")
+    for depth in range(1, len(parts) + 1):
+        sub = "/".join(parts[:depth])
+        for layer in layers:
+            try:
+                mode = os.lstat(layer / sub).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if stat.S_ISCHR(mode):  # overlayfs's whiteout: deleted, made anew from here
+                return None
+            if not stat.S_ISDIR(mode):
+                return layer, sub
+            break
+        else:
+            return None
+    return None
 
 
 def _masked_files(mounts: list[Mount], files: list[Path]) -> list[Mount]:

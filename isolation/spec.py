@@ -1,6 +1,7 @@
 """What a sandbox is asked to be, and what running something in it returns."""
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -145,7 +146,15 @@ class SandboxSpec:
     secret comes from (an environment variable or a file of this process), never the secret."""
     workspace: Path | str | None = None
     """Host directory laid over /testbed copy-on-write; None for an empty /testbed. With one, the
-    model's own folders (input, output, scratch) are under /agent instead, outside the project."""
+    model's own folders (input, output, scratch) are under /agent instead, outside the project,
+    and the project is seen at its own path too (`own_path`)."""
+    own_path: bool = True
+    """With a workspace, show the project at its own absolute path as well: the same folder as
+    /testbed (one copy-on-write layer, so an edit through either name is one change), so its
+    venv, its scripts' shebangs and absolute paths in its build files work inside, and the model
+    is told that path (`places.working`). Off: at /testbed only, as the paper's prompts expect.
+    Where the path is one the sandbox's system or lis-tui's own folders need (`project_path`),
+    /testbed only, whatever this says."""
     input_dir: Path | str | None = None
     """Host directory shown read-only at `places.input` (/testbed/input; /agent/input beside a workspace)."""
     documents_dir: Path | str | None = None
@@ -180,14 +189,44 @@ class SandboxSpec:
                  for key in HOST_FOLDERS if (value := getattr(self, key)) is not None}
         return self if all(getattr(self, key) == value for key, value in found.items()) else replace(self, **found)
 
-    @property
+    @functools.cached_property
     def places(self) -> Places:
-        """Where this sandbox's folders are, as its processes see them."""
-        return WORKSPACE_PLACES if self.workspace is not None else PAPER_PLACES
+        """Where this sandbox's folders are, as its processes see them (worked out once per spec:
+        the workspace's path is resolved here, and the spec never changes)."""
+        if self.workspace is None:
+            return PAPER_PLACES
+        own = project_path(self)
+        return WORKSPACE_PLACES if own is None else replace(WORKSPACE_PLACES, working=own)
 
 
 HOST_FOLDERS = ("workspace", "input_dir", "documents_dir")
 """The SandboxSpec fields that name folders of the host."""
+
+
+SYSTEM_FOLDERS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+                            "/root", "/run", "/sbin", "/sys", "/tmp", "/usr", "/var"})
+"""Folders a project at its own path would cover the sandbox's system with (or its home, /tmp, /run);
+so would one right in /usr (/usr/lib, /usr/local: a directory rootfs's own)."""
+NOT_UNDER = ("/proc", "/sys", "/dev", "/testbed", "/agent", "/tmp/lis", "/run/lis-tui")
+"""Nor may it be in these: kernel filesystems, and folders of lis-tui's own inside (the model's,
+layout.TOOLS_DIR, layout.SHIMS's folder)."""
+
+
+def project_path(spec: SandboxSpec) -> str | None:
+    """Where the sandbox shows `spec`'s workspace at its own absolute path, besides /testbed; None
+    where it is shown at /testbed only: no workspace, `own_path` off, or a path the sandbox's system
+    or lis-tui's own folders need (SYSTEM_FOLDERS, NOT_UNDER), where /testbed is the project's only
+    name. A path under /tmp, /root, /usr, /etc, /home... is fine: its missing parents are made
+    inside as empty folders (in the sandbox's /, /tmp, home or rootfs layer), nothing of the
+    host's around it is shown, and the host's own folder there (a project under the host rootfs's
+    read-only /usr) is covered by the project's copy-on-write view."""
+    if spec.workspace is None or not spec.own_path:
+        return None
+    path = host_path(spec.workspace)
+    if path in SYSTEM_FOLDERS or os.path.dirname(path) == "/usr" or \
+            any(path == top or path.startswith(f"{top}/") for top in NOT_UNDER):
+        return None
+    return path
 
 
 def host_path(path: Path | str) -> str:
@@ -200,7 +239,8 @@ class Places:
     """The folders a sandbox has for the model, as seen inside; each exists from the start."""
 
     working: str
-    """Where the model works: /testbed (with a workspace, the person's project)."""
+    """Where the model works: /testbed; with a workspace, the person's project at its own path
+    (/testbed names it too), or at /testbed only (SandboxSpec.own_path, project_path)."""
     scratch: str
     """Where its own scripts and notes go: /testbed, or /agent/scratch beside a workspace, so that
     they never show up as changes to the project."""
@@ -225,7 +265,8 @@ TESTBED, AGENT = "/testbed", "/agent"
 PAPER_PLACES = Places(TESTBED, TESTBED, f"{TESTBED}/input", f"{TESTBED}/documents", f"{TESTBED}/output")
 """The paper's layout: everything under /testbed."""
 WORKSPACE_PLACES = Places(TESTBED, f"{AGENT}/scratch", f"{AGENT}/input", f"{AGENT}/documents", f"{AGENT}/output")
-"""Beside a workspace: /testbed is the project, and the model's own folders are outside it."""
+"""Beside a workspace: /testbed is the project (and its own path, `working`, where the sandbox
+shows it there too), and the model's own folders are outside it."""
 
 
 @dataclass(frozen=True)

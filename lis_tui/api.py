@@ -35,7 +35,7 @@ from lis_tui.runs.resume import FollowUpAgent
 from lis_tui.runs.autosave import WorkSaver
 from lis_tui.runs.store import app_runs_dir, remember
 from lis_tui.agent.trajectory import TrajectoryWriter
-from lis_tui.config.workspace import workspace_options
+from lis_tui.config.workspace import observed_spec, workspace_options
 
 EXIT_CODES = {"submitted": 0, "error": 1, "cancelled": 130, **{r: 3 for r in LIMIT_REASONS}}
 NETWORK_NOTES = {
@@ -112,6 +112,7 @@ def run_task(task: str, *, input_dir: str | Path | None = None, output_dir: str 
                            workspace=workspace, input_dir=input_dir, limits=sandbox_limits(config),
                            nested_userns=config.sandbox.nested_userns,
                            credentials=network_credentials(config), **workspace_options(config))
+    spec = observed_spec(spec, config)  # paper mode: the project at /testbed only
     instructions = read_instructions(config, spec)
     prompts = run_prompts(config, spec, instructions)  # a bad prompts file: fail before starting
     out = prepare_output_dir(output_dir)
@@ -288,7 +289,7 @@ def prompt_values(spec: SandboxSpec | None) -> dict[str, str]:
 def run_prompts(config: Config, spec: SandboxSpec | None,
                 instructions: Instructions | None = None) -> Prompts:
     """The prompts of a run (`run` and the app): beside a workspace, the templates that say
-    /testbed is the person's project and where the model's own folders are
+    where the person's project is (its own path, or /testbed) and where the model's own folders are
     (Prompts.for_workspace); with the AGENTS.md files (read here unless given) in the system prompt."""
     prompts = load_prompts(config.agent.prompts or None)
     prompts = prompts.for_workspace() if spec is not None and spec.workspace is not None else prompts

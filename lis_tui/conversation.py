@@ -19,6 +19,7 @@ from isolation.spec import places_of
 from lis_tui.agent.loop import Agent
 from lis_tui.agent.allow_words import APP as APP_WORDS, allow_words
 from lis_tui.config.settings import Config, save_network_allow
+from lis_tui.config.workspace import observed_spec
 from lis_tui.agent.events import (Listeners, ResumeNote, RunFinished, RunStarted, RunUsage, ToolFinished,
                                   ToolOutput, ToolStarted, WorkSaved, network_listener)
 from lis_tui.agent.instructions import read_instructions
@@ -43,7 +44,7 @@ class Conversation:
                  output_dir: str | Path | None = None, *, command_approval: bool = False,
                  stream: bool = True, approver: Callable[[Any], Any] | None = None,
                  resumed: Resumable | None = None) -> None:
-        self.config, self.spec, self.output_dir = config, spec, output_dir
+        self.config, self.spec, self.output_dir = config, observed_spec(spec, config), output_dir
         self.resumed = resumed
         """The past run this session continues (`lis-tui resume`, `--continue`), or None."""
         self._put_back = resumed is not None
@@ -150,11 +151,12 @@ class Conversation:
         saver.wait()  # a step's save still under way
         return saver.save(final=False).get("changes")
 
-    def list_files(self, root: str = "/testbed", depth: int = 4, cap: int = 500) -> list[str]:
-        """Files under `root` and the output folder inside the sandbox (none before it starts), at
-        most `cap`."""
+    def list_files(self, root: str | None = None, depth: int = 4, cap: int = 500) -> list[str]:
+        """Files under `root` (None: where the model works, by the name it was told) and the output
+        folder inside the sandbox (none before it starts), at most `cap`."""
         if self._sandbox is None or not self._sandbox.running:
             return []
+        root = root or places_of(self.spec).working
         output = places_of(self.spec).output
         roots = [root] + ([output] if not output.startswith(f"{root}/") else [])
         found = self._sandbox.exec(["find", *roots, "-maxdepth", str(depth), "-type", "f"],

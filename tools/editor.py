@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from isolation import NotARegularFile, SandboxError
+from isolation.spec import places_of
 
 from . import ToolError, ToolResult
 from .terminal_text import safe_terminal_text
@@ -43,8 +44,9 @@ class EditorConfig:
     """Lines of context shown above and below an edit."""
     history_depth: int = 32
     """Earlier versions kept per file for `undo_edit`; bounds memory over a long episode."""
-    workdir: str = "/testbed"
-    """Used to suggest an absolute path when the model gives a relative one."""
+    workdir: str = ""
+    """Used to suggest an absolute path when the model gives a relative one; "": where the model
+    works in the sandbox (`spec.places.working`)."""
 
 
 class Editor:
@@ -246,7 +248,8 @@ class Editor:
         if "\0" in path:
             raise ToolError(f"The path {path!r} contains a NUL character; no file has such a name.")
         if not path.startswith("/"):
-            guess = posixpath.normpath(posixpath.join(self.config.workdir, path))
+            workdir = self.config.workdir or places_of(getattr(self.sandbox, "spec", None)).working
+            guess = posixpath.normpath(posixpath.join(workdir, path))
             raise ToolError(
                 f"The path {path} is not an absolute path, it should start with `/`. "
                 f"Maybe you meant {guess}?"

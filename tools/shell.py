@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from isolation.output import ready
+from isolation.spec import places_of
 from tools import ToolResult
 from tools.limit_notes import limit_note
 from tools.shell_output import OUR_TRACES, WORK_DIR, Output, Text, clean, escape
@@ -70,7 +71,7 @@ JOB_NOTICE = re.compile(r"^\[\d+\][-+ ]  (?!Running )[A-Z][\w ()]*? {2,}\S.*\n?"
 POLL = 0.1  # how often a running command looks for interrupt() and bash's exit
 STOPPING_POLL = 0.02  # how often a stopped command is checked for having given the terminal back
 GIT_READ_ONLY = re.compile(r"\.git\b[^\n]*: Read-only file system")
-GIT_NOTE = ("[/testbed/.git is read-only in this sandbox, so git cannot commit or change the repository here "
+GIT_NOTE = ("[The project's .git is read-only in this sandbox, so git cannot commit or change the repository here "
             "(status, diff and log work). Leave committing to the user, who can allow it with "
             "[workspace] git_writable = true in lis-tui's config.]")
 BETWEEN_MAX = 1 << 20  # background output kept between commands; past it, background jobs wait
@@ -170,10 +171,10 @@ class Shell:
     program that takes Ctrl-C as a key (less, vi) within timeout + 1 s. `separate_stderr`: the
     command's stderr goes to a file of its own, read back after it (`ToolResult.stderr`), for
     observations that show the two apart (the paper's); off, they arrive interleaved, as on a
-    terminal."""
+    terminal. `cwd`: where it starts; None, where the model works (`spec.places.working`)."""
 
     def __init__(self, sandbox, timeout: float = 120.0, max_output: int = 16000, *,
-                 cwd: str = "/testbed", env: dict[str, str] | None = None, kill_grace: float = 0.5,
+                 cwd: str | None = None, env: dict[str, str] | None = None, kill_grace: float = 0.5,
                  log_cap: int = 100 << 20, start_timeout: float = 30.0,
                  separate_stderr: bool = False,
                  on_output: Callable[[str, float, int], None] | None = None) -> None:
@@ -189,7 +190,9 @@ class Shell:
         self.log_cap = log_cap
         self.start_timeout = start_timeout
         self._env = {**SHELL_ENV, **(env or {})}
-        self._cwd_q = shlex.quote(cwd)  # the last cwd, shell-quoted (bash's printf %q)
+        # the last cwd, shell-quoted (bash's printf %q); first where the model works (/testbed, or
+        # a workspace's own path, where its venv and build files' absolute paths hold)
+        self._cwd_q = shlex.quote(cwd or places_of(getattr(sandbox, "spec", None)).working)
         self._lock = threading.Lock()
         self._interrupt = threading.Event()
         tag = os.urandom(4).hex()  # two shells in one sandbox must not share files

@@ -23,9 +23,10 @@ OUTPUT_CAP = 64 << 20
 
 
 def exec(sandbox: Sandbox, command: str | list[str], timeout: float | None = None, stdin: bytes | str | None = None,
-         cwd: str = "/testbed", env: dict[str, str] | None = None,
+         cwd: str | None = None, env: dict[str, str] | None = None,
          max_output: int = OUTPUT_CAP) -> ExecResult:
-    """Run a shell string or an argv list inside; the whole process group dies at the timeout."""
+    """Run a shell string or an argv list inside; the whole process group dies at the timeout.
+    `cwd`: None is where the model works (`spec.places.working`: /testbed, or a workspace's own path)."""
     rc, out, err, timed_out, dropped = sandbox._run(command, timeout, stdin, cwd, env, max_output)
     text = lambda b: b.decode("utf-8", errors="replace")  # noqa: E731
     note = sandbox.disk_note()
@@ -44,14 +45,15 @@ def _run(sandbox: Sandbox, command, timeout, stdin, cwd, env, max_output):
     return 124 if timed_out else spawn.exit_status(proc.returncode), out, err, timed_out, dropped
 
 
-def popen(sandbox: Sandbox, argv: list[str], cwd: str = "/testbed", env: dict[str, str] | None = None, *,
+def popen(sandbox: Sandbox, argv: list[str], cwd: str | None = None, env: dict[str, str] | None = None, *,
           stdin=None, stdout=None, stderr=None, ctty: bool = False) -> spawn.Joined:
     """Start `argv` inside, in a session of its own; the caller owns the process. Stdio as for
     subprocess.Popen; `ctty`: the first of them that is a pty becomes its controlling terminal."""
     sandbox._require_running()
     try:
-        return sandbox._zygote.spawn(argv, env={**sandbox.env, **(env or {})}, cwd=cwd, stdin=stdin,
-                                  stdout=stdout, stderr=stderr, ctty=ctty)
+        return sandbox._zygote.spawn(argv, env={**sandbox.env, **(env or {})},
+                                     cwd=sandbox.spec.places.working if cwd is None else cwd,
+                                     stdin=stdin, stdout=stdout, stderr=stderr, ctty=ctty)
     except spawn.SpawnError as exc:
         if _pid_1_failed(sandbox) or not sandbox.running:  # failed: bwrap could not exec pid 1
             raise SandboxError(sandbox._not_running()) from None
@@ -72,7 +74,7 @@ def listen(sandbox: Sandbox, port: int, backlog: int = 128) -> socket.socket:
         raise SandboxError(f"could not open port {port} in the sandbox: {exc.strerror}") from None
 
 
-def spawn_pty(sandbox: Sandbox, argv: list[str], cwd: str = "/testbed", env_extra: dict[str, str] | None = None,
+def spawn_pty(sandbox: Sandbox, argv: list[str], cwd: str | None = None, env_extra: dict[str, str] | None = None,
               dimensions: tuple[int, int] = (24, 200), echo: bool = False,
               keep: dict[int, int] | None = None) -> spawn.PtyChild:
     """Start `argv` inside on a new pty that is its controlling terminal; `.fd` is the master.

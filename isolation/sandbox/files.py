@@ -150,21 +150,24 @@ def _stirs_now(sandbox: Sandbox) -> int | None:
 @contextlib.contextmanager
 def _readable(sandbox: Sandbox, path: str) -> Iterator[tuple[int, str]]:
     """(root, path) for a host-side read of `path`: the sandbox's / while it runs. Once a limit
-    stopped it (every process killed, so its / is gone), what it wrote under /testbed stays
-    readable until close(): the answer and the output files a run, an episode or a review
-    copies out are not lost with it. That is the /testbed layer on the host (without a
-    workspace, /testbed itself; with one, what the sandbox wrote over it), read with `path`
-    resolved inside that folder alone, as inside the sandbox's root; any other path is refused."""
+    stopped it (every process killed, so its / is gone), what it wrote under /testbed (or the
+    workspace's own path, its other name) stays readable until close(): the answer and the
+    output files a run, an episode or a review copies out are not lost with it. That is the
+    /testbed layer on the host (without a workspace, /testbed itself; with one, what the sandbox
+    wrote over it), read with `path` resolved inside that folder alone, as inside the sandbox's
+    root; any other path is refused."""
     if not sandbox._stopped:
         with sandbox._in_root() as root:
             yield root, path
         return
     inside = os.path.normpath("/" + path.lstrip("/"))
-    top = next((top for top in ("/testbed", sandbox.spec.places.output.rsplit("/", 1)[0])
+    places = sandbox.spec.places  # a workspace's own path is /testbed by another name
+    top = next((top for top in ("/testbed", places.working, places.output.rsplit("/", 1)[0])
                 if inside == top or inside.startswith(f"{top}/")), None)
     if top is None:
         raise SandboxError(sandbox._not_running())
-    with sandbox._file_op(functools.partial(sandbox._open_remains, top)) as layer:
+    layer_of = "/testbed" if top == places.working else top
+    with sandbox._file_op(functools.partial(sandbox._open_remains, layer_of)) as layer:
         yield layer, inside[len(top):] or "/"
 
 

@@ -99,7 +99,7 @@ def _launch(sandbox: Sandbox, info: bwrap.BwrapInfo, planned: Callable[[], None]
                                   userns_block_fd=userns_r)
         sandbox._zygote = spawn.Zygote(_rlimits(sandbox.spec.limits), sandbox.spec.nested_userns, None,
                                     _sysctls(sandbox.spec.limits), sandbox._root.remounts, sandbox._root.masks,
-                                    take_uid_0=ids is not None)
+                                    take_uid_0=ids is not None, binds=sandbox._root.binds)
         # The marker goes to the helper with this request, for it to kill the marker's processes if
         # we die from now on: bwrap's parent-death signal takes bwrap but not its child, were that
         # still waiting for bwrap to let it go.

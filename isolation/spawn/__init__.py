@@ -259,7 +259,7 @@ def _forget_hangup(fd: int) -> None:
 
 
 # What only the sandbox's first zygote does (Zygote.__init__), emptied once one has answered.
-_ONCE = {"sysctl": [], "remounts": [], "masks": []}
+_ONCE = {"sysctl": [], "remounts": [], "masks": [], "binds": []}
 
 
 class Zygote:
@@ -269,19 +269,21 @@ class Zygote:
 
     def __init__(self, rlimits: list[tuple[int, int]] = (), nested_userns: bool = False, cgroup: str | None = None,
                  sysctl: list[tuple[str, int | str]] = (), remounts: list[tuple[str, str]] = (),
-                 masks: list[tuple[str, str]] = (), take_uid_0: bool = False) -> None:
+                 masks: list[tuple[str, str]] = (), take_uid_0: bool = False,
+                 binds: list[tuple[str, str]] = ()) -> None:
         """For a sandbox still starting: set_root says how to reach it once it runs (before that,
         only start and launched). `cgroup`: the sandbox's cgroup.procs, which each zygote
         enters before it joins (cgroup.py). Done once, by the first zygote that gets ready:
         `sysctl`, (name, value) of /proc/sys/ files to set in the sandbox's namespaces (user/: its
         user namespace's, kernel/: its IPC namespace's);
         `remounts`, (mount point, options) of each mount to remount with those options (tmpfs
-        sizes, the ptys' cap); `masks`, (source, target) of each read-only bind to make (confined
-        waits for all three). `take_uid_0`: we are root and the sandbox's uid 0 is another id
+        sizes, the ptys' cap); `masks`, (source, target) of each read-only bind to make; `binds`,
+        (source, target) of each writable bind to make first, its target's folders made (confined
+        waits for all of them). `take_uid_0`: we are root and the sandbox's uid 0 is another id
         (idmap.py): the zygote drops root's groups and takes the sandbox's uid and gid 0."""
         self._fork = {"op": "zygote", "rlimits": list(rlimits), "nested_userns": nested_userns, "cgroup": cgroup,
                       "sysctl": list(sysctl), "remounts": list(remounts), "masks": list(masks),
-                      "take_uid_0": take_uid_0}
+                      "binds": list(binds), "take_uid_0": take_uid_0}
         self._open_pid_1: Callable[[], tuple[int, int]] | None = None
         self._channel: socket.socket | None = None
         self._starting = False  # _channel's zygote starts the sandbox (start); its last answer is unread

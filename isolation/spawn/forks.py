@@ -348,14 +348,14 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
             _write_all(request["cgroup"], str(os.getpid()))
         if request["take_uid_0"]:
             os.setgroups([])  # root's groups, here where we may still drop them (the sandbox denies setgroups)
-        # the sandbox's first zygote only: sysctl (_bound_ns), masks (_mask), remounts (_remount)
-        sysctl, remounts, masks = (request.get(key) or [] for key in ("sysctl", "remounts", "masks"))
+        # the sandbox's first zygote only: sysctl (_bound_ns), binds (_bind), masks (_mask), remounts (_remount)
+        sysctl, remounts, masks, binds = (request.get(key) or [] for key in ("sysctl", "remounts", "masks", "binds"))
         _join(fds[0], [] if _OWN_PROC else [pair for pair in sysctl if pair[0].startswith("user/")])
         if start is not None:
             start.layers()
         pick = request.get("pick")  # None: a zygote; else a fork that hands back resize contexts and exits
         # calls the filter refuses, done chrooted
-        late = remounts or masks or pick is not None or (sysctl if _OWN_PROC else [])
+        late = remounts or masks or binds or pick is not None or (sysctl if _OWN_PROC else [])
         _confine_before_root(request, filtered=not late)
         loop = _serving(channel)  # now, not once the root came: the first command waits on what follows it
         if start is not None:  # joined while bwrap still builds the sandbox: its root, once built
@@ -377,6 +377,8 @@ def _zygote(request: dict, fds: list[int], channel: socket.socket, handoff: sock
         if sysctl:  # the IPC namespace's here, joined (without open_tree, the user namespace's were at _join)
             _bound_ns(sysctl if _OWN_PROC else [pair for pair in sysctl if not pair[0].startswith("user/")],
                       own_proc=True)
+        if binds:  # before the masks, which thus cover whatever a bind might
+            _bind(binds)
         if masks:
             _mask(masks)
         if remounts:
@@ -524,6 +526,42 @@ def _mask(masks: list) -> None:
     for source, target in masks:
         linux.mount(source, target, linux.MS_BIND | linux.MS_REC)
         linux.mount(None, target, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV)
+
+
+def _bind(binds: list) -> None:
+    """Bind each [source, target] of the sandbox at target, writable, with every mount under the
+    source (a read-only .git, a credential's /dev/null mask: the second name shows what the first
+    does), making the target's missing folders (mode 755) on the way. Done chrooted, as _mask's
+    are, so every path resolves inside the sandbox's root; and without following a link, so that
+    nothing a kept session left on the way (a link to /proc/sys, to /tmp) decides where it goes."""
+    for source, target in binds:
+        here = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in target.strip("/").split("/"):
+                found = _folder_at(here, part, target)
+                os.close(here)
+                here = found
+            os.fchdir(here)  # the target by its descriptor: our /proc/self is not in the sandbox's /proc
+            linux.mount(source, ".", linux.MS_BIND | linux.MS_REC)
+        finally:
+            os.close(here)
+            os.chdir("/")
+
+
+def _folder_at(parent: int, name: str, target: str) -> int:
+    """A descriptor of the folder `name` in `parent`, made (mode 755) if missing; never through a link."""
+    try:
+        try:
+            return os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        except FileNotFoundError:
+            os.mkdir(name, 0o755, dir_fd=parent)  # nothing of the sandbox's runs yet to race us
+            return os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+            raise
+    raise _Stop(f"the project's own path {target} cannot be made inside: {name!r} on the way is a link or "
+                "a file there (a kept session made it so, or the rootfs has it). Fix: start a new session, or "
+                "use another rootfs")
 
 
 def _mount_layers(target: str, options: str, folders: list = ()) -> int:

@@ -23,8 +23,9 @@ def add_sandbox_flags(parser: argparse.ArgumentParser) -> None:
                        help="let the sandbox reach HOST without asking (repeatable): a name, *.suffix or an IP; "
                             "a service on this machine needs its exact HOST:PORT")
     group.add_argument("--workspace", metavar="DIR",
-                       help="lay DIR over /testbed copy-on-write; the host copy is not changed (the "
-                            "model's own folders are then /agent/output, /agent/input, /agent/scratch)")
+                       help="show DIR copy-on-write at its own path and at /testbed (/testbed only with "
+                            "--observation paper); the host copy is not changed (the model's own folders are "
+                            "then /agent/output, /agent/input, /agent/scratch)")
     group.add_argument("--input-dir", metavar="DIR",
                        help="show DIR read-only at /testbed/input (/agent/input with --workspace)")
     group.add_argument("--documents-dir", metavar="DIR",
@@ -268,7 +269,8 @@ def add_parsers(sub) -> None:
                                    "several are run as they are.")
     add_sandbox_flags(p)
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="kill the command after S seconds")
-    p.add_argument("--cwd", default="/testbed", help="working directory inside (default: /testbed)")
+    p.add_argument("--cwd", default=None, help="working directory inside (default: /testbed, or with "
+                   "--workspace the project's own path)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     p.set_defaults(func=cmd_exec)
 
@@ -370,7 +372,10 @@ def shell_banner(spec) -> str:
     """What the shell is in, and how to leave it: said before its first prompt."""
     from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
 
-    where = f"; {spec.workspace} on /testbed, copy-on-write" if spec.workspace else ""
+    where = ""
+    if spec.workspace:
+        at = "its own path and /testbed" if spec.places.working != "/testbed" else "/testbed"
+        where = f"; {spec.workspace} at {at}, copy-on-write"
     return safe_terminal_text(f"lis-tui shell: a fresh sandbox (rootfs {spec.rootfs}, network {spec.network}{where}). "
                               "`exit` or Ctrl-D leaves, and the sandbox and everything in it go.")
 

@@ -1,7 +1,8 @@
-"""`[workspace]`: how a host folder laid over /testbed may be changed, inside and on the host."""
+"""`[workspace]`: how a host folder laid over /testbed may be changed, inside and on the host; and
+where a run shows it (observed_spec)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lis_tui.config.toml_text import ConfigError, user_config_path
@@ -27,3 +28,11 @@ def workspace_options(config: Any) -> dict:
                           f"not from {source}: remove it there (or move it to the user config)",
                           key="workspace.held_back")
     return {"git_writable": section.git_writable, "held_back": tuple(section.held_back)}
+
+
+def observed_spec(spec: Any, config: Any) -> Any:
+    """`spec` as `config`'s observation format wants it: the paper's prompts name /testbed alone,
+    so in paper mode a workspace is shown at /testbed only, not at its own path too."""
+    if spec is None or spec.workspace is None or not spec.own_path or config.agent.observation != "paper":
+        return spec
+    return replace(spec, own_path=False)

@@ -28,8 +28,8 @@ class Prompts:
     llm_instance: str
     """The user message of a vanilla run."""
     workspace_system: str = ""
-    """System prompt of a run over a workspace (/testbed is the person's project; the model's own
-    folders are under /agent); empty: `system`."""
+    """System prompt of a run over a workspace (the person's project, at its own path and /testbed;
+    the model's own folders are under /agent); empty: `system`."""
     workspace_instance: str = ""
     """First user message of a run over a workspace; empty: `instance`."""
     instructions: str = ""

@@ -38,14 +38,15 @@ from tools.network_notes import NetworkNotes
 from tools.terminal_text import safe_terminal_text
 
 REVIEW_TOOLS = [
-    ("list_changes", "What the sandbox changed under /testbed, one line per path: kind and path.", {}, []),
+    ("list_changes", "What the sandbox changed in {working_dir}, one line per path relative to it: kind and path.",
+     {}, []),
     ("read_output", "A file under {output_dir} (the answer is answer.txt), as text.",
      {"path": {"type": "string", "description": "Relative to {output_dir}, e.g. answer.txt."}}, ["path"]),
     ("apply_changes", "Write the sandbox's changes to the host workspace (all, or the paths named). Only "
      "when the server was started with --allow-apply. Held-back paths (list_changes marks them: .git, "
      "config, links, new executables) go only when named here and approved by the person.",
-     {"paths": {"type": "array", "items": {"type": "string"}, "description": "Paths under /testbed; "
-                "omit for all."}}, []),
+     {"paths": {"type": "array", "items": {"type": "string"}, "description": "Paths relative to "
+                "{working_dir}, as list_changes gives them; omit for all."}}, []),
     ("export_output", "Copy {output_dir} into the server's --export-dir, under the name given.",
      {"name": {"type": "string", "description": "A directory name inside --export-dir."}}, ["name"]),
 ]
@@ -96,8 +97,11 @@ class SandboxTools:
         ours = [s["function"] for s in TOOL_SCHEMAS if s["function"]["name"] != "submit"]
         review = [{"name": name, "description": text, "parameters": {"type": "object", "properties": props,
                    "required": required}} for name, text, props, required in REVIEW_TOOLS]
-        # Each folder a description names is this sandbox's own (spec.places: /agent/output beside a workspace)
-        return json.loads(json.dumps(ours + review).replace("{output_dir}", self.spec.places.output))
+        # Each folder a description names is this sandbox's own (spec.places: /agent/output beside a
+        # workspace, which is seen at its own path)
+        places = self.spec.places
+        text = json.dumps(ours + review).replace("{output_dir}", places.output)
+        return json.loads(text.replace("{working_dir}", places.working))
 
     def call(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
         with self._lock:
@@ -155,7 +159,7 @@ class SandboxTools:
         found = self._reviewed.changes
         lines = [f"{c.kind}: {c.path} {c.detail}".rstrip() + (f" [held back: {c.held}]" if c.held else "")
                  for c in found]
-        return ToolResult("\n".join(lines) or "No changes under /testbed.")
+        return ToolResult("\n".join(lines) or f"No changes in {self.spec.places.working}.")
 
     def _read_output(self, path: str) -> ToolResult:
         data = self._sandbox.read_file(f"{self.spec.places.output}/{path.lstrip('/')}", OUTPUT_LIMIT + 1)

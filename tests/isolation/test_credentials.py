@@ -343,8 +343,9 @@ def test_a_token_file_in_a_tree_the_sandbox_sees_is_masked_inside(servers, proxy
                        input_dir=str(inputs), allow_hosts=(api.hostport, servers["other"].hostport))
     with Sandbox(spec) as sb:
         seen = sb.exec(f"ls /testbed/keys /agent/input/keys; cat /testbed/keys/other; "
-                       f"cat /testbed/keys/token /agent/input/keys/token; grep -r '{PATTERN}' /testbed /agent; "
-                       f"curl -sS {api.url}/echo-headers", timeout=60)
+                       f"cat /testbed/keys/token /agent/input/keys/token {work}/keys/token; "  # the project's own path too
+                       f"grep -r '{PATTERN}' /testbed /agent {work}; curl -sS {api.url}/echo-headers", timeout=60)
+        assert sb.spec.places.working == str(work)
     assert seen.stdout.count("token") == 2 and "readable" in seen.stdout  # there, and the rest reads
     assert seen.stdout.count(SECRET) == 1 and f"Authorization: Bearer {SECRET}" in seen.stdout, seen.stdout
     assert _sent(api, "Authorization") == [[f"Bearer {SECRET}"]]  # the proxy still read it

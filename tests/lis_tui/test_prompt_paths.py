@@ -122,6 +122,6 @@ def test_mcp_tools_name_only_folders_the_sandbox_has(tmp_path, workspace):
         tools.call("execute_bash", {"command": f"echo done > {tools.spec.places.answer}"})
         assert tools.call("read_output", {"path": "answer.txt"}).output.strip() == "done"
         if workspace:
-            assert tools.call("list_changes", {}).output == "No changes under /testbed."
+            assert tools.call("list_changes", {}).output == f"No changes in {project.resolve()}."
     finally:
         tools.close()

@@ -1,11 +1,14 @@
 """[workspace]: git_writable from any config or --git-writable; held_back from the user's config only,
-added to the built-in rules."""
+added to the built-in rules; paper mode shows the workspace at /testbed only."""
 import argparse
 
 import pytest
 
+from isolation import Sandbox, SandboxSpec
+from lis_tui.api import prompt_values
 from lis_tui.commands.sandbox import add_sandbox_flags, spec_from_args
 from lis_tui.config.settings import ConfigError, load_config
+from lis_tui.config.workspace import observed_spec
 
 
 @pytest.fixture
@@ -43,3 +46,19 @@ def test_a_project_file_cannot_set_the_list(files):
     with pytest.raises(ConfigError, match=r"held_back is read from your user config only \(.*config.toml\), "
                                           r"not from .*project/lis-tui.toml"):
         spec(files)
+
+
+@pytest.mark.sandbox
+def test_paper_mode_shows_and_names_the_project_at_testbed_only(tmp_path):
+    """The paper's prompts name /testbed: with --observation paper the project is not also at its
+    own path, and the model is told /testbed (run and the app take the spec through observed_spec)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "a.txt").write_text("a\n")
+    ours = SandboxSpec(workspace=project)
+    assert observed_spec(ours, load_config(env={}, paths=[])) is ours
+    spec = observed_spec(ours, load_config(env={}, paths=[], overrides={"agent.observation": "paper"}))
+    assert prompt_values(spec)["working_dir"] == "/testbed" != prompt_values(ours)["working_dir"]
+    with Sandbox(spec) as sb:
+        seen = sb.exec(f"pwd; cat a.txt; test -e {project} || echo absent")
+        assert seen.stdout == "/testbed\na\nabsent\n", seen

@@ -362,7 +362,7 @@ def test_the_files_panel_says_why_it_is_empty(tmp_path):
 
 
 def test_the_welcome_says_the_workspace_and_what_a_trusted_project_config_sets(tmp_path):
-    """A trusted ./lis-tui.toml that changes the step limit, and the project under /testbed, are
+    """A trusted ./lis-tui.toml that changes the step limit, and where the project is seen, are
     said on the first screen, not found out later."""
     from types import SimpleNamespace
 
@@ -380,7 +380,7 @@ def test_the_welcome_says_the_workspace_and_what_a_trusted_project_config_sets(t
     console.print(welcome_text(conversation, str(tmp_path / "runs")))
     shown = console.export_text()
     rows = {line.split()[0]: " ".join(line.split()[1:]) for line in shown.splitlines() if line.strip()}
-    assert rows["Workspace"].startswith(f"{project} is /testbed, copy-on-write"), shown
+    assert rows["Workspace"].startswith(f"{project} is seen at its own path (and /testbed), copy-on-write"), shown
     assert rows["Project"] == f"config {project / 'lis-tui.toml'} (trusted) sets agent.max_steps = 5", shown
     plain = SimpleNamespace(config=load_config(env={}, paths=[]), spec=SandboxSpec(rootfs="host"),
                             network="off", model_name="m")

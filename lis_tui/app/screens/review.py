@@ -1,5 +1,6 @@
-"""The review screen: what the sandbox changed under /testbed, a diff per file, and what to do
-with it: apply to the host workspace, export the output folder (spec.places), or discard (close, write nothing).
+"""The review screen: what the sandbox changed in the project (/testbed, or a workspace's own path), a
+diff per file, and what to do with it: apply to the host workspace, export the output folder
+(spec.places), or discard (close, write nothing).
 Held-back changes (what would configure or run something on the host: isolation.changes.heldback; links,
 new executables) are listed apart, each with why, grouped by kind, and go only by name: one picked
 with f, or a whole kind with k once its header is selected and its list shown."""
@@ -138,7 +139,8 @@ class ReviewScreen(Screen[None]):
             listing.highlighted = next((i for i in pickable if not str(listing.get_option_at_index(i).id)
                                         .startswith(KIND)), pickable[0])
         else:
-            self.query_one("#diff", Static).update("No changes under /testbed.")
+            where = places_of(getattr(self.sandbox, "spec", None)).working
+            self.query_one("#diff", Static).update(plain(f"No changes under {where}."))
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         path = str(event.option.id)

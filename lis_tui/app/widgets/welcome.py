@@ -124,8 +124,9 @@ def setup_rows(conversation: Any, runs_dir: str, rootfs_job: Any = None,
              ("Network", Text.assemble((net.upper(), "bold"), ("   F2: OFF → ASK → ON", "dim")))]
     if spec.workspace is not None:
         where = Path(spec.workspace).expanduser().resolve()
+        at = "seen at its own path (and /testbed)" if spec.places.working != "/testbed" else "/testbed"
         rows.append(("Workspace", Text.assemble((safe_terminal_text(short_path(where)), "bold"),
-                                                " is /testbed, copy-on-write: your copy changes only when you "
+                                                f" is {at}, copy-on-write: your copy changes only when you "
                                                 "apply", ("   F6 reviews the changes", "dim"))))
     rows += project_config_rows(config)
     rows.append(("Runs go to", Text(short_path(runs_dir))))
