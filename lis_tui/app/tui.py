@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import Any, Iterable
@@ -28,6 +29,8 @@ from lis_tui.app.widgets.plain import notify_plain
 from lis_tui.app.widgets.status import Status, StatusBar
 
 log = logging.getLogger(__name__)
+QUIT_AGAIN_S = 2.0
+"""A second Ctrl+C this soon after the one that interrupted quits."""
 
 
 class LisApp(App):
@@ -37,7 +40,9 @@ class LisApp(App):
     # screen pushed or switched to, never for the one get_default_screen() returns.
     CSS_PATH = ["app.tcss", "screens/main.tcss"]
     TITLE = "lis-tui"
+    # Ctrl+C is ours wherever the focus is (a text field's copy, Textual's "press ctrl+q" toast)
     BINDINGS = [Binding("ctrl+q", "quit", "Quit", priority=True),
+                Binding("ctrl+c", "interrupt_or_quit", "Interrupt", show=False, priority=True),
                 Binding("f1", "help", "Help")]
 
     def __init__(self, conversation: Conversation | None, status: Status, *,
@@ -81,7 +86,21 @@ class LisApp(App):
     def main(self) -> MainScreen:
         return self.screen_stack[0]  # type: ignore[return-value]
 
-    async def action_quit(self) -> None:
+    async def action_interrupt_or_quit(self) -> None:
+        """Ctrl+C: interrupt what runs (the command, or the model call), as Esc does; a second one
+        within QUIT_AGAIN_S, or one while nothing runs, quits as Ctrl+Q does (once the step has
+        stopped, so that quitting asks about changes not applied, as it does between tasks)."""
+        main, now = self.main, time.monotonic()
+        if self.screen is self._quitting or not main.busy or main.quit_when_stopped:
+            await self.action_quit("ctrl+c")
+        elif main.ctrl_c_at is not None and now - main.ctrl_c_at < QUIT_AGAIN_S:
+            main.quit_when_stopped = True
+            main.interrupt("quitting once the step has stopped")
+        else:
+            main.ctrl_c_at = now
+            main.interrupt("ctrl+c again quits")
+
+    async def action_quit(self, key: str = "ctrl+q") -> None:
         if self.main.busy:
             question = "A task is running. Quit? It is stopped and its trajectory kept."
         elif self.rootfs_job.state == "building":
@@ -94,7 +113,7 @@ class LisApp(App):
         elif self.screen is self._quitting:  # ctrl+q again: the answer
             self._quitting.dismiss(True)
         elif not isinstance(self.screen, ConfirmScreen):
-            self._quitting = ConfirmScreen(question + " (ctrl+q again quits)", "Quit", "Stay")
+            self._quitting = ConfirmScreen(question + f" ({key} again quits)", "Quit", "Stay")
             self.push_screen(self._quitting, lambda yes: self._stop_and_exit() if yes else None)
 
     async def _unapplied(self) -> str:

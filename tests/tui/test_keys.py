@@ -29,6 +29,56 @@ def running(app, command: str) -> bool:
     return command in status.doing and app.conversation.state == "working"
 
 
+@pytest.mark.sandbox
+def test_ctrl_c_twice_stops_the_step_then_asks_where_changes_are_not_applied(tmp_path):
+    ws = workspace(tmp_path)
+    script = [reply(tool_calls=[bash("echo new > /testbed/a.txt; sleep 30")])]
+
+    async def scenario():
+        with FakeOpenAI(script, default=submit()) as server:
+            app = workspace_app(server, tmp_path, ws)
+            async with app.run_test(size=SIZE) as pilot:
+                await wait_for(pilot, lambda: running(app, "sleep 30"))
+                await pilot.press("ctrl+c", "ctrl+c")
+                await wait_for(pilot, lambda: modal_ready(app, "ConfirmScreen"), timeout=15)
+                question = texts(app, "Label")[0]
+                await pilot.press("ctrl+c")  # again: quits
+                await pilot.pause()
+                return question, app.is_running
+
+    question, still_running = run(scenario())
+    assert "1 change to" in question and "not applied" in question and "(ctrl+c again quits)" in question
+    assert not still_running
+    assert b"+new" in (tmp_path / "out" / "changes.patch").read_bytes()
+    assert (ws / "a.txt").read_text() == "old\n"
+
+
+@pytest.mark.sandbox
+def test_a_follow_up_queued_while_a_task_runs_comes_back_to_the_prompt_when_it_is_interrupted(tmp_path):
+    script = [reply(tool_calls=[bash("sleep 30")])]
+
+    async def scenario():
+        with FakeOpenAI(script, default=submit()) as server:
+            app = app_for(server, tmp_path, task="wait a while")
+            async with app.run_test(size=SIZE) as pilot:
+                await wait_for(pilot, lambda: running(app, "sleep 30"))
+                await pilot.press(*"now what", "enter")  # typed ahead, queued
+                await pilot.pause()
+                queued = texts(app, "#queued")[0]
+                await pilot.press(*"draft")  # typed on after it: kept
+                await pilot.press("escape")
+                await wait_for(pilot, lambda: not app.main.busy, timeout=15)
+                await pilot.pause()
+                return (queued, app.main.query_one(PromptInput).text, texts(app, NoticeBlock),
+                        app.main.query_one("#queued").display, len(server.chat_requests))
+
+    queued, prompt, notices, still_shown, requests = run(scenario())
+    assert "Queued: now what" in queued and "sent when this task ends" in queued
+    assert prompt == "now what\ndraft" and not still_shown
+    assert any("not sent (you interrupted the task): it is back in the prompt" in n for n in notices), notices
+    assert requests == 1  # nothing was sent after the interrupt
+
+
 def test_keys_as_the_command_dialog_opens_answer_nothing(tmp_path):
     """Enter, Esc and Ctrl+R typed ahead as the dialog opens answer nothing; past its grace, a
     reason typed and Enter skip with it."""

@@ -8,7 +8,7 @@ from textual.widgets import TextArea
 
 PLACEHOLDERS = {"task": "Type a task for the model and press Enter",
                 "follow-up": "Type a follow-up (same sandbox, same conversation) and press Enter",
-                "busy": "The model is working (Esc interrupts)",
+                "busy": "The model is working: type ahead, Enter queues it · Esc or Ctrl+C interrupts",
                 "replay": "Replay of a saved run (Ctrl+Q quits)"}
 NEW_LINE_KEYS = ("ctrl+j", "shift+enter")
 """Keys that add a line. Most terminals send Shift+Enter as Enter; Ctrl+J is a line feed in all."""
@@ -44,8 +44,9 @@ class PromptInput(TextArea, inherit_bindings=False):
                          highlight_cursor_line=False, **kwargs)
 
     def set_mode(self, mode: str) -> None:
+        """What the placeholder says; a replay takes no text, a busy run takes it ahead."""
         self.placeholder = PLACEHOLDERS[mode]
-        self.disabled = mode in ("busy", "replay")
+        self.disabled = mode == "replay"
         self._fold_note()
 
     async def _on_key(self, event: events.Key) -> None:
