@@ -79,6 +79,20 @@ def test_a_follow_up_queued_while_a_task_runs_comes_back_to_the_prompt_when_it_i
     assert requests == 1  # nothing was sent after the interrupt
 
 
+def test_ctrl_u_erases_the_prompt_back_to_its_start_every_line(tmp_path):
+    async def scenario():
+        with FakeOpenAI([]) as server:
+            app = app_for(server, tmp_path)
+            async with app.run_test(size=(80, 24)) as pilot:
+                prompt = app.main.query_one(PromptInput)
+                await pilot.press(*"first", "ctrl+j", *"second", "ctrl+u")
+                erased = prompt.text
+                await pilot.press(*"keep this", "left", "left", "left", "left", "ctrl+u")
+                return erased, prompt.text
+
+    assert run(scenario()) == ("", "this")
+
+
 def test_keys_as_the_command_dialog_opens_answer_nothing(tmp_path):
     """Enter, Esc and Ctrl+R typed ahead as the dialog opens answer nothing; past its grace, a
     reason typed and Enter skip with it."""

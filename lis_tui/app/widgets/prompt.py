@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from textual import events
+from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
@@ -30,7 +31,12 @@ class PromptInput(TextArea, inherit_bindings=False):
     """
     # TextArea's own keys but F6 (select the line), which would shadow the main screen's F6
     # (review): ScrollView's, which TextArea's replace, page sideways (nothing here, it wraps).
-    BINDINGS = [binding for binding in TextArea.BINDINGS if binding.key != "f6"]
+    # Ctrl+U erases back to the start of the prompt, as a shell's does (the whole task when the
+    # cursor is at its end, a paste's every line), not only the line the cursor is on.
+    BINDINGS = [*(binding for binding in TextArea.BINDINGS
+                  if binding.key not in ("f6", "ctrl+u,super+backspace")),
+                Binding("ctrl+u", "delete_to_start", "Delete to start", show=False),
+                Binding("super+backspace", "delete_to_start_of_line", "Delete to line start", show=False)]
 
     class Submitted(Message):
         """Enter was pressed: `text` is exactly what the prompt held."""
@@ -48,6 +54,9 @@ class PromptInput(TextArea, inherit_bindings=False):
         self.placeholder = PLACEHOLDERS[mode]
         self.disabled = mode == "replay"
         self._fold_note()
+
+    def action_delete_to_start(self) -> None:
+        self.delete((0, 0), self.cursor_location, maintain_selection_offset=False)
 
     async def _on_key(self, event: events.Key) -> None:
         # prevent_default: TextArea's own handler (a newline for Enter) does not run after this
