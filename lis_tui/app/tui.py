@@ -7,11 +7,14 @@ import logging
 import signal
 import time
 from concurrent.futures import Future, InvalidStateError
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
 from textual.app import App
 from textual.binding import Binding
+from textual.notifications import Notification, Notify
+from textual.screen import Screen
 
 from lis_tui.config.settings import Config
 from lis_tui.conversation import Conversation
@@ -23,6 +26,7 @@ from lis_tui.app.screens.approve_network import NetworkApprovalScreen
 from lis_tui.app.screens.confirm import ConfirmScreen
 from lis_tui.app.screens.help import HelpScreen
 from lis_tui.app.screens.main import MainScreen
+from lis_tui.app.screens.question import QuestionScreen
 from lis_tui.app.screens.setup import needs_setup
 from lis_tui.app.widgets.messages import NetworkQuestion, RootfsProgress
 from lis_tui.app.widgets.plain import notify_plain
@@ -31,6 +35,8 @@ from lis_tui.app.widgets.status import Status, StatusBar
 log = logging.getLogger(__name__)
 QUIT_AGAIN_S = 2.0
 """A second Ctrl+C this soon after the one that interrupted quits."""
+DIALOGS = (QuestionScreen, ConfirmScreen)
+"""Screens that ask: toasts wait while one is on top (at the top right they covered its corner)."""
 
 
 class LisApp(App):
@@ -65,8 +71,11 @@ class LisApp(App):
         """The question quitting asks, while it is open: a second ctrl+q answers it."""
         self._questions = 0
         """Network approvals waiting for the person (the status badge shows any)."""
+        self._held_toasts: list[Notification] = []
+        """Toasts that wait for the dialog on top to close."""
 
     def on_mount(self) -> None:
+        self.screen_change_signal.subscribe(self, self._toasts_for, immediate=True)
         if not self.is_headless:  # a closed terminal, a kill or a logout ends the session as ctrl+q does
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
@@ -141,6 +150,24 @@ class LisApp(App):
     def _stop_and_exit(self) -> None:
         self.rootfs_job.stop.set()  # the worker's thread ends with the build's process
         self.exit()
+
+    def on_notify(self, event: Notify) -> None:
+        """Every toast passes here (Textual shows it after): while a dialog is on top, it waits."""
+        if isinstance(self.screen, DIALOGS):
+            event.prevent_default()  # App._on_notify, which would show it now, is not called
+            self._held_toasts.append(event.notification)
+
+    def _toasts_for(self, screen: Screen) -> None:
+        """A screen came on top: toasts on show wait if it is a dialog; held ones show if it is not
+        (each for its whole time again)."""
+        if isinstance(screen, DIALOGS):
+            # Textual keeps the toasts on show there; it has no public list of them
+            self._held_toasts += [n for n in self._notifications if not n.has_expired]
+            self.clear_notifications()
+        elif self._held_toasts:
+            held, self._held_toasts = self._held_toasts, []
+            for notification in held:
+                self.post_message(Notify(replace(notification, raised_at=time.time())))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -116,3 +116,28 @@ def test_keys_as_the_command_dialog_opens_answer_nothing(tmp_path):
     early, answer = run(scenario())
     assert early == (False, "CommandApprovalScreen")
     assert answer == Skip("no")
+
+
+def test_toasts_wait_while_a_dialog_asks_and_show_once_it_closed(tmp_path):
+    async def scenario():
+        config = load_config(overrides={"model.model": "m", "model.base_url": "http://127.0.0.1:9/v1"},
+                             env={}, paths=[])
+        from lis_tui.app.tui import create_app  # noqa: PLC0415
+
+        app = create_app(config, SandboxSpec(rootfs="host", network="off"), output_dir=tmp_path / "out")
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:
+            await pilot.press("f2")  # a toast: "Network mode: ASK"
+            await wait_for(pilot, lambda: app.screen.query("Toast"))
+            future = app.ask_network(NetworkRequest("pypi.org", 443, "CONNECT"))
+            await wait_for(pilot, lambda: modal_ready(app, "NetworkApprovalScreen"))
+            app.notify("raised while it asks")
+            await pilot.pause(0.2)
+            over_dialog = len(app.screen.query("Toast"))
+            await pilot.press("escape")  # deny
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "MainScreen")
+            await wait_for(pilot, lambda: len(app.screen.query("Toast")) == 2)
+            return over_dialog, [str(toast.render()) for toast in app.screen.query("Toast")], future.result(timeout=5).answer
+
+    over_dialog, toasts, answer = run(scenario())
+    assert over_dialog == 0 and answer == "deny"
+    assert any("Network mode: ASK" in t for t in toasts) and any("raised while it asks" in t for t in toasts)
