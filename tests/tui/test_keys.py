@@ -141,3 +141,39 @@ def test_toasts_wait_while_a_dialog_asks_and_show_once_it_closed(tmp_path):
     over_dialog, toasts, answer = run(scenario())
     assert over_dialog == 0 and answer == "deny"
     assert any("Network mode: ASK" in t for t in toasts) and any("raised while it asks" in t for t in toasts)
+
+
+LONG = "src/lis_tui/app/screens/deeply/nested/the_module.py"
+
+
+@pytest.mark.sandbox
+def test_the_review_list_keeps_each_path_on_a_line_and_the_files_panel_puts_the_project_first(tmp_path):
+    ws = workspace(tmp_path)
+    for tooling in (".venv/lib/python3/site.py", ".mypy_cache/3.12/a.json", "node_modules/x/index.js"):
+        (ws / tooling).parent.mkdir(parents=True)
+        (ws / tooling).write_text("tool\n")
+    edit = f"mkdir -p /testbed/{LONG.rsplit('/', 1)[0]} && echo x > /testbed/{LONG} && echo y > /testbed/src/main.py"
+
+    async def scenario():
+        with FakeOpenAI([reply(tool_calls=[bash(edit)]), submit()]) as server:
+            app = workspace_app(server, tmp_path, ws)
+            async with app.run_test(size=(80, 40)) as pilot:  # 80 wide; tall, so every path shows
+                await open_review(pilot, app)
+                listing = app.screen.query_one("OptionList")
+                await pilot.pause()
+                lines = [listing.render_line(y).text.strip() for y in range(listing.size.height)]
+                keys = [b.binding.description for b in app.screen.active_bindings.values() if b.binding.show]
+                await pilot.press("escape")
+                await pilot.press("f5")
+                await wait_for(pilot, lambda: type(app.screen).__name__ == "FilesScreen"
+                               and app.screen.query_one("OptionList").option_count > 0)
+                files = app.screen.query_one("OptionList")
+                return lines, keys, [str(files.get_option_at_index(i).id) for i in range(files.option_count)]
+
+    lines, keys, files = run(scenario())
+    named = [line for line in lines if line.endswith("the_module.py")]
+    assert named == ["+ …/nested/the_module.py"], lines  # its start gives way, never its name
+    assert "+" not in lines and len(lines) > 7, lines  # no mark alone on a line; each path on one
+    assert "Close (changes kept)" in keys and not any("Discard" in k for k in keys)
+    assert files == ["/testbed/a.txt", "/testbed/src/main.py",  # the project's own files first
+                     "/testbed/.mypy_cache/", "/testbed/.venv/", "/testbed/node_modules/"], files  # tools: named
