@@ -177,3 +177,18 @@ def test_the_review_list_keeps_each_path_on_a_line_and_the_files_panel_puts_the_
     assert "Close (changes kept)" in keys and not any("Discard" in k for k in keys)
     assert files == ["/testbed/a.txt", "/testbed/src/main.py",  # the project's own files first
                      "/testbed/.mypy_cache/", "/testbed/.venv/", "/testbed/node_modules/"], files  # tools: named
+
+
+def test_the_welcome_offers_examples_about_the_project_in_a_workspace(tmp_path):
+    from lis_tui.app.widgets.welcome import welcome_text  # noqa: PLC0415
+
+    def shown(spec) -> str:
+        conversation = SimpleNamespace(config=load_config(env={}, paths=[]), spec=spec, network="off",
+                                       model_name="m")
+        console = Console(record=True, width=200, file=io.StringIO())
+        console.print(welcome_text(conversation, str(tmp_path / "runs")))
+        return console.export_text()
+
+    project = shown(SandboxSpec(rootfs="host", workspace=tmp_path))
+    assert "Run the project's tests" in project and "primes" not in project
+    assert "primes" in shown(SandboxSpec(rootfs="host"))
