@@ -9,12 +9,11 @@ from pathlib import Path
 from dataclasses import replace
 from typing import Any, Iterable
 
-from rich.text import Text
 from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 from textual.worker import Worker
 
 from lis_tui.agent import events as ev
@@ -23,8 +22,8 @@ from lis_tui.runs.store import app_runs_dir
 from lis_tui.app.screens.setup import SetupScreen
 from lis_tui.app.widgets.blocks import NoticeBlock
 from lis_tui.app.widgets.messages import AgentEvent, RunCrashed, ServerChecked
-from lis_tui.app.widgets.plain import notify_plain, plain
-from lis_tui.app.widgets.prompt import PromptInput
+from lis_tui.app.widgets.plain import notify_plain
+from lis_tui.app.widgets.prompt import PromptInput, QueuedNote
 from lis_tui.app.widgets.status import Status, StatusBar
 from lis_tui.app.widgets.transcript import Transcript
 from lis_tui.app.widgets.welcome import Welcome
@@ -68,8 +67,6 @@ class MainScreen(Screen):
         self.first_task, self.replayed = task, replay
         self.busy = False
         """A task runs: from start() until its worker thread is back (not only its last event)."""
-        self.queued = ""
-        """A follow-up typed ahead and sent with Enter while a task ran: it goes once the task ends."""
         self.quit_when_stopped = False
         """Ctrl+C twice: the step is being interrupted, and the app quits (as Ctrl+Q) once it stopped."""
         self.ctrl_c_at: float | None = None
@@ -83,7 +80,7 @@ class MainScreen(Screen):
     def compose(self) -> ComposeResult:
         yield StatusBar(self.first_status, id="status")
         yield Transcript(id="transcript")
-        yield Static(id="queued")
+        yield QueuedNote(id="queued")
         yield PromptInput(id="prompt")
         yield Footer(show_command_palette=False)  # ctrl+p still opens it; the room goes to keys
 
@@ -160,7 +157,7 @@ class MainScreen(Screen):
         if message.text.strip() and self.conversation is not None:
             message.prompt.clear()
             if self.busy:  # typed ahead: it waits for this task's end
-                self._queue(message.text)
+                self.query_one(QueuedNote).add(message.text)
             else:
                 self.start(message.text)
 
@@ -178,22 +175,10 @@ class MainScreen(Screen):
         self.query_one(Transcript).follow()  # scrolled up to read the last run or not: the new one shows
         self.run_task(task)
 
-    def _queue(self, text: str) -> None:
-        """Keep a follow-up typed ahead for the end of the task (a second one joins the first)."""
-        self.queued = f"{self.queued}\n{text}" if self.queued else text
-        lines = self.queued.splitlines() or [""]
-        more = f" (+{len(lines) - 1} more line{'s' * (len(lines) > 2)})" if len(lines) > 1 else ""
-        note = self.query_one("#queued", Static)
-        note.update(Text.assemble(("⏎ Queued: ", "bold"), plain(lines[0]), more,
-                                  ("  sent when this task ends (an interrupt puts it back here)", "dim"),
-                                  no_wrap=True, overflow="ellipsis"))
-        note.display = True
-
     def _send_queued(self) -> None:
         """The task ended: the queued follow-up goes now; after an interrupt or a failure it goes
         back into the prompt instead (before what is typed there), to send or change."""
-        text, self.queued = self.queued, ""
-        self.query_one("#queued", Static).display = False
+        text = self.query_one(QueuedNote).take()
         if self._finish not in ("cancelled", "error"):
             self.start(text)
             return
@@ -309,7 +294,7 @@ class MainScreen(Screen):
         if self.quit_when_stopped:
             self.quit_when_stopped = False
             self.app.call_later(self.app.action_quit, "ctrl+c")
-        elif self.queued:
+        elif self.query_one(QueuedNote).text:
             self._send_queued()
 
     def _idle(self, failed: bool = False) -> None:

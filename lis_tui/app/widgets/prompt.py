@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import events
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import TextArea
+from textual.widgets import Static, TextArea
+
+from lis_tui.app.widgets.plain import plain
 
 PLACEHOLDERS = {"task": "Type a task for the model and press Enter",
                 "follow-up": "Type a follow-up (same sandbox, same conversation) and press Enter",
@@ -89,3 +92,28 @@ class PromptInput(TextArea, inherit_bindings=False):
         lines = self.document.line_count
         self.border_subtitle = (f"{lines} lines · Enter sends" if lines > 1 and not self.disabled
                                 else "")
+
+
+class QueuedNote(Static):
+    """A follow-up typed ahead and queued with Enter while a task runs, on one line over the
+    prompt until the task ends; then taken: sent, or put back into the prompt."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.text = ""
+        """What was queued ("" for nothing); a second Enter adds a line to it."""
+
+    def add(self, text: str) -> None:
+        self.text = f"{self.text}\n{text}" if self.text else text
+        lines = self.text.splitlines() or [""]
+        more = f" (+{len(lines) - 1} more line{'s' * (len(lines) > 2)})" if len(lines) > 1 else ""
+        self.update(Text.assemble(("⏎ Queued: ", "bold"), plain(lines[0]), more,
+                                  ("  sent when this task ends (an interrupt puts it back here)", "dim"),
+                                  no_wrap=True, overflow="ellipsis"))
+        self.display = True
+
+    def take(self) -> str:
+        """What was queued, now no longer."""
+        text, self.text = self.text, ""
+        self.display = False
+        return text
