@@ -35,6 +35,9 @@ if TYPE_CHECKING:  # the sandbox, the shell, api and runs/changes.py load with t
 
 
 log = logging.getLogger(__name__)
+TOOLING_DIRS = (".*", "node_modules", "__pycache__", "venv", "site-packages")
+"""Folders the files panel names but does not walk (find -name patterns): dot-folders (.git,
+.venv, caches, editors'), packages, bytecode."""
 
 
 class Conversation:
@@ -153,15 +156,21 @@ class Conversation:
 
     def list_files(self, root: str | None = None, depth: int = 4, cap: int = 500) -> list[str]:
         """Files under `root` (None: where the model works, by the name it was told) and the output
-        folder inside the sandbox (none before it starts), at most `cap`."""
+        folder inside the sandbox (none before it starts), at most `cap`; then the tooling folders in
+        them (TOOLING_DIRS, ending in "/"), not walked: a project's .git/ and .venv/ hold thousands of
+        files, sorted before its own and filling the cap."""
         if self._sandbox is None or not self._sandbox.running:
             return []
         root = root or places_of(self.spec).working
         output = places_of(self.spec).output
         roots = [root] + ([output] if not output.startswith(f"{root}/") else [])
-        found = self._sandbox.exec(["find", *roots, "-maxdepth", str(depth), "-type", "f"],
-                                   timeout=10, cwd="/")
-        return sorted(found.stdout.splitlines())[:cap]
+        names = [arg for name in TOOLING_DIRS for arg in ("-o", "-name", name)][1:]
+        found = self._sandbox.exec(["find", *roots, "-mindepth", "1", "-maxdepth", str(depth),
+                                    "(", "-type", "d", "(", *names, ")", "-prune", "-printf", "%p/\\n", ")",
+                                    "-o", "-type", "f", "-print"], timeout=10, cwd="/")
+        listed = found.stdout.splitlines()
+        return (sorted(p for p in listed if not p.endswith("/"))[:cap]
+                + sorted(p for p in listed if p.endswith("/")))
 
     def read_text(self, path: str, limit: int = 64 << 10) -> str:
         """A sandbox file's text for a preview: the first `limit` bytes; binary files described."""

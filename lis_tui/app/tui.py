@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from concurrent.futures import Future, InvalidStateError
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
 from textual.app import App
 from textual.binding import Binding
+from textual.notifications import Notification, Notify
+from textual.screen import Screen
 
 from lis_tui.config.settings import Config
 from lis_tui.conversation import Conversation
@@ -22,12 +26,17 @@ from lis_tui.app.screens.approve_network import NetworkApprovalScreen
 from lis_tui.app.screens.confirm import ConfirmScreen
 from lis_tui.app.screens.help import HelpScreen
 from lis_tui.app.screens.main import MainScreen
+from lis_tui.app.screens.question import QuestionScreen
 from lis_tui.app.screens.setup import needs_setup
 from lis_tui.app.widgets.messages import NetworkQuestion, RootfsProgress
 from lis_tui.app.widgets.plain import notify_plain
 from lis_tui.app.widgets.status import Status, StatusBar
 
 log = logging.getLogger(__name__)
+QUIT_AGAIN_S = 2.0
+"""A second Ctrl+C this soon after the one that interrupted quits."""
+DIALOGS = (QuestionScreen, ConfirmScreen)
+"""Screens that ask: toasts wait while one is on top (at the top right they covered its corner)."""
 
 
 class LisApp(App):
@@ -37,7 +46,9 @@ class LisApp(App):
     # screen pushed or switched to, never for the one get_default_screen() returns.
     CSS_PATH = ["app.tcss", "screens/main.tcss"]
     TITLE = "lis-tui"
+    # Ctrl+C is ours wherever the focus is (a text field's copy, Textual's "press ctrl+q" toast)
     BINDINGS = [Binding("ctrl+q", "quit", "Quit", priority=True),
+                Binding("ctrl+c", "interrupt_or_quit", "Interrupt", show=False, priority=True),
                 Binding("f1", "help", "Help")]
 
     def __init__(self, conversation: Conversation | None, status: Status, *,
@@ -60,8 +71,11 @@ class LisApp(App):
         """The question quitting asks, while it is open: a second ctrl+q answers it."""
         self._questions = 0
         """Network approvals waiting for the person (the status badge shows any)."""
+        self._held_toasts: list[Notification] = []
+        """Toasts that wait for the dialog on top to close."""
 
     def on_mount(self) -> None:
+        self.screen_change_signal.subscribe(self, self._toasts_for, immediate=True)
         if not self.is_headless:  # a closed terminal, a kill or a logout ends the session as ctrl+q does
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
@@ -81,7 +95,21 @@ class LisApp(App):
     def main(self) -> MainScreen:
         return self.screen_stack[0]  # type: ignore[return-value]
 
-    async def action_quit(self) -> None:
+    async def action_interrupt_or_quit(self) -> None:
+        """Ctrl+C: interrupt what runs (the command, or the model call), as Esc does; a second one
+        within QUIT_AGAIN_S, or one while nothing runs, quits as Ctrl+Q does (once the step has
+        stopped, so that quitting asks about changes not applied, as it does between tasks)."""
+        main, now = self.main, time.monotonic()
+        if self.screen is self._quitting or not main.busy or main.quit_when_stopped:
+            await self.action_quit("ctrl+c")
+        elif main.ctrl_c_at is not None and now - main.ctrl_c_at < QUIT_AGAIN_S:
+            main.quit_when_stopped = True
+            main.interrupt("quitting once the step has stopped")
+        else:
+            main.ctrl_c_at = now
+            main.interrupt("ctrl+c again quits")
+
+    async def action_quit(self, key: str = "ctrl+q") -> None:
         if self.main.busy:
             question = "A task is running. Quit? It is stopped and its trajectory kept."
         elif self.rootfs_job.state == "building":
@@ -94,7 +122,7 @@ class LisApp(App):
         elif self.screen is self._quitting:  # ctrl+q again: the answer
             self._quitting.dismiss(True)
         elif not isinstance(self.screen, ConfirmScreen):
-            self._quitting = ConfirmScreen(question + " (ctrl+q again quits)", "Quit", "Stay")
+            self._quitting = ConfirmScreen(question + f" ({key} again quits)", "Quit", "Stay")
             self.push_screen(self._quitting, lambda yes: self._stop_and_exit() if yes else None)
 
     async def _unapplied(self) -> str:
@@ -122,6 +150,24 @@ class LisApp(App):
     def _stop_and_exit(self) -> None:
         self.rootfs_job.stop.set()  # the worker's thread ends with the build's process
         self.exit()
+
+    def on_notify(self, event: Notify) -> None:
+        """Every toast passes here (Textual shows it after): while a dialog is on top, it waits."""
+        if isinstance(self.screen, DIALOGS):
+            event.prevent_default()  # App._on_notify, which would show it now, is not called
+            self._held_toasts.append(event.notification)
+
+    def _toasts_for(self, screen: Screen) -> None:
+        """A screen came on top: toasts on show wait if it is a dialog; held ones show if it is not
+        (each for its whole time again)."""
+        if isinstance(screen, DIALOGS):
+            # Textual keeps the toasts on show there; it has no public list of them
+            self._held_toasts += [n for n in self._notifications if not n.has_expired]
+            self.clear_notifications()
+        elif self._held_toasts:
+            held, self._held_toasts = self._held_toasts, []
+            for notification in held:
+                self.post_message(Notify(replace(notification, raised_at=time.time())))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -49,10 +49,11 @@ async def wait_for(pilot, condition, timeout: float = 30.0) -> None:
 
 
 def modal_ready(app, name: str) -> bool:
-    """The modal is up and takes keys now: it has put the focus on its first field or button, or
-    (the network dialog, which focuses none) the keys that come now are past its grace."""
-    return type(app.screen).__name__ == name and (app.focused is not None
-                                                  or getattr(app.screen, "takes_answers", False))
+    """The modal is up and takes keys now: a question (network, command) once the keys that come
+    now are past its grace, another once it has put the focus on its first field or button."""
+    grace_over = getattr(app.screen, "takes_answers", None)
+    return type(app.screen).__name__ == name and (app.focused is not None if grace_over is None
+                                                  else grace_over)
 
 
 def texts(app, cls) -> list[str]:
@@ -274,7 +275,7 @@ def test_keys_as_the_network_dialog_opens_answer_nothing(tmp_path):
     the grace answers, and the answer says who gave it."""
     from textual import events  # noqa: PLC0415
     from isolation.net import Answer, NetworkRequest  # noqa: PLC0415
-    from lis_tui.app.screens.approve_network import GRACE_S  # noqa: PLC0415
+    from lis_tui.app.screens.question import GRACE_S  # noqa: PLC0415
 
     async def scenario():
         config = load_config(overrides={"model.model": "m", "model.base_url": "http://127.0.0.1:9/v1"},

@@ -41,7 +41,7 @@ def test_a_reason_with_every_action_letter_is_text_and_skips(tmp_path):
             term.keys("-l", REASON)  # typed as the dialog opens: no letter may act
             term.wait_for(REASON)
             assert DIALOG in term.screen()  # nothing ran, nothing closed the dialog
-            term.keys("Enter")  # in the reason: skip, with it
+            term.answer("Enter", " · ready ")  # in the reason, past the grace: skip, with it
             term.quit_after_run()
         finally:
             term.kill()
@@ -65,7 +65,7 @@ def test_edit_puts_the_cursor_at_the_end_of_the_command(tmp_path):
             term.wait_for("Edit the command")  # keys sent before that went to the reason
             term.keys("-l", " person-added")  # goes after the command, where the cursor is
             term.wait_for("echo model-wrote person-added")
-            term.keys("C-r")
+            term.answer("C-r", " · ready ")
             term.quit_after_run()
         finally:
             term.kill()

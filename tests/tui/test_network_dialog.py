@@ -13,7 +13,7 @@ import time
 import pytest
 
 from fakes.openai_server import FakeOpenAI, reply, submit
-from lis_tui.app.screens.approve_network import GRACE_S
+from lis_tui.app.screens.question import GRACE_S
 from lis_tui.app.widgets.blocks import AnswerBlock, NoticeBlock
 from lis_tui.app.widgets.status import StatusBar
 from test_app import SIZE, app_for, bash, modal_ready, run, texts, wait_for, web  # noqa: F401 (web: a fixture)
@@ -183,18 +183,6 @@ TYPED = " abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 """Everything a sentence is made of (o, s, a and d answered once, and saved a host for good)."""
 
 
-def answer(term: Tmux, key: str, *shows: str) -> str:
-    """Send an answer key once the dialog on screen is past its grace (from when it was drawn, a
-    moment before tmux showed it), again if a busy app drew it later than that; the screen once
-    it shows `shows`."""
-    for _ in range(3):
-        time.sleep(GRACE_S)
-        term.keys(key)
-        with contextlib.suppress(AssertionError):
-            return term.wait_for(*shows, timeout=10)
-    return term.wait_for(*shows, timeout=1)
-
-
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_in_a_real_terminal_text_typed_into_the_dialog_answers_nothing(tmp_path, web):
     """Every letter, digit and a space typed into the open dialog: it stays, nothing is answered,
@@ -220,9 +208,9 @@ def test_in_a_real_terminal_text_typed_into_the_dialog_answers_nothing(tmp_path,
             typed = term.wait_for('" " typed here answers nothing')
             unanswered = json.loads((tmp_path / "out" / "trajectory.json").read_text()).get("network_answers")
             unchanged = config.read_bytes() == before
-            answer(term, "C-t", "The host is at a private address")  # Always; then the address: once
-            shown = answer(term, "C-o", "you allowed 127.0.0.2 always (any port); saved to",
-                           f"you allowed {web.hostport} at 127.0.0.2 once")
+            term.answer("C-t", "The host is at a private address")  # Always; then the address: once
+            shown = term.answer("C-o", "you allowed 127.0.0.2 always (any port); saved to",
+                                f"you allowed {web.hostport} at 127.0.0.2 once")
             term.quit_after_run()
         finally:
             term.kill()

@@ -3,6 +3,7 @@ with `send-keys`, and `capture-pane` shows what a person would see."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -61,6 +62,19 @@ class Tmux:
 
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "t")
+
+    def answer(self, key: str, *shows: str) -> str:
+        """Send a dialog's answer key once the dialog on screen is past its grace (question.GRACE_S,
+        from when it was drawn, a moment before tmux showed it), again if a busy app drew it later
+        than that; the screen once it shows `shows`."""
+        from lis_tui.app.screens.question import GRACE_S  # noqa: PLC0415 (textual: only for this)
+
+        for _ in range(3):
+            time.sleep(GRACE_S)
+            self.keys(key)
+            with contextlib.suppress(AssertionError):
+                return self.wait_for(*shows, timeout=10)
+        return self.wait_for(*shows, timeout=1)
 
     def wait_for(self, *texts: str, timeout: float = 30.0, line: int | None = None) -> str:
         """The screen once it shows every one of `texts` (all on line `line`, if given)."""

@@ -2,12 +2,16 @@
 
 The command is shown with its control characters as visible escapes: Run unchanged runs the
 model's command as it came; an edit runs exactly the text the person sees and leaves.
+
+It opens while the person may be typing ahead in the prompt: what they type goes into the reason
+(text), and no Enter, Esc or Ctrl+R in its first half second (question.GRACE_S) answers it.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -16,6 +20,10 @@ from textual.widgets import Button, Input, Label, TextArea
 from lis_tui.agent.events import Edit, Run, Skip
 from lis_tui.app.screens.question import QuestionScreen
 from tools.terminal_text import safe_terminal_text
+
+
+ANSWER_KEYS = ("enter", "escape", "ctrl+r")
+"""The keys that answer (Enter: in the reason, or on a button); F2 (Edit) answers nothing."""
 
 
 class CommandApprovalScreen(QuestionScreen):
@@ -49,9 +57,19 @@ class CommandApprovalScreen(QuestionScreen):
                 yield Button("Edit F2", id="edit", variant="primary")
                 yield Button("Skip Esc", id="skip", variant="error")
 
+    def on_key(self, event: events.Key) -> None:
+        # Every key reaches the screen before the bindings (the reason's Enter, Esc, Ctrl+R: the
+        # app checks them once the key bubbled up); in the grace they go no further, nor does a
+        # key on a button (r, e, s). Text is typed by the fields themselves, before this.
+        answers = event.key in ANSWER_KEYS or isinstance(self.focused, Button)
+        if answers and not self._answers_at(event.time):
+            event.stop()
+            event.prevent_default()
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        getattr(self, f"action_{event.button.id}")()
+        if self._answers_at(event.time):  # a click too: the one meant for what was there before
+            getattr(self, f"action_{event.button.id}")()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

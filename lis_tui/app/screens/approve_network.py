@@ -3,11 +3,10 @@ when an allowed host resolves to a private or internal address, about that addre
 
 The dialog opens while the person may be typing (a follow-up, a sentence elsewhere): no letter
 answers it, no button has the focus at first (Enter answers only on a button Tab moved to), and
-no key that comes in its first half second (GRACE_S) answers it."""
+no key that comes in its first half second (question.GRACE_S) answers it."""
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -28,10 +27,6 @@ CHOICES = (("allow_once", "Allow once ^O", "ctrl+o"), ("allow_session", "This se
            ("allow_always", "Always ^T", "ctrl+t"), ("deny", "Deny Esc", "escape"))
 ADDRESS_CHOICES = tuple(c for c in CHOICES if c[0] != "allow_always")
 """An address is allowed for this host and port, once or for the session; never saved."""
-GRACE_S = 0.5
-"""Keys that come this soon after the dialog is drawn (or is on top again) answer nothing: they
-were typed before the person could read it, such as the Enter ending a sentence or an Esc meant
-to stop the step."""
 
 
 class NetworkApprovalScreen(QuestionScreen):
@@ -46,8 +41,6 @@ class NetworkApprovalScreen(QuestionScreen):
     def __init__(self, request: Any, command: str = "", future: Future | None = None) -> None:
         super().__init__(future)
         self.request, self.command = request, command
-        self.drawn_at: float | None = None
-        """When the dialog was last drawn on top (time.monotonic, as Textual stamps events)."""
 
     def compose(self) -> ComposeResult:
         r = self.request
@@ -74,23 +67,6 @@ class NetworkApprovalScreen(QuestionScreen):
                     yield Button(label, id=answer,
                                  variant="error" if answer == "deny" else "success")
             yield Static("", id="typed")
-
-    def on_screen_resume(self) -> None:  # QuestionScreen's runs too: Textual calls each class's
-        # The first time (pushed), and again when a dialog over this one closed: keys meant for
-        # that one (a second Ctrl+O) must not answer this one
-        self.drawn_at = None
-        self.call_after_refresh(self._drawn)
-
-    def _drawn(self) -> None:
-        self.drawn_at = time.monotonic()
-
-    @property
-    def takes_answers(self) -> bool:
-        """Its grace is over: a key pressed from now on may answer it."""
-        return self._answers_at(time.monotonic())
-
-    def _answers_at(self, when: float) -> bool:
-        return self.drawn_at is not None and when >= self.drawn_at + GRACE_S
 
     def on_key(self, event: events.Key) -> None:
         # Every key reaches the screen before the bindings (the app checks them once it bubbled

@@ -1,5 +1,6 @@
-"""The files panel: what is in /testbed (the output first), and a preview of the one selected.
-Names and contents are the sandbox's: shown through `plain`, never as markup."""
+"""The files panel: what is in /testbed (the output first, then the project's own files, then the
+tooling folders, named but not walked), and a preview of the one selected. Names and contents are
+the sandbox's: shown through `plain`, never as markup."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from isolation.spec import places_of
-from lis_tui.app.widgets.plain import plain
+from lis_tui.app.widgets.plain import PathLine, plain
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +58,13 @@ class FilesScreen(ModalScreen[None]):
 
     def _show_list(self, files: list[str]) -> None:
         output = f"{places_of(self.conversation.spec).output}/"
-        ordered = [f for f in files if f.startswith(output)] + [f for f in files if not f.startswith(output)]
+        folders = [f for f in files if f.endswith("/")]  # tooling (Conversation.list_files): last
+        files = [f for f in files if not f.endswith("/")]
+        ordered = ([f for f in files if f.startswith(output)] + [f for f in files if not f.startswith(output)]
+                   + folders)
         listing = self.query_one(OptionList)
         listing.clear_options()
-        listing.add_options([Option(plain(path), id=path) for path in ordered])
+        listing.add_options([Option(PathLine(path), id=path) for path in ordered])
         if ordered:
             listing.highlighted = 0
         else:
@@ -68,7 +72,12 @@ class FilesScreen(ModalScreen[None]):
         listing.focus()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.load_preview(str(event.option.id))
+        path = str(event.option.id)
+        if path.endswith("/"):
+            self._show_preview(f"A tool's folder (git, a virtual environment, packages, caches): not listed "
+                               "here. The model's changes in it are in the review (F6).", path)
+        else:
+            self.load_preview(path)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="preview")
     def load_preview(self, path: str) -> None:

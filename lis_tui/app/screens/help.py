@@ -12,24 +12,28 @@ from textual.widgets import Label, Static
 from lis_tui.app.widgets.plain import plain
 
 KEYS = (
-    ("Enter", "start the task typed in the prompt, or send a follow-up after submit"),
+    ("Enter", "start the task typed in the prompt, or send a follow-up after submit; while the "
+              "model works, queue it (typed ahead): it is sent when the task ends"),
     ("Ctrl+J", "a new line in the prompt (Shift+Enter too, where the terminal tells them "
                "apart); a paste is kept whole, every line"),
+    ("Ctrl+U", "erase the prompt back to its start, every line (as in a shell)"),
     ("Esc", "interrupt the current step (stops the model call or sends the command SIGINT)"),
+    ("Ctrl+C", "interrupt, as Esc; a second Ctrl+C at once, or one between tasks, quits as Ctrl+Q"),
     ("F2", "network mode: OFF → ASK → ON (live for the running sandbox)"),
     ("F3", "command approvals on/off: Run / Edit / Skip before each command"),
     ("F4", "the model (servers found on this machine, or a URL), and the recommended rootfs"),
-    ("F5", "files panel: /testbed (output first) with a preview of the selected file"),
+    ("F5", "files panel: /testbed (output first, tool folders such as .git/ last) with a preview"),
     ("F6", "review the sandbox's changes: a diff per file; a Apply all / f the file to the host "
-           "workspace · e Export the output folder · Esc Discard (close, nothing written)"),
+           "workspace · e Export the output folder · r reloads · Esc closes it (the changes are kept)"),
     ("Ctrl+N", "after a rootfs was built while a session ran: a new session on it"),
     ("F1", "this help"),
     ("Tab", "move between the transcript and the prompt"),
-    ("Ctrl+O", "in the transcript: expand every command's output, or clip it again (a click: "
-               "one; e too while the model works); what is typed there goes to the prompt"),
-    ("Ctrl+Q", "quit (asks first while a task runs, or with changes not applied; Ctrl+Q again quits)"),
+    ("Ctrl+O", "expand every command's output, or clip it again (a click: one; e too in a "
+               "replay); what is typed in the transcript goes to the prompt"),
+    ("Ctrl+Q", "quit (asks first while a task runs, or with changes not applied; Ctrl+Q or Ctrl+C "
+               "again quits)"),
     ("Command approval", "Ctrl+R Run · F2 Edit (cursor at the end) · Esc Skip, or type a "
-                         "reason, Enter · r e s act only on a button"),
+                         "reason, Enter · r e s act only on a button; no key answers in its first half second"),
     ("Model setup", "ctrl+t Test the connection · ctrl+s Save · ctrl+b Build the rootfs · "
                            "ctrl+o a shell in a fresh sandbox (exit comes back) · Esc Later"),
     ("Network approval", "Ctrl+O Allow once · Ctrl+S this session · Ctrl+T Always (saved) · Esc Deny, "

@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer
+from textual.worker import Worker
 
 from lis_tui.agent import events as ev
 from lis_tui.commands.live import running_text
@@ -22,7 +23,7 @@ from lis_tui.app.screens.setup import SetupScreen
 from lis_tui.app.widgets.blocks import NoticeBlock
 from lis_tui.app.widgets.messages import AgentEvent, RunCrashed, ServerChecked
 from lis_tui.app.widgets.plain import notify_plain
-from lis_tui.app.widgets.prompt import PromptInput
+from lis_tui.app.widgets.prompt import PromptInput, QueuedNote
 from lis_tui.app.widgets.status import Status, StatusBar
 from lis_tui.app.widgets.transcript import Transcript
 from lis_tui.app.widgets.welcome import Welcome
@@ -55,6 +56,7 @@ class MainScreen(Screen):
         Binding("f5", "files", "Files"),
         Binding("f6", "review", "Review"),
         Binding("ctrl+n", "new_session", "New"),  # only after a rootfs was built (F1 says more)
+        Binding("ctrl+o", "expand", "Expand output", show=False),  # from the prompt too
     ]
 
     def __init__(self, conversation: Any, status: Status, task: str | None = None,
@@ -64,6 +66,13 @@ class MainScreen(Screen):
         self.conversation, self.first_status = conversation, status
         self.first_task, self.replayed = task, replay
         self.busy = False
+        """A task runs: from start() until its worker thread is back (not only its last event)."""
+        self.quit_when_stopped = False
+        """Ctrl+C twice: the step is being interrupted, and the app quits (as Ctrl+Q) once it stopped."""
+        self.ctrl_c_at: float | None = None
+        """When Ctrl+C interrupted this task (time.monotonic): another one soon after quits."""
+        self._finish = ""
+        """How the last task ended (RunFinished.reason; "error" for a crash)."""
         self._tokens = (0, 0)
         self.new_rootfs = ""
         """A rootfs built while this session's sandbox ran: ctrl+n starts a session on it."""
@@ -71,6 +80,7 @@ class MainScreen(Screen):
     def compose(self) -> ComposeResult:
         yield StatusBar(self.first_status, id="status")
         yield Transcript(id="transcript")
+        yield QueuedNote(id="queued")
         yield PromptInput(id="prompt")
         yield Footer(show_command_palette=False)  # ctrl+p still opens it; the room goes to keys
 
@@ -144,23 +154,41 @@ class MainScreen(Screen):
     # -- starting a task --------------------------------------------------------------------
     def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
         # The task is the text as typed or pasted, every line of it (nothing stripped)
-        if message.text.strip() and not self.busy and self.conversation is not None:
+        if message.text.strip() and self.conversation is not None:
             message.prompt.clear()
-            self.start(message.text)
+            if self.busy:  # typed ahead: it waits for this task's end
+                self.query_one(QueuedNote).add(message.text)
+            else:
+                self.start(message.text)
 
     def start(self, task: str) -> None:
-        """Run `task` (or a follow-up) in the worker; the UI stays live."""
+        """Run `task` (or a follow-up) in the worker; the UI stays live, and the prompt takes
+        what is typed meanwhile (the focus stays where it is)."""
         self.busy = True
+        self._finish, self.ctrl_c_at = "", None
         self.refresh_bindings()  # Esc (stop) shows in the footer while a task runs
         self.query(Welcome).remove()
         self.query_one(PromptInput).set_mode("busy")
         self.query_one(StatusBar).start_clock()
         if self.conversation.sandbox is None and self.conversation.spec is not None:
             self._status(doing="starting the sandbox")
-        transcript = self.query_one(Transcript)
-        transcript.focus()
-        transcript.follow()  # scrolled up to read the last run or not: the new one shows
+        self.query_one(Transcript).follow()  # scrolled up to read the last run or not: the new one shows
         self.run_task(task)
+
+    def _send_queued(self) -> None:
+        """The task ended: the queued follow-up goes now; after an interrupt or a failure it goes
+        back into the prompt instead (before what is typed there), to send or change."""
+        text = self.query_one(QueuedNote).take()
+        if self._finish not in ("cancelled", "error"):
+            self.start(text)
+            return
+        prompt = self.query_one(PromptInput)
+        prompt.text = text + (f"\n{prompt.text}" if prompt.text.strip() else "")
+        prompt.move_cursor(prompt.document.end)
+        why = "you interrupted the task" if self._finish == "cancelled" else "the task failed"
+        self.query_one(Transcript).mount(NoticeBlock(
+            f"The follow-up you queued was not sent ({why}): it is back in the prompt, Enter sends it."))
+        self.query_one(Transcript).anchor()
 
     @work(thread=True, exit_on_error=False, group="agent")
     def run_task(self, task: str) -> None:
@@ -215,7 +243,7 @@ class MainScreen(Screen):
 
     def _live(self, doing: str) -> None:
         """The status line's second line: what the running step does (not in a replay)."""
-        if self.replayed is None and self.query_one(StatusBar).status.doing != "interrupting…":
+        if self.replayed is None and not self.query_one(StatusBar).status.doing.startswith("interrupting…"):
             self._status(doing=doing)
 
     def _on_ApprovalNeeded(self, e: ev.ApprovalNeeded) -> None:
@@ -241,7 +269,7 @@ class MainScreen(Screen):
             self.query_one(Transcript).anchor()
 
     def _on_RunFinished(self, e: ev.RunFinished) -> None:
-        self._idle(failed=e.reason == "error")
+        self._finish = e.reason  # the task is idle once its thread is back (on_worker_state_changed)
         if e.reason == "error":  # no toast for an answer: the Answer box says it, under a toast
             notify_plain(self, e.message, title="The run failed", severity="error", timeout=10)
 
@@ -253,21 +281,32 @@ class MainScreen(Screen):
             f"✘ The run failed before it started: {message.text}\nThe traceback is in {where}; "
             "`lis-tui doctor` checks the sandbox, F4 the model.", "error"))
         self.query_one(Transcript).scroll_end(animate=False)
-        self._idle(failed=True)
+        self._finish = "error"
         notify_plain(self, f"{message.text}\nDetails are in {where}.", title="lis-tui failed",
                      severity="error", timeout=15)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The task's thread is back (after its last event, its work saved): the session is idle,
+        and what waited for that goes (a quit after Ctrl+C twice, a follow-up typed ahead)."""
+        if event.worker.group != "agent" or not event.worker.is_finished or not self.is_attached:
+            return
+        self._idle(failed=self._finish == "error")
+        if self.quit_when_stopped:
+            self.quit_when_stopped = False
+            self.app.call_later(self.app.action_quit, "ctrl+c")
+        elif self.query_one(QueuedNote).text:
+            self._send_queued()
 
     def _idle(self, failed: bool = False) -> None:
         self.busy = False
         self.refresh_bindings()
         self.query_one(StatusBar).stop_clock()
-        state = self._state()  # the conversation says "working" until its thread is back
-        self._status(sandbox="failed" if failed else "ready" if state == "working" else state,
-                     doing="")
+        self._status(sandbox="failed" if failed else self._state(), doing="")
         if self.replayed is None:
             prompt = self.query_one(PromptInput)
             prompt.set_mode("follow-up" if self.conversation.messages else "task")
-            prompt.focus()
+            if self.focused is None:  # else it stays: on the prompt, or where Tab moved it to read
+                prompt.focus()
 
     # -- keys -------------------------------------------------------------------------------
     def on_key(self, event: events.Key) -> None:
@@ -298,6 +337,9 @@ class MainScreen(Screen):
             return prompt
         return None
 
+    def action_expand(self) -> None:
+        self.query_one(Transcript).action_expand()
+
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """A replay has nothing to interrupt or configure: hide those keys."""
         live = ("interrupt", "network", "approvals", "setup", "files", "review")
@@ -308,8 +350,13 @@ class MainScreen(Screen):
         return not (self.replayed is not None and action in live)
 
     def action_interrupt(self) -> None:
-        if self.busy:  # said in the status line until the run has stopped (not a toast that stays)
-            self._status(doing="interrupting…")
+        self.interrupt()
+
+    def interrupt(self, note: str = "") -> None:
+        """Stop the step in progress (Esc, Ctrl+C); `note` follows "interrupting…" in the status
+        line, where it stays until the run has stopped (not a toast that stays)."""
+        if self.busy:
+            self._status(doing=f"interrupting… ({note})" if note else "interrupting…")
             self.conversation.cancel()
 
     def action_network(self) -> None:

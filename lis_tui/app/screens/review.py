@@ -1,6 +1,6 @@
 """The review screen: what the sandbox changed in the project (/testbed, or a workspace's own path), a
 diff per file, and what to do with it: apply to the host workspace, export the output folder
-(spec.places), or discard (close, write nothing).
+(spec.places), or close (write nothing: the changes stay in the sandbox and the run's patch).
 Held-back changes (what would configure or run something on the host: isolation.changes.heldback; links,
 new executables) are listed apart, each with why, grouped by kind, and go only by name: one picked
 with f, or a whole kind with k once its header is selected and its list shown."""
@@ -29,7 +29,7 @@ from isolation.spec import places_of
 from isolation.changes.workspace import WorkspaceConflict
 from lis_tui.runs.changes import ApplyRefused, branch_for, fetch_commits, save_bundle
 from lis_tui.app.screens.confirm import ConfirmScreen
-from lis_tui.app.widgets.plain import notify_plain, plain
+from lis_tui.app.widgets.plain import PathLine, notify_plain, plain
 from lis_tui.app.widgets.status import short_path
 from tools.terminal_text import safe_terminal_text
 
@@ -47,14 +47,14 @@ COMMITS = "/commits"
 
 class ReviewScreen(Screen[None]):
     """Up/Down pick a file (its diff shows); a / f apply all / the file; k a held-back kind whose
-    header is selected (its list shows); e export; Esc discards."""
+    header is selected (its list shows); e export; Esc closes, and the changes stay."""
 
     CSS_PATH = "review.tcss"
     BINDINGS = [Binding("a", "apply_all", "Apply all"), Binding("f", "apply_file", "Apply file"),
                 Binding("k", "apply_kind", "Apply kind", show=False),  # said where it applies: a kind's header
                 Binding("e", "export", "Export"),
-                Binding("r", "reload", "Reload"),
-                Binding("escape,f6", "discard", "Discard/close")]
+                Binding("r", "reload", "Reload", show=False),  # F1 says it: the footer's room goes to Close
+                Binding("escape,f6", "close", "Close (changes kept)")]
 
     def __init__(self, conversation: Any) -> None:
         super().__init__()
@@ -81,7 +81,7 @@ class ReviewScreen(Screen[None]):
             yield Label(f"Export {places_of(getattr(self.conversation, 'spec', None)).output} to ")
             yield Input(self._default_export(), placeholder="a folder on this machine",
                         id="export-dir")
-        yield Footer()
+        yield Footer(show_command_palette=False, compact=True)  # ctrl+p still opens it; the room goes to keys
 
     def on_mount(self) -> None:
         self.query_one(OptionList).focus()
@@ -292,8 +292,8 @@ class ReviewScreen(Screen[None]):
         self.app.call_from_thread(self._say, f"Exported {output} to {target}")
 
     # -- closing ----------------------------------------------------------------------------
-    def action_discard(self) -> None:
-        """Close without writing anything; the changes stay in the sandbox."""
+    def action_close(self) -> None:
+        """Close without writing anything; the changes stay in the sandbox (and the run's patch)."""
         self.dismiss(None)
 
     def _say(self, text: str, severity: str = "information") -> None:
@@ -314,10 +314,10 @@ class ReviewScreen(Screen[None]):
         return str(out / "exported") if out is not None else ""
 
 
-def change_label(change: Any) -> Text:
-    """`+ path` with a kind marker that reads without colour too."""
+def change_label(change: Any) -> PathLine:
+    """`+ path` with a kind marker that reads without colour too, on one line."""
     mark, colour = MARKS.get(change.kind, ("?", ""))
-    return Text.assemble((f"{mark} ", f"bold {colour}"), plain(change.path))
+    return PathLine(change.path, mark, f"bold {colour}")
 
 
 def split_diff(diff: str, changes: list[Any]) -> dict[str, str]:

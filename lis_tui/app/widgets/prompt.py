@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import events
+from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import TextArea
+from textual.widgets import Static, TextArea
+
+from lis_tui.app.widgets.plain import plain
 
 PLACEHOLDERS = {"task": "Type a task for the model and press Enter",
                 "follow-up": "Type a follow-up (same sandbox, same conversation) and press Enter",
-                "busy": "The model is working (Esc interrupts)",
+                "busy": "The model is working: type ahead, Enter queues it · Esc or Ctrl+C interrupts",
                 "replay": "Replay of a saved run (Ctrl+Q quits)"}
 NEW_LINE_KEYS = ("ctrl+j", "shift+enter")
 """Keys that add a line. Most terminals send Shift+Enter as Enter; Ctrl+J is a line feed in all."""
@@ -30,7 +34,12 @@ class PromptInput(TextArea, inherit_bindings=False):
     """
     # TextArea's own keys but F6 (select the line), which would shadow the main screen's F6
     # (review): ScrollView's, which TextArea's replace, page sideways (nothing here, it wraps).
-    BINDINGS = [binding for binding in TextArea.BINDINGS if binding.key != "f6"]
+    # Ctrl+U erases back to the start of the prompt, as a shell's does (the whole task when the
+    # cursor is at its end, a paste's every line), not only the line the cursor is on.
+    BINDINGS = [*(binding for binding in TextArea.BINDINGS
+                  if binding.key not in ("f6", "ctrl+u,super+backspace")),
+                Binding("ctrl+u", "delete_to_start", "Delete to start", show=False),
+                Binding("super+backspace", "delete_to_start_of_line", "Delete to line start", show=False)]
 
     class Submitted(Message):
         """Enter was pressed: `text` is exactly what the prompt held."""
@@ -44,9 +53,13 @@ class PromptInput(TextArea, inherit_bindings=False):
                          highlight_cursor_line=False, **kwargs)
 
     def set_mode(self, mode: str) -> None:
+        """What the placeholder says; a replay takes no text, a busy run takes it ahead."""
         self.placeholder = PLACEHOLDERS[mode]
-        self.disabled = mode in ("busy", "replay")
+        self.disabled = mode == "replay"
         self._fold_note()
+
+    def action_delete_to_start(self) -> None:
+        self.delete((0, 0), self.cursor_location, maintain_selection_offset=False)
 
     async def _on_key(self, event: events.Key) -> None:
         # prevent_default: TextArea's own handler (a newline for Enter) does not run after this
@@ -79,3 +92,28 @@ class PromptInput(TextArea, inherit_bindings=False):
         lines = self.document.line_count
         self.border_subtitle = (f"{lines} lines · Enter sends" if lines > 1 and not self.disabled
                                 else "")
+
+
+class QueuedNote(Static):
+    """A follow-up typed ahead and queued with Enter while a task runs, on one line over the
+    prompt until the task ends; then taken: sent, or put back into the prompt."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.text = ""
+        """What was queued ("" for nothing); a second Enter adds a line to it."""
+
+    def add(self, text: str) -> None:
+        self.text = f"{self.text}\n{text}" if self.text else text
+        lines = self.text.splitlines() or [""]
+        more = f" (+{len(lines) - 1} more line{'s' * (len(lines) > 2)})" if len(lines) > 1 else ""
+        self.update(Text.assemble(("⏎ Queued: ", "bold"), plain(lines[0]), more,
+                                  ("  sent when this task ends (an interrupt puts it back here)", "dim"),
+                                  no_wrap=True, overflow="ellipsis"))
+        self.display = True
+
+    def take(self) -> str:
+        """What was queued, now no longer."""
+        text, self.text = self.text, ""
+        self.display = False
+        return text

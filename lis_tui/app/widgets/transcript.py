@@ -26,7 +26,8 @@ class Transcript(VerticalScroll):
     dialog's wait, Markdown drawn late) unless the person scrolled away in the last seconds."""
 
     can_focus = True
-    # e: while the prompt takes no text (a run, a replay); else a letter goes to the prompt
+    # e: in a replay, where the prompt takes no text; else a letter goes to the prompt (the main
+    # screen binds ctrl+o too, so that it works from the prompt)
     BINDINGS = [Binding("e,ctrl+o", "expand", "Expand output", show=False)]
 
     def __init__(self, **kwargs: Any) -> None:

@@ -18,6 +18,10 @@ from tools.terminal_text import safe_terminal_text
 EXAMPLES = ("How many primes are below 100,000? Check it with a program.",
             "Write a Python script that prints the first 20 Fibonacci numbers, and run it.",
             "Install sympy and solve x**3 - 6x**2 + 11x - 6 = 0.  (needs the network: F2)")
+PROJECT_EXAMPLES = ("Explain how this project is laid out and where it starts.",
+                    "Run the project's tests and fix the first one that fails.",
+                    "Add a --verbose flag to its command line, with a test.  (F6 shows the diff first)")
+"""With a workspace the task is most often about the project: examples about it."""
 KEYS = ("Enter start · Esc interrupt · F2 network · F3 approvals · F4 model & rootfs · "
         "F5 files · F6 review · F1 all keys · Ctrl+Q quit")
 
@@ -44,7 +48,8 @@ def welcome_text(conversation: Any, runs_dir: str, rootfs_job: Any = None, check
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    for i, example in enumerate(EXAMPLES):
+    workspace = getattr(getattr(conversation, "spec", None), "workspace", None)
+    for i, example in enumerate(PROJECT_EXAMPLES if workspace is not None else EXAMPLES):
         grid.add_row("For example" if i == 0 else "", Text(example, style="italic"))
     grid.add_row("", "")
     for name, value in setup_rows(conversation, runs_dir, rootfs_job, check):
