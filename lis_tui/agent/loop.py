@@ -85,7 +85,8 @@ class Agent:
         self._vanilla_answer: str | None = None
         self.format = make_format(self.config.tool_format, self._format_switched)
         """How tool calls travel (`lis_tui.model.tool_formats`); auto may switch it once."""
-        self.shape = make_shape(self.config, fill=self._fill, reserve=reply_reserve, schemas=self._schemas)
+        self.shape = make_shape(self.config, fill=self._fill, reserve=reply_reserve, schemas=self._schemas,
+                                server_limit=getattr(model, "context_length", None), emit=self.emit)
         """The conversation's shape (`lis_tui.agent.shapes`): the paper harness's or lis-tui's."""
         if getattr(model, "on_retry", False) is None:  # ModelClient reports retries this way
             model.on_retry = self._retried  # type: ignore[attr-defined]
@@ -153,6 +154,11 @@ class Agent:
         """Stop soon: the model call or shell command in progress is interrupted."""
         self._stop("cancelled")
 
+    def compact_soon(self) -> bool:
+        """Compact the conversation before the next model call (from any thread); False when its
+        shape never compacts (paper mode) or `agent.compact` is off."""
+        return self.shape.compact_soon()
+
     def emit(self, event: Event) -> None:
         self.listener.on_event(event)
 
@@ -209,8 +215,8 @@ class Agent:
         return render(text, self.prompt_values)
 
     def _complete(self, on_delta: Any) -> Reply:
-        # Asked again after auto switched away from `tools` (once a run), and with what the shape
-        # makes of a refused request, when it makes anything of it.
+        # Asked again after auto switched away from `tools` (once a run), and after the shape
+        # compacted a prompt the server found too long (once a step: a second refusal ends the run).
         while True:
             try:
                 return self._ask(on_delta)

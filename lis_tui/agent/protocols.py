@@ -27,7 +27,7 @@ class Tools(Protocol):
 
 class Shape(Protocol):
     """The conversation's shape: its first messages, the frame of an observation, the assistant
-    turn as sent back, the nudge, the count of the prompt and what happens at its limit.
+    turn as sent back, the nudge, the count of the prompt and what happens at the context limit.
     `lis_tui.agent.shapes` has the two: the paper harness's and lis-tui's."""
 
     def begin(self, messages: list[dict]) -> None:
