@@ -1,6 +1,6 @@
 """Harness overhead of one agent step, against a scripted model server that answers at once.
 
-    .venv/bin/python benchmarks/agent_step_bench.py [--steps N] [--runs R]
+    .venv/bin/python benchmarks/agent_step_bench.py [--steps N] [--runs R] [--max-context-tokens N]
 
 Each step is one model call (the real openai client over HTTP to FakeOpenAI) that asks for
 `execute_bash` of `true`, the shell round trip, the events, and the rewrite of trajectory.json.
@@ -8,6 +8,8 @@ Target (issue 5): harness overhead = step - the tool call, p50 <= 5 ms. A step's
 one StepStarted event to the next, so the trajectory save after it is counted. The scripted
 server runs in a process of its own, as a real one would (`--in-process` shares ours and its
 GIL; its work then shows in the model-call column); its own time is in that column either way.
+`--max-context-tokens 4000` makes the conversation compact every thirty steps or so (a hundred steps
+of `true` is about 7,000 tokens), to see what a compaction costs the step it happens in.
 """
 
 from __future__ import annotations
@@ -90,19 +92,22 @@ class StepClock:
 
 
 def one_run(base_url: str, steps: int, sandbox: Sandbox, out: Path,
-            conversation: list[dict]) -> list[tuple[float, ...]]:
-    """Step timings of one agent; its conversation halfway through is left in `conversation`."""
+            conversation: list[dict], limit: int = 0, compacted: list[int] | None = None) -> list[tuple[float, ...]]:
+    """Step timings of one agent; its conversation halfway through is left in `conversation`, and
+    how many times it compacted is appended to `compacted`."""
     clock = StepClock()
     writer = TrajectoryWriter(out / "trajectory.json", {"id": "bench"})
     model = ModelClient(ModelConfig(model="m", base_url=base_url))
     toolbox = Toolbox(sandbox, shell=Shell(sandbox))
     try:
         # the writer first, as run_task orders them: the clock then sees the step saved
-        agent = Agent(model, toolbox, AgentConfig(max_steps=steps),
+        agent = Agent(model, toolbox, AgentConfig(max_steps=steps, max_context_tokens=limit),
                       listener=events.Listeners(writer, clock))
         finished = agent.run("benchmark: run `true` until stopped")
         assert finished.reason == "max_steps", finished
         conversation[:] = agent.messages[:2 + 2 * (steps // 2)]
+        if compacted is not None:
+            compacted.append(len(writer.compactions))
     finally:
         toolbox.close()
         model.close()
@@ -143,6 +148,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100, help="steps per run (default 100)")
     parser.add_argument("--runs", type=int, default=5, help="runs, each a fresh agent")
+    parser.add_argument("--max-context-tokens", type=int, default=0, metavar="N",
+                        help="the context limit (default: none given, so nothing compacts)")
     parser.add_argument("--in-process", action="store_true",
                         help="serve the script from this process (measures its work too)")
     args = parser.parse_args()
@@ -150,13 +157,14 @@ def main() -> None:
     rows: list[tuple[float, ...]] = []
     conversation: list[dict] = []
     served: list[float] = []
+    compacted: list[int] = []
     with scripted_server(args.in_process, served) as base_url, Sandbox() as sandbox, \
             tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs):
             out = Path(tmp) / str(run)
             out.mkdir()
             gc.collect()
-            rows += one_run(base_url, args.steps, sandbox, out, conversation)
+            rows += one_run(base_url, args.steps, sandbox, out, conversation, args.max_context_tokens, compacted)
         shell = shell_round_trips(sandbox, len(rows))
         alone = model_calls(base_url, conversation, len(rows))
 
@@ -172,8 +180,10 @@ def main() -> None:
         (f"ModelClient.complete alone ({len(conversation)} messages)", alone),
     ]
     where = "in this process" if args.in_process else "in its own process"
+    limit = f"; context limit {args.max_context_tokens:,}: {sum(compacted)} compactions" \
+        if args.max_context_tokens else ""
     print(f"{len(rows)} steps ({args.runs} runs of {args.steps}, first step of each left out); "
-          f"scripted server {where}\n")
+          f"scripted server {where}{limit}\n")
     print(f"| {'measure':<52} | {'p50 ms':>7} | {'p90 ms':>7} | {'max ms':>7} |")
     print(f"|{'-' * 54}|{'-' * 9}|{'-' * 9}|{'-' * 9}|")
     for name, values in table:

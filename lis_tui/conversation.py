@@ -20,7 +20,7 @@ from lis_tui.agent.loop import Agent
 from lis_tui.agent.allow_words import APP as APP_WORDS, allow_words
 from lis_tui.config.settings import Config, save_network_allow
 from lis_tui.config.workspace import observed_spec
-from lis_tui.agent.events import (Listeners, ResumeNote, RunFinished, RunStarted, RunUsage, ToolFinished,
+from lis_tui.agent.events import (Compacted, Listeners, ResumeNote, RunFinished, RunStarted, RunUsage, ToolFinished,
                                   ToolOutput, ToolStarted, WorkSaved, network_listener)
 from lis_tui.agent.instructions import read_instructions
 from lis_tui.model.client import ModelClient
@@ -76,6 +76,8 @@ class Conversation:
         self._idle = threading.Event()
         self._idle.set()
         self._closing = False
+        self._compact_next = False
+        """F8 asked for a compaction between tasks: the next task's agent compacts first."""
         self._auto_chose = ""
         """The tool format `auto` settled on in an earlier task (a text format, or native once the
         server took `tools`); follow-ups start in it. "" until then."""
@@ -184,7 +186,7 @@ class Conversation:
 
     def on_event(self, event: Any) -> None:
         """Keeps `messages` and `command` current, in the agent's thread, before the UI hears."""
-        if isinstance(event, RunStarted):  # the live list, so the UI sees it before run() returns
+        if isinstance(event, (RunStarted, Compacted)):  # the live list, so the UI sees it before run() returns
             self.messages = event.messages
         elif isinstance(event, ToolStarted) and event.call.name == "execute_bash":
             self.command = str((event.arguments or {}).get("command", ""))
@@ -204,6 +206,15 @@ class Conversation:
             agent = self._agent
         if agent is not None:
             agent.cancel()
+
+    def compact(self) -> str:
+        """Compact the conversation before the next model call (F8); what will happen, in words."""
+        if self.config.agent.observation == "paper" or self.config.agent.compact == "off":
+            return "Compaction is off here (paper mode, or agent.compact = \"off\")."
+        with self._lock:
+            agent = self._agent
+            self._compact_next = agent is None or not agent.compact_soon()
+        return "The conversation is compacted before the next model call; the transcript says how."
 
     def set_model(self, model: Any) -> None:
         """Use this ModelConfig from the next task on (the setup screen's answer)."""
@@ -322,11 +333,14 @@ class Conversation:
         agent = self.config.agent
         if agent.tool_format == "auto" and self._auto_chose:
             agent = replace(agent, tool_format=self._auto_chose)
-        return FollowUpAgent(self._client, self._toolbox, agent, listener=listeners,
+        made = FollowUpAgent(self._client, self._toolbox, agent, listener=listeners,
                              prompts=self._prompts, prompt_values=api.prompt_values(self.spec),
                              command_approval=self.command_approval, stream=self.stream,
                              reply_reserve=self.config.model.max_tokens or 0,
                              history=self.messages, missed=missed)
+        if self._compact_next:
+            self._compact_next = not made.compact_soon()
+        return made
 
     def _save_answer(self, finished: RunFinished) -> None:
         if self.out is not None:
@@ -345,7 +359,7 @@ class SessionRecord:
         doc = self.writer.doc
         if isinstance(event, RunStarted) and doc.get("task") is not None:
             doc.setdefault("follow_ups", []).append(event.task)
-            doc["messages"] = event.messages
+            self.writer.follow(event.messages)  # the conversation so far, then the follow-up
             self.writer.save()
             return
         self.writer.on_event(event)

@@ -155,6 +155,37 @@ class StepStarted:
     step: int
 
 
+COMPACTED_WHY = {"limit": "the next prompt would pass the context limit",
+                 "server": "the model server said the prompt was too long", "asked": "as asked"}
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """The conversation was compacted before a model call: its older steps became a summary,
+    the task, the instructions and the latest steps stay whole (lis_tui.agent.compaction)."""
+
+    step: int
+    reason: str
+    """"limit" (the next prompt would pass it), "server" (it refused the prompt as too long), "asked"."""
+    summarized: int
+    """Messages taken out of what the model is sent (the record keeps them all)."""
+    before: int
+    after: int
+    """Tokens of the prompt before and after, estimated."""
+    limit: int
+    messages: list[dict]
+    """What the model is sent from now on (the new live list; empty in a replay)."""
+
+    @property
+    def text(self) -> str:
+        """In words, for the transcript and the log."""
+        if not self.summarized:
+            return "nothing to compact yet: the conversation is the task and its latest steps"
+        return (f"compacted the conversation ({COMPACTED_WHY.get(self.reason, self.reason)}, "
+                f"{self.limit:,} tokens): {self.summarized} earlier messages became a summary, about "
+                f"{self.before:,} -> {self.after:,} tokens; the record keeps every message")
+
+
 @dataclass(frozen=True)
 class ModelRequest:
     step: int
@@ -347,7 +378,7 @@ class WorkSaved:
     run_dir: str
 
 
-Event = Union[RunStarted, ToolFormatChanged, StepStarted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
+Event = Union[RunStarted, ToolFormatChanged, StepStarted, Compacted, ModelRequest, ModelDelta, ModelRetry, ModelReply,
               ApprovalNeeded, ToolStarted, ToolOutput, ToolFinished, StepFinished, RunFinished,
               CredentialAdded, NetworkRefused, NetworkAnswered, InstructionsRead, ResumeNote, WorkSaved]
 

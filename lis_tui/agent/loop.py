@@ -29,8 +29,8 @@ from lis_tui.agent.events import (
     ToolFinished, ToolFormatChanged, ToolRecord, ToolStarted,
 )
 from lis_tui.model.client import ModelCancelled, ModelError, ToolCall
-from lis_tui.agent.observation import (PAPER_NUDGE, paper_assistant_message, paper_not_run, paper_observation,
-                                       paper_prompt_tokens, steps_remaining)
+from lis_tui.agent.observation import paper_not_run
+from lis_tui.agent.shapes import make_shape
 from lis_tui.model.client import ModelReply as Reply
 from lis_tui.prompts import Prompts, load_prompts, render
 from lis_tui.agent.protocols import Model, Tools
@@ -73,7 +73,6 @@ class Agent:
         self.command_approval = command_approval
         self.stream = stream
         self.max_tool_output = max_tool_output
-        self._paper = self.config.observation == "paper"
         self.reply_reserve = reply_reserve  # tokens kept free for the reply (model.max_tokens)
         self.messages: list[dict] = []
         self.steps: list[StepRecord] = []
@@ -83,10 +82,12 @@ class Agent:
         self._running = False
         self._no_action = 0
         self._step_no, self._step_started = 0, 0.0
-        self._context = (0, 0)  # (tokens of the conversation at the last reply, messages it had)
         self._vanilla_answer: str | None = None
         self.format = make_format(self.config.tool_format, self._format_switched)
         """How tool calls travel (`lis_tui.model.tool_formats`); auto may switch it once."""
+        self.shape = make_shape(self.config, fill=self._fill, reserve=reply_reserve, schemas=self._schemas,
+                                server_limit=getattr(model, "context_length", None), emit=self.emit)
+        """The conversation's shape (`lis_tui.agent.shapes`): the paper harness's or lis-tui's."""
         if getattr(model, "on_retry", False) is None:  # ModelClient reports retries this way
             model.on_retry = self._retried  # type: ignore[attr-defined]
 
@@ -97,6 +98,7 @@ class Agent:
         with self._stop_lock:
             self._running = True
         self.messages = self._first_messages(task)
+        self.shape.begin(self.messages)
         tool_names = [s["function"]["name"] for s in self.tools.schemas] \
             if self.tools is not None and self.config.mode != "llm" else []
         self.emit(RunStarted(task, self.config.mode, self.messages, tool_names, self.format.name))
@@ -126,6 +128,7 @@ class Agent:
         """Start a conversation on `task` without running it, for callers that drive `step()`
         themselves (`lis_tui.rl.SandboxEnv`); returns the first messages."""
         self.messages = self._first_messages(task)
+        self.shape.begin(self.messages)
         return self.messages
 
     def step(self) -> None:
@@ -151,6 +154,11 @@ class Agent:
         """Stop soon: the model call or shell command in progress is interrupted."""
         self._stop("cancelled")
 
+    def compact_soon(self) -> bool:
+        """Compact the conversation before the next model call (from any thread); False when its
+        shape never compacts (paper mode) or `agent.compact` is off."""
+        return self.shape.compact_soon()
+
     def emit(self, event: Event) -> None:
         self.listener.on_event(event)
 
@@ -172,10 +180,8 @@ class Agent:
 
     def query(self, record: StepRecord) -> Reply:
         """One model call; the reply is appended to the conversation."""
-        if self._paper and self.config.mode != "llm" and isinstance(self.messages[-1].get("content"), str):
-            # the paper's harness adds this to the newest message, before every call
-            self.messages[-1]["content"] += "\n" + steps_remaining(self.config.max_steps - record.step + 1)
-        self._check_context()
+        self.shape.before_call(self.messages, record.step)
+        self.messages = self.shape.fit(self.messages, record.step)
         self.emit(ModelRequest(record.step, self.messages))
         on_delta = (lambda kind, text: self.emit(ModelDelta(record.step, kind, text))) \
             if self.stream else None
@@ -188,25 +194,16 @@ class Agent:
             reply = self.format.read(reply, f"call_{record.step}")
         record.text, record.reasoning, record.usage = reply.text, reply.reasoning, reply.usage
         record.finish_reason = reply.finish_reason
-        message = self.format.assistant_message(reply)
-        if self._paper and self.format.name == "native":  # re-sent as the package re-sends it
-            message = paper_assistant_message(reply)
-        self.messages.append(message)
-        if reply.usage is not None:
-            self._context = (reply.usage.prompt_tokens + reply.usage.completion_tokens,
-                             len(self.messages))
+        self.messages.append(self.shape.assistant_message(reply, self.format))
+        self.shape.counted(reply.usage, self.messages)
         self.emit(ModelReply(record.step, reply.text, reply.reasoning, reply.tool_calls,
                              reply.usage, record.model_duration))
         if self.config.mode != "llm" and not reply.tool_calls:
-            raise FormatError(self._fill(reply.format_error) or self._nudge())
+            raise FormatError(self._fill(reply.format_error) or self.shape.nudge(self.format))
         if self.config.mode != "llm" and self.config.bad_arguments == "nudge" \
                 and not _is_json(reply.tool_calls[0].arguments):
-            raise FormatError(self._nudge())  # the paper's harness reads such a reply as no call
+            raise FormatError(self.shape.nudge(self.format))  # the paper's harness reads such a reply as no call
         return reply
-
-    def _nudge(self) -> str:
-        native = self.format.name == "native"  # a text format's nudge shows how to write a call
-        return PAPER_NUDGE if self._paper and native else self._fill(self.format.nudge)
 
     @property
     def answer_path(self) -> str:
@@ -218,16 +215,23 @@ class Agent:
         return render(text, self.prompt_values)
 
     def _complete(self, on_delta: Any) -> Reply:
-        for _ in range(2):  # a second try only after auto switched away from `tools`
+        # Asked again after auto switched away from `tools` (once a run), and after the shape
+        # compacted a prompt the server found too long (once a step: a second refusal ends the run).
+        while True:
             try:
                 return self._ask(on_delta)
             except ModelCancelled:
                 raise self._halted() from None
             except ModelError as exc:
-                refused = getattr(self.format, "refused", None)
-                if self.config.mode == "llm" or refused is None or not refused(exc.status, str(exc)):
+                if self.config.mode == "llm":
                     raise Failed(str(exc)) from None
-        raise AssertionError("auto switches once, so the second try is not refused again")
+                refused = getattr(self.format, "refused", None)
+                if refused is not None and refused(exc.status, str(exc)):
+                    continue
+                fitted = self.shape.refused(exc, self.messages, self._step_no)
+                if fitted is None:
+                    raise Failed(str(exc)) from None
+                self.messages = fitted
 
     def _ask(self, on_delta: Any) -> Reply:
         """One call; with `prompt_too_long = "shrink"`, a prompt the server finds too long is
@@ -326,12 +330,8 @@ class Agent:
     def _tool_text(self, tool: str, result: ToolResult, decision: Any) -> str:
         if result.framed:  # the paper flavour's tools answer in the package's words, whole
             text = result.output
-        elif self._paper:
-            text = paper_observation(tool, result, self.max_tool_output)
         else:
-            text = _bounded(result.output, self.max_tool_output) or "(no output)"
-            if result.exit_code not in (None, 0):
-                text += f"\n[exit code {result.exit_code}]"
+            text = self.shape.observation(tool, result, self.max_tool_output)
         if isinstance(decision, Edit):
             text = (f"[The user changed your command before it ran; it ran as:\n"
                     f"{decision.command}]\n{text}")
@@ -381,21 +381,6 @@ class Agent:
         self.steps.append(record)
         self.usage.add(record)
         self.emit(StepFinished(record.step, record, self.messages))
-
-    def _check_context(self) -> None:
-        limit = self.config.max_context_tokens
-        if not limit:
-            return
-        tokens, counted = self._context
-        if self._paper:  # the package counts the messages it is about to send, and only them
-            tokens, counted = paper_prompt_tokens(self.messages), len(self.messages)
-        elif not counted:  # no usage yet: guess the schemas and the messages at 4 characters a token
-            tokens = len(json.dumps(self._schemas() or [])) // 4
-        tokens += sum(len(json.dumps(m, ensure_ascii=False)) for m in self.messages[counted:]) // 4
-        if tokens + self.reply_reserve > limit:
-            reserve = f" plus {self.reply_reserve} for the reply" if self.reply_reserve else ""
-            raise LimitReached("max_context", f"the next prompt would be about {tokens} tokens"
-                               f"{reserve}, over agent.max_context_tokens = {limit}")
 
     def _start_clock(self) -> threading.Timer | None:
         if not self.config.wall_time:
@@ -515,11 +500,3 @@ def decode_arguments(arguments: str) -> dict | None:
         return None
     return value if isinstance(value, dict) else None
 
-
-def _bounded(text: str, limit: int) -> str:
-    """At most about `limit` characters: the head and the tail, with what was cut in between."""
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return (f"{text[:half]}\n[... {len(text) - 2 * half:,} characters cut by lis-tui to keep the "
-            f"context small ...]\n{text[-half:]}")

@@ -2,7 +2,9 @@
 
 The format is described in docs/trajectory.md. `TrajectoryWriter` is an event listener, so the
 agent knows nothing about files; the file is replaced atomically (write, then rename), so a
-reader or a crash never sees half of it.
+reader or a crash never sees half of it. Its `messages` are every message ever sent, in order: a
+compaction changes what the model is sent from then on, never the record (`compactions` says
+where each happened, and `context_of` reads back what the model was sent last).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Any
 
 from isolation import SandboxError
 from isolation.host.walk import RefusedPaths, files_below
-from lis_tui.agent.events import (NetworkAnswered, NetworkRefused, ResumeNote, RunFinished, RunStarted, RunUsage,
-                                  StepFinished, StepRecord, ToolFormatChanged)
+from lis_tui.agent.events import (Compacted, NetworkAnswered, NetworkRefused, ResumeNote, RunFinished, RunStarted,
+                                  RunUsage, StepFinished, StepRecord, ToolFormatChanged)
 
 FORMAT = "lis-tui-trajectory/1"
 
@@ -40,22 +42,36 @@ class TrajectoryWriter:
         }
         self.steps = _Encoded()
         self.messages = _Encoded()
-        self._live_messages: list[dict] = []
+        """Every message ever sent, in order (the log)."""
+        self.compactions: list[dict] = []
+        self._live: list[dict] = []
+        """The agent's conversation (what it sends; it appends to it, and a compaction replaces it)."""
+        self._where: list[int] = []
+        """Where each message of `_live` logged so far is in the log."""
         self._lock = threading.Lock()
 
     def on_event(self, event: Any) -> None:
         if isinstance(event, RunStarted):
             self.doc.update(task=event.task, mode=event.mode, tools=event.tools,
                             tool_format=event.tool_format)
-            self._live_messages = event.messages  # the agent only appends to it
+            self.follow(event.messages)
         elif isinstance(event, ToolFormatChanged):
             self.doc.update(tool_format=event.new, tool_format_switch={
                 "step": event.step, "from": event.old, "to": event.new, "reason": event.reason})
-            self.messages = _Encoded()  # the system prompt may have gained the format's notes
+            # the system prompt may have gained the format's notes (a new first message)
+            with self._lock:
+                if self._where and self._live:
+                    self.messages.parts[self._where[0]] = json.dumps(self._live[0], ensure_ascii=False)
+        elif isinstance(event, Compacted):
+            self.follow(event.messages)
+            self.compactions.append({
+                "step": event.step, "steps_done": len(self.steps), "reason": event.reason,
+                "summarized": event.summarized, "tokens": [event.before, event.after], "limit": event.limit,
+                "sent": _spans(self._where), "from": len(self.messages)})
         elif isinstance(event, StepFinished):
             self.usage.add(event.record)
             self.steps.append(step_dict(event.record))
-            self._live_messages = event.messages
+            self.follow(event.messages)
         elif isinstance(event, RunFinished):
             self.doc.update(finish_reason=event.reason, message=event.message,
                             answer=event.answer, answer_note=event.answer_note,
@@ -79,6 +95,29 @@ class TrajectoryWriter:
             return
         self.save()
 
+    def follow(self, messages: list[dict]) -> None:
+        """Record `messages` as the agent's conversation from now on: what it holds of the one before
+        (the same objects) keeps its place in the log; the rest (a follow-up, a summary) is logged."""
+        if messages is self._live:
+            return
+        with self._lock:
+            self._sync()
+            old = self._live  # alive until the new list is mapped, so no id of it is reused meanwhile
+            known = {id(m): at for m, at in zip(old, self._where)}
+            self._live, self._where = messages, []
+            for message in messages:
+                at = known.get(id(message))
+                if at is None:
+                    at = len(self.messages)
+                    self.messages.append(message)
+                self._where.append(at)
+
+    def _sync(self) -> None:
+        """Log what the agent appended since."""
+        for message in self._live[len(self._where):]:
+            self._where.append(len(self.messages))
+            self.messages.append(message)
+
     def update(self, **fields: Any) -> None:
         """Set top-level fields (e.g. `files`) and save."""
         self.doc.update(fields)
@@ -88,15 +127,16 @@ class TrajectoryWriter:
         """Write the file; steps and messages are encoded once each, so a save costs little more
         than writing the bytes, however long the run."""
         with self._lock:
-            self.messages.extend_to(self._live_messages)
+            self._sync()
             self.doc["updated"] = now_iso()
             self.doc["totals"] = {**vars(self.usage), "steps": len(self.steps),
                                   "tool_calls": self.steps.tool_calls}
             # One top-level key a line; json's C encoder only runs without indent.
             head = "".join(f" {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)},\n"
                            for k, v in self.doc.items())
+            tail = f',\n "compactions": {json.dumps(self.compactions)}' if self.compactions else ""
             write_atomic(self.path, f'{{\n{head} "steps": {self.steps.text()},\n'
-                                    f' "messages": {self.messages.text()}\n}}\n')
+                                    f' "messages": {self.messages.text()}{tail}\n}}\n')
 
 
 class _Encoded:
@@ -113,19 +153,41 @@ class _Encoded:
         self.parts.append(json.dumps(item, ensure_ascii=False))
         self.tool_calls += len(item.get("tool_calls") or [])
 
-    def extend_to(self, items: list[dict]) -> None:
-        """Encode what `items` has beyond what was encoded (agents only append to messages)."""
-        if len(items) < len(self.parts):  # a shortened conversation: start over
-            self.parts = []
-        for item in items[len(self.parts):]:
-            self.parts.append(json.dumps(item, ensure_ascii=False))
-
     def text(self) -> str:
         return "[\n  " + ",\n  ".join(self.parts) + "\n ]" if self.parts else "[]"
 
     def compact(self) -> str:
         """The list as `json.dumps(items, ensure_ascii=False)` writes it, from the encodings."""
         return "[" + ", ".join(self.parts) + "]"
+
+
+def _spans(places: list[int]) -> list[list[int]]:
+    """Places in the log as [start, end) runs: [0, 9, 5, 6, 7, 8] is [[0, 1], [9, 10], [5, 9]]."""
+    spans: list[list[int]] = []
+    for at in places:
+        if spans and spans[-1][1] == at:
+            spans[-1][1] += 1
+        else:
+            spans.append([at, at + 1])
+    return spans
+
+
+def context_of(doc: dict[str, Any]) -> list:
+    """The conversation as the model was sent it last: `messages` after the last compaction's
+    `sent` (those it kept, and its summary) and what was logged after it. ValueError when a
+    compaction names places the log does not have."""
+    messages, compactions = doc.get("messages"), doc.get("compactions")
+    if not isinstance(messages, list) or not compactions:
+        return messages if isinstance(messages, list) else []
+    last = compactions[-1] if isinstance(compactions, list) else None
+    try:
+        spans, start = last["sent"], last["from"]
+        kept = [messages[at] for a, b in spans for at in range(a, b) if 0 <= a < b <= len(messages)]
+        if sum(b - a for a, b in spans) != len(kept) or not 0 <= start <= len(messages):
+            raise ValueError
+    except (TypeError, KeyError, ValueError):
+        raise ValueError("its record of a compaction names messages it does not have") from None
+    return kept + messages[start:]
 
 
 def step_dict(step: StepRecord) -> dict[str, Any]:

@@ -230,6 +230,8 @@ class StepLog:
         elif isinstance(event, events.ModelRetry):
             self._line(f"      model server: {event.reason}; retry {event.attempt} in "
                        f"{event.delay:.1f}s")
+        elif isinstance(event, events.Compacted):
+            self._line(f"      context: {event.text}")
         elif isinstance(event, events.ToolFormatChanged):
             self._line(f"      tool format: {event.old} -> {event.new} ({event.reason}; "
                        f"--tool-format {event.new} starts there)")

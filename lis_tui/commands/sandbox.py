@@ -96,7 +96,9 @@ AGENT_FLAGS: tuple[tuple[str, str, dict], ...] = (
     ("--max-tokens", "model.max_tokens", {"type": int, "metavar": "N", "help": "most tokens in "
                                           "one reply (a small model may otherwise ramble for minutes)"}),
     ("--max-context-tokens", "agent.max_context_tokens", {
-        "type": int, "metavar": "N", "help": "stop before the prompt grows past N tokens"}),
+        "type": int, "metavar": "N", "help": "the context limit: past N tokens of prompt the older steps "
+        "are compacted into a summary (agent.compact = \"off\": the run stops); default: what the "
+        "server says of the model, else 128000"}),
     ("--prompts", "agent.prompts", {"metavar": "FILE", "help": "a TOML file replacing built-in prompts"}),
     ("--observation", "agent.observation", {"choices": ("lis-tui", "paper"), "help": "how tool results "
                                             "read: ours (default), or the paper harness's (exit code, "

@@ -112,7 +112,9 @@ class AgentConfig:
     max_no_action: int = 3
     """Replies in a row without a tool call before the run stops; 0 means no limit."""
     max_context_tokens: int = 0
-    """Stop before the prompt grows past this many tokens; 0 means no limit."""
+    """The context limit in tokens; 0: the server's (vLLM, SGLang, llama.cpp say it), else 128000 while compacting, else none."""
+    compact: str = field(default="auto", metadata={"choices": ("auto", "off")})
+    """At the context limit: "auto" compacts the older steps into a summary and goes on (lis-tui's format; paper mode never); "off" stops the run."""
     wall_time: float = 0.0
     """Seconds one run may take; 0 means no limit."""
     mode: str = field(default="sandbox", metadata={"choices": ("sandbox", "llm")})

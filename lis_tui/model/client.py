@@ -81,6 +81,7 @@ class ModelClient:
         self._call: _Call | None = None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._idle = 0  # workers waiting on _jobs; guarded by _lock
+        self._window: list[int | None] = []  # the model's context, once asked (shared by siblings)
 
     def __enter__(self) -> ModelClient:
         return self
@@ -123,12 +124,25 @@ class ModelClient:
         """The model names the server offers (`GET /models`)."""
         return self._with_retries(_Call(streaming=False), self._list_models)
 
+    def context_length(self) -> int | None:
+        """The model's context as the server says it (vLLM, SGLang, llama.cpp, OpenRouter, ...:
+        lis_tui.model.window), asked once; None when it says none or does not answer."""
+        if not self._window:
+            from lis_tui.model.window import context_length  # noqa: PLC0415 (asked in long runs only)
+            try:
+                model = self._model_name()
+            except Exception:  # noqa: BLE001 (the next model call says what is wrong)
+                return None
+            self._window.append(context_length(self._openai(), self.config.base_url, model))
+        return self._window[0]
+
     def sibling(self) -> ModelClient:
         """A client for another caller thread that shares this one's HTTP client and connections
         (building an openai client loads the CA bundle: about 40 ms of CPU each). Close the
         siblings before this one, which closes the HTTP client."""
         other = ModelClient(self.config, on_retry=self.on_retry)
         other._model, other._client, other._owns_client = self._model, self._openai(), False
+        other._window = self._window
         return other
 
     def close(self) -> None:

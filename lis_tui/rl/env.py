@@ -124,10 +124,11 @@ class SandboxEnv:
         except BaseException:
             sandbox.close()
             raise
-        # The trainer owns time (the pool reaps idle ones) and the format: parse_assistant has
-        # read its text already, and results go back as OpenAI tool messages.
+        # The trainer owns time (the pool reaps idle ones), the format (parse_assistant has read
+        # its text already, and results go back as OpenAI tool messages) and the conversation,
+        # which only grows: each prompt is the last one, its completion and the environment's turn.
         agent_config = replace(self.config.agent, mode="sandbox", max_steps=self.max_steps,
-                               wall_time=0, tool_format="native")
+                               wall_time=0, tool_format="native", compact="off")
         agent = Agent(self._model, toolbox, agent_config,
                       prompt_values=task_prompt_values(task, self.spec),
                       reply_reserve=self.config.model.max_tokens or 0)

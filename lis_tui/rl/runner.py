@@ -123,6 +123,8 @@ class RolloutRunner(BenchRunner):
         if options.token_ids:
             config.model = replace(config.model, extra_body={**TOKEN_REQUEST,
                                                              **config.model.extra_body})
+        # A record's turns each extend the one before, token for token: never compacted
+        config.agent = replace(config.agent, compact="off")
         bench = BenchOptions(output=options.output, concurrency=options.concurrency or options.n,
                              repeat=options.n, limit=options.limit, resume=options.resume,
                              progress=options.progress, workers=options.workers, ray=options.ray)

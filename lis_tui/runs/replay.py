@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 from lis_tui.agent.loop import decode_arguments
 from lis_tui.agent.events import (
-    Event, ModelReply, RunFinished, RunStarted, RunUsage, StepFinished, StepRecord, StepStarted,
+    Compacted, Event, ModelReply, RunFinished, RunStarted, RunUsage, StepFinished, StepRecord, StepStarted,
     ToolFinished, ToolRecord, ToolStarted,
 )
 from lis_tui.model.client import ToolCall, Usage
@@ -53,11 +53,13 @@ def replay_events(doc: dict[str, Any]) -> Iterator[Event]:
                      [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else [])
     usage, last = RunUsage(), 0
     follow_ups = iter(doc.get("follow_ups") if isinstance(doc.get("follow_ups"), list) else [])
-    for raw in doc["steps"]:
+    compacted = _compactions(doc.get("compactions"))
+    for done, raw in enumerate(doc["steps"]):
         step = _step(raw if isinstance(raw, dict) else {})
         if step.step <= last:  # steps count from 1 again: a follow-up started here
             yield RunStarted(str(next(follow_ups, "(follow-up)")), str(doc.get("mode", "")), [], [])
         last = step.step
+        yield from compacted.pop(done, [])
         yield StepStarted(step.step)
         calls = [ToolCall(t.id, t.name, t.arguments) for t in step.tool_calls]
         yield ModelReply(step.step, step.text, step.reasoning, calls, step.usage,
@@ -67,10 +69,26 @@ def replay_events(doc: dict[str, Any]) -> Iterator[Event]:
             yield ToolFinished(step.step, index, tool)
         usage.add(step)
         yield StepFinished(step.step, step, [])
+    for events in compacted.values():  # in a step that did not finish
+        yield from events
     if doc.get("finish_reason"):
         yield RunFinished(str(doc["finish_reason"]), _text(doc.get("answer")), len(doc["steps"]), usage,
                           _number(doc.get("duration"), 0.0), _text(doc.get("message")),
                           _text(doc.get("answer_note")))
+
+
+def _compactions(raw: Any) -> dict[int, list[Compacted]]:
+    """The compactions recorded, as events, by the number of steps done before each."""
+    found: dict[int, list[Compacted]] = {}
+    for entry in raw if isinstance(raw, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        tokens = entry.get("tokens") if isinstance(entry.get("tokens"), list) and len(entry["tokens"]) == 2 else [0, 0]
+        event = Compacted(_number(entry.get("step"), 0), _text(entry.get("reason")),
+                          _number(entry.get("summarized"), 0), _number(tokens[0], 0), _number(tokens[1], 0),
+                          _number(entry.get("limit"), 0), [])
+        found.setdefault(_number(entry.get("steps_done"), 0), []).append(event)
+    return found
 
 
 def _step(raw: dict[str, Any]) -> StepRecord:

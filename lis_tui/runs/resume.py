@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 from lis_tui.agent.loop import Agent
 from lis_tui.runs.replay import load_trajectory, replay_events
+from lis_tui.agent.trajectory import context_of
 from isolation.spec import HOST_FOLDERS
 from lis_tui.runs.store import find_run, in_store, list_runs, store_places
 
@@ -189,8 +190,9 @@ class Resumable:
         agent = self.doc.get("agent") if isinstance(self.doc.get("agent"), dict) else {}
         if reason == "max_context":
             return [f"it stopped at its context limit (agent.max_context_tokens = "
-                    f"{agent.get('max_context_tokens')}); the same limit holds, so a follow-up stops at once "
-                    "unless you raise --max-context-tokens"]
+                    f"{agent.get('max_context_tokens')}); the same limit holds: the conversation is compacted "
+                    "to go on, or with agent.compact = \"off\" a follow-up stops at once unless you raise "
+                    "--max-context-tokens"]
         if reason == "max_steps":
             return [f"it stopped after its {agent.get('max_steps')} steps; the follow-up gets as many again "
                     "(--max-steps)"]
@@ -245,9 +247,11 @@ def load_resumable(ref: str) -> Resumable:
     if agent.get("observation") == "paper":
         raise ValueError(f"{run_dir} ran in paper mode (--observation paper), which reproduces the paper's "
                          "harness: it has no follow-ups. Fix: run its task again, or start a new one")
-    messages = doc.get("messages")
-    if not isinstance(messages, list) or not any(isinstance(m, dict) and m.get("role") == "user"
-                                                 for m in messages):
+    try:
+        messages = context_of(doc)  # what the model was sent last: a compacted run goes on compacted
+    except ValueError as exc:
+        raise ValueError(f"{run_dir}/trajectory.json cannot be continued: {exc}") from None
+    if not any(isinstance(m, dict) and m.get("role") == "user" for m in messages):
         raise ValueError(f"{run_dir} holds no conversation to continue (it ended before the model was "
                          "asked). Fix: run its task again")
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):

@@ -206,10 +206,12 @@ class FakeOpenAI:
     def __init__(self, script: list[Entry] | None = None, *, default: Entry | None = None,
                  models: list[str] | None = None, model: str = "fake-model",
                  api_key: str | None = None, send_usage: bool = True, token_ids: bool = True,
-                 port: int = 0):
+                 port: int = 0, max_model_len: int | None = None):
         self.send_usage = send_usage
         """False: like llama.cpp's server, no usage in any answer, even when asked for."""
         self.token_ids = token_ids
+        self.max_model_len = max_model_len
+        """Said of each model in GET /v1/models, as vLLM says its context there."""
         """False: like llama.cpp's server, logprobs with text tokens only, never token ids."""
         self.script: list[Entry] = list(script or [])
         self.default = default
@@ -372,6 +374,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/").endswith("/models"):
             data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"}
                     for m in self.fake.models]
+            if self.fake.max_model_len:
+                data = [{**entry, "max_model_len": self.fake.max_model_len} for entry in data]
             self._json(200, {"object": "list", "data": data})
         else:
             self._json(404, _error_body(f"no route GET {self.path}", 404))

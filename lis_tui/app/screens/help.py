@@ -25,6 +25,8 @@ KEYS = (
     ("F5", "files panel: /testbed (output first, tool folders such as .git/ last) with a preview"),
     ("F6", "review the sandbox's changes: a diff per file; a Apply all / f the file to the host "
            "workspace · e Export the output folder · r reloads · Esc closes it (the changes are kept)"),
+    ("F8", "compact the conversation before the next model call: its older steps become a summary "
+           "(it happens by itself at the context limit; the record keeps every message)"),
     ("Ctrl+N", "after a rootfs was built while a session ran: a new session on it"),
     ("F1", "this help"),
     ("Tab", "move between the transcript and the prompt"),

@@ -55,6 +55,7 @@ class MainScreen(Screen):
         Binding("f4", "setup", "Model"),
         Binding("f5", "files", "Files"),
         Binding("f6", "review", "Review"),
+        Binding("f8", "compact", "Compact", show=False),  # F1 lists it (F7 is the prompt's select-all)
         Binding("ctrl+n", "new_session", "New"),  # only after a rootfs was built (F1 says more)
         Binding("ctrl+o", "expand", "Expand output", show=False),  # from the prompt too
     ]
@@ -342,7 +343,7 @@ class MainScreen(Screen):
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """A replay has nothing to interrupt or configure: hide those keys."""
-        live = ("interrupt", "network", "approvals", "setup", "files", "review")
+        live = ("interrupt", "network", "approvals", "setup", "files", "review", "compact")
         if action == "interrupt" and not self.busy:
             return False
         if action == "new_session" and (not self.new_rootfs or self.busy):
@@ -358,6 +359,10 @@ class MainScreen(Screen):
         if self.busy:
             self._status(doing=f"interrupting… ({note})" if note else "interrupting…")
             self.conversation.cancel()
+
+    def action_compact(self) -> None:
+        if self.conversation is not None:
+            self.notify(self.conversation.compact())
 
     def action_network(self) -> None:
         if self.conversation is None or self.conversation.spec is None:

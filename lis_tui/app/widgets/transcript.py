@@ -111,6 +111,9 @@ class Transcript(VerticalScroll):
         self.mount(NoticeBlock(f"Tool format: {e.old} -> {e.new} ({e.reason}; --tool-format "
                                f"{e.new} starts there)"))
 
+    def _on_Compacted(self, e: ev.Compacted) -> None:
+        self.mount(NoticeBlock(f"Context: {e.text}"))
+
     def _on_ToolStarted(self, e: ev.ToolStarted) -> None:
         block = ToolBlock(e.call.name, e.arguments, e.call.arguments)
         self._tools[(e.step, e.index)] = self.last_tool = block
