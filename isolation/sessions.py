@@ -19,6 +19,7 @@ from .rootfs.safe import tree_size
 from .spec import Limits, SandboxError, SandboxSpec
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+HOST = "host.json"  # what a session knows of its workspace as it started (isolation.changes.baseline)
 
 
 def sessions_root() -> Path:
@@ -75,15 +76,26 @@ class Session:
         and never changed since."""
         return os.fstat(self._fd).st_ctime_ns
 
-    def save(self, spec: SandboxSpec, snapshot: dict | None) -> None:
+    def save(self, spec: SandboxSpec, host: dict | None = None) -> None:
+        """Its spec, and at its first start what it knows of its workspace (`host`: a
+        changes.baseline.Baseline's record, saved again at each close: save_host)."""
         data = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(spec).items()}
         _write_json(self.dir / "spec.json", data)
-        if snapshot is not None and not (self.dir / "snapshot.json").exists():
-            _write_json(self.dir / "snapshot.json", snapshot)
+        if host is not None and not (self.dir / HOST).exists():
+            self.save_host(host)
 
-    def snapshot(self) -> dict | None:
+    def save_host(self, host: dict) -> None:
+        _write_json(self.dir / HOST, host)
+
+    def host(self) -> dict | None:
+        """What it knows of its workspace (Baseline.record); a session an earlier version kept has
+        the table of every entry it noted at its start instead."""
         try:
-            return {k: tuple(v) for k, v in json.loads((self.dir / "snapshot.json").read_text()).items()}
+            return json.loads((self.dir / HOST).read_text())
+        except FileNotFoundError:
+            pass
+        try:
+            return {"table": json.loads((self.dir / "snapshot.json").read_text())}
         except FileNotFoundError:
             return None
 

@@ -22,10 +22,13 @@ import stat
 import tempfile
 import zlib
 from dataclasses import dataclass, field
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from ..host.walk import Cursor, open_file
 from .workspace import DIFF_LIMIT, Change, _Deleted, _review, _Site
+
+if TYPE_CHECKING:
+    from .baseline import Baseline
 
 ZERO_ID = "0" * 40
 LINK, EXEC, FILE = "120000", "100755", "100644"
@@ -74,12 +77,12 @@ def quote_path(path: str) -> bytes:
     return bytes(out + b'"')
 
 
-def write_patch(lower, upper, before: dict[str, tuple] | None, out: BinaryIO,
+def write_patch(lower, upper, base: Baseline | None, out: BinaryIO,
                 skip: frozenset[str] = frozenset(), beside: Keeper | None = None,
                 since: int | None = None) -> SavedPatch:
     """Write every change between `lower` (the host workspace) and `upper` (what the sandbox wrote)
-    to `out` as a git patch. `before`: the host as it was when the sandbox started
-    (workspace.snapshot), to tell which changed paths the host changed meanwhile. `beside`: where
+    to `out` as a git patch. `base`: the host as the sandbox started on it (baseline.py), to tell
+    which changed paths the host changed meanwhile. `beside`: where
     large files and bases are kept (`beside.kept`: those left out of the patch, in `paths` still).
     `since`: when the sandbox started (workspace._review): what the host made meanwhile where the
     sandbox deleted is the host's, not a deletion to save."""
@@ -107,24 +110,9 @@ def write_patch(lower, upper, before: dict[str, tuple] | None, out: BinaryIO,
     _review(lower, upper, found, skip, since)
     saved.unsaved += [f"{top} ({count} change{'' if count == 1 else 's'} inside: git apply never writes in a "
                       "repository's own folder)" for top, count in sorted(repos.items())]
-    if before is not None:  # each saved path looked at on the host, not the whole project (a save follows each step)
-        saved.moved = sorted(p for p in saved.paths if _host_entry(lower, p) != before.get(p))
+    if base is not None:  # each saved path looked at on the host, not the whole project (a save follows each step)
+        saved.moved = sorted(base.moved(lower, saved.paths, upper))
     return saved
-
-
-def _host_entry(lower, path: str) -> tuple | None:
-    """`path`'s entry under `lower` as workspace.snapshot notes it (type, size, mtime_ns, mode), reached
-    without following a link; None when it is not there."""
-    names = path.split("/")
-    try:
-        with Cursor.open(lower) as host:
-            for name in names[:-1]:
-                if not host.down(name):
-                    return None
-            st = host.lstat(names[-1])
-    except OSError:  # a folder we may not enter: it cannot be what the sandbox started with
-        return ("unreadable",)
-    return None if st is None else (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
 
 
 def _is_git(name: str) -> bool:

@@ -127,6 +127,27 @@ def snapshot(root: Path) -> dict[str, tuple]:
         return walk.found
 
 
+class _Written(Walk):
+    def __init__(self, top: Cursor) -> None:
+        super().__init__(top)
+        self.found: list[str] = []
+
+    def entry(self, name: str, st: os.stat_result) -> bool:
+        self.found.append(self.rel(name))
+        return True
+
+    def refuse(self, name: str, why: str) -> None:
+        pass  # what cannot be read here cannot be applied either
+
+
+def written_paths(upper: Path) -> list[str]:
+    """Every path the sandbox wrote (files, folders, deletions) in its layer `upper`, no file read."""
+    with Cursor.open(upper) as top:
+        walk = _Written(top)
+        walk.run()
+        return walk.found
+
+
 # ---- what the sandbox changed --------------------------------------------------------------
 
 class _Review(Walk):

@@ -9,10 +9,11 @@ showed is not applied by an "apply all" and is named. What is held back is decid
 time: a hold that appeared since the review holds, even for a named path. Without a review,
 apply() reviews at apply time and writes that (the API's old behaviour).
 
-First it compares the host with how it was when the sandbox started and writes nothing if a
-chosen path moved meanwhile; then it walks again and writes each change through its parent's
-descriptor when it meets it, re-checked there. A link is written into the workspace only, unless
-allowed. No mode written is wider than the user's umask.
+First it asks whether the host changed a chosen path since the sandbox started (baseline.py: the
+kernel's stamps of those paths, not a table of the project) and writes nothing if one did; then it
+walks again and writes each change through its parent's descriptor when it meets it, re-checked
+there, and what it wrote is the new start of those paths. A link is written into the workspace
+only, unless allowed. No mode written is wider than the user's umask.
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ import stat
 from dataclasses import replace
 from pathlib import Path
 
+from .baseline import Baseline, folders_above
 from .heldback import with_moves
-from .workspace import Change, Review, WorkspaceConflict, _mode, _review, _Site, review, snapshot
+from .workspace import Change, Review, WorkspaceConflict, _mode, _review, _Site, review
 from ..host.walk import (
     ContentChanged,
     RefusedPaths,
@@ -40,14 +42,14 @@ from ..spec import SandboxError
 APPEARED = "it appeared in the sandbox after you reviewed it; review it again"
 
 
-def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] | None = None,
+def apply(lower: Path, upper: Path, base: Baseline, paths: list[str] | None = None,
           allow_outside_links: bool = False, skip: frozenset[str] = frozenset(),
           hold: tuple[str, ...] = (), since: int | None = None, reviewed: Review | None = None) -> list[Change]:
     """Write the chosen changes of `reviewed` (all when `paths` is None) to the host; the applied
     ones are returned. Without `reviewed`, what a review made now finds.
 
-    WorkspaceConflict, writing nothing, if a chosen path moved on the host since `before` (which is
-    then brought up to date for what was written). Refused (listed in RefusedPaths, raised once
+    WorkspaceConflict, writing nothing, if the host changed a chosen path since the sandbox started
+    (`base`, which then takes what was written as its new start). Refused (listed in RefusedPaths, raised once
     the rest is written): held-back changes (`Change.held`: see workspace.review; `hold`: the
     user's own patterns on top) unless named in `paths` (naming the new path of a held-back move
     takes its deletion too), a change held back only since the review even when named, links
@@ -55,9 +57,13 @@ def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] |
     longer what the review showed (a file's bytes or mode included), and with "apply all" a
     change the review did not show. Modes are masked by the umask."""
     named = None if paths is None else {p.strip("/") for p in paths}
-    plan = _Plan(review(lower, upper, skip, hold, since=since, text=False, read=reviewed is None), reviewed, named)
-    now = snapshot(lower)
-    conflicts = sorted({p for p in (c.path.rstrip("/") for c in plan.chosen.values()) if now.get(p) != before.get(p)})
+    current = review(lower, upper, skip, hold, since=since, text=False, read=reviewed is None)
+    plan = _Plan(current, reviewed, named)
+    chosen = {c.path.rstrip("/") for c in plan.chosen.values()}
+    above = folders_above(chosen)
+    # every path of the change is asked (what can be learnt now is), and the folders the writes go into
+    moved = base.moved(lower, chosen | above | {c.path.rstrip("/") for c in current.changes if c.kind != "host"}, upper)
+    conflicts = sorted(chosen & moved)
     if conflicts:
         raise WorkspaceConflict("the host copy changed since the sandbox started, so nothing was applied: "
                                 + ", ".join(conflicts) + ". Fix: review those files, then apply the others "
@@ -65,8 +71,9 @@ def apply(lower: Path, upper: Path, before: dict[str, tuple], paths: list[str] |
     writer = _Writer(lower, plan, named is not None, allow_outside_links)
     try:
         _review(lower, upper, writer.found, skip, since)
-    finally:
-        _rebase(before, snapshot(lower), {c.path.rstrip("/") for c in writer.applied}, everything=named is None)
+    finally:  # what was written, and the folders it went into that the host had not changed, start anew
+        written = {c.path.rstrip("/") for c in writer.applied}
+        base.rebase(lower, written | (folders_above(written) - moved))
     unseen = sorted((plan.chosen[k] for k in plan.chosen.keys() - writer.seen), key=lambda c: c.path)
     refused = plan.refused + writer.refused + [f"{c.path.rstrip('/')} ({plan.changed})" for c in unseen]
     if refused:
@@ -110,18 +117,6 @@ class _Plan:
                 self.refused.append(f"{path} ({listed[path].detail}; nothing to apply)")
             else:
                 self.refused.append(f"{path} ({APPEARED if path in found else 'no such change: see changes()'})")
-
-
-def _rebase(before: dict[str, tuple], now: dict[str, tuple], done: set[str], everything: bool) -> None:
-    """Take what was written as the new starting point, so a later apply does not see conflicts in it."""
-    if everything:
-        before.clear()
-        before.update(now)
-        return
-    below = tuple(f"{path}/" for path in done)
-    for key in [k for k in before if k in done or k.startswith(below)]:
-        del before[key]
-    before.update({k: v for k, v in now.items() if k in done or k.startswith(below)})
 
 
 class _Writer:

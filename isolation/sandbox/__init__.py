@@ -58,7 +58,7 @@ class Sandbox:
         self._zygote: spawn.Zygote | None = None  # starts every command inside
         self._cgroup: cgroup.SandboxCgroup | None = None  # where the machine delegates cgroup v2
         self._session: sessions.Session | None = None
-        self._before: dict | None = None
+        self._host = None  # with a workspace: changes.baseline.Baseline, the host as it started on it
         self._since: int | None = None  # when it started, as the kernel stamps ctimes (starting._open_session)
         self.last_review = None
         """The last review (`review()`, `changes()`, `diff()`): a workspace.Review, what `apply()` writes."""

@@ -67,6 +67,8 @@ def _close(sandbox: Sandbox) -> str | None:
     if sandbox._zygote is not None:
         sandbox._zygote.close()
         sandbox._zygote = None
+    if sandbox._session is not None and sandbox._host is not None and sandbox._counted:
+        _keep_host(sandbox)
     if sandbox._rw_fd is not None:  # the last hold on the layers' tmpfs: its memory goes back now
         if sandbox._session is not None and sandbox._counted:  # a kept session that ran: to disk first
             unsaved = sandbox._save_session()
@@ -107,6 +109,21 @@ def _save_session(sandbox: Sandbox) -> str | None:
         log.warning("%s", why)
         return why
     return None
+
+
+def _keep_host(sandbox: Sandbox) -> None:
+    """A kept session's knowledge of its workspace, brought up to date and saved with it, while its
+    layers are still there and nothing of it runs."""
+    from .review import learn_host  # noqa: PLC0415
+
+    try:
+        learn_host(sandbox)
+    except (OSError, SandboxError) as exc:  # what could not be learnt is a conflict later, never lost work
+        log.warning("session %s: could not look at its changes' paths on the host: %s", sandbox._session.id, exc)
+    try:
+        sandbox._session.save_host(sandbox._host.record())
+    except OSError as exc:
+        log.warning("session %s: could not save what it knows of its workspace: %s", sandbox._session.id, exc)
 
 
 def _stop(sandbox: Sandbox, why: str) -> None:

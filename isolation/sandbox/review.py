@@ -40,6 +40,8 @@ def review(sandbox: Sandbox, diff: bool = True) -> workspace.Review:
     It is kept as `sandbox.last_review`, which apply() writes from unless given another."""
     with sandbox._testbed() as (lower, upper):
         found = workspace.review(lower, upper, **sandbox._rules(), host=sandbox.spec.workspace is not None, text=diff)
+        if sandbox._host is not None:  # what can be told now of the host's part in these paths is learnt
+            sandbox._host.moved(lower, [c.path.rstrip("/") for c in found.changes if c.kind != "host"], upper)
     sandbox.last_review = found
     return found
 
@@ -67,9 +69,8 @@ def apply(sandbox: Sandbox, paths: list[str] | None = None, allow_outside_links:
     with `held_back` naming why, once the rest is written)."""
     if sandbox.spec.workspace is None:
         raise SandboxError("this sandbox has no workspace to apply changes to; use export() to copy files out")
-    sandbox._before = {} if sandbox._before is None else sandbox._before
     with sandbox._testbed() as (lower, upper):
-        return writeback.apply(lower, upper, sandbox._before, paths, allow_outside_links, **sandbox._rules(),
+        return writeback.apply(lower, upper, sandbox._host, paths, allow_outside_links, **sandbox._rules(),
                                reviewed=reviewed or sandbox.last_review)
 
 
@@ -83,8 +84,19 @@ def save_changes(sandbox: Sandbox, out, beside=None) -> SavedPatch:
     if sandbox.spec.workspace is None:
         raise SandboxError("this sandbox has no workspace, so it has no changes to save; use export()")
     with sandbox._testbed() as (lower, upper):
-        return write_patch(lower, upper, sandbox._before, out, skip=workspace.mount_points(sandbox.spec),
+        return write_patch(lower, upper, sandbox._host, out, skip=workspace.mount_points(sandbox.spec),
                            beside=beside, since=sandbox._since)
+
+
+def learn_host(sandbox: Sandbox) -> None:
+    """For a kept session at its close: what can be told now of the host's part in each path the
+    sandbox changed is learnt (baseline.py), so that the person's work in the project until it is
+    resumed does not make its new files conflicts. A walk of what the sandbox wrote, no file read."""
+    from ..changes.workspace import written_paths  # noqa: PLC0415
+    from ..layout import testbed_layers  # noqa: PLC0415
+
+    lower, upper = testbed_layers(sandbox.spec, sandbox.writable)
+    sandbox._host.moved(lower, written_paths(upper), upper)
 
 
 def new_commits(sandbox: Sandbox) -> int:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from ..limits import budget, capacity, cgroup, diskcap, memcap
 from .. import bwrap, records, session_layers, sessions
-from ..changes import workspace
 from ..spec import SandboxError, SandboxSpec, default_disk, host_path
 
 if TYPE_CHECKING:
@@ -90,6 +89,10 @@ def start(sandbox: Sandbox) -> Sandbox:
             if exc.errno in capacity.LIMIT_ERRNOS:
                 raise SandboxError(capacity.explain(exc)) from None
         raise
+    if sandbox._host is not None:  # a host edit stamped in the start's tick came before any command could see
+        from ..changes.baseline import past  # noqa: PLC0415
+
+        past(sandbox._since)
     capacity.started()
     sandbox._counted = True
     budget.track(sandbox)
@@ -132,7 +135,7 @@ def _admit(sandbox: Sandbox) -> None:
 def _open_session(sandbox: Sandbox) -> None:
     # Before anything of the sandbox exists or runs: a host entry whose ctime is later was made or
     # changed meanwhile (the kernel's stamps lag the clock by a tick at most, and nothing of the
-    # sandbox's runs within the tick after this).
+    # sandbox's runs before that tick is over: start() waits for it).
     sandbox._since = time.time_ns()
     if sandbox.spec.git_writable and sandbox.spec.workspace is not None:
         from ..changes.gitbundle import head_commit  # noqa: PLC0415
@@ -140,7 +143,7 @@ def _open_session(sandbox: Sandbox) -> None:
         sandbox.git_base = head_commit(Path(sandbox.spec.workspace))
     if not sandbox.spec.session:
         if sandbox.spec.workspace is not None:
-            sandbox._before = workspace.snapshot(Path(sandbox.spec.workspace))
+            sandbox._host = _baseline(sandbox, None)
         return
     sandbox._session = sessions.Session(sandbox.spec.session)
     sandbox._since = sandbox._session.created_ns()  # its layers were made then: the host's later entries are the host's
@@ -148,10 +151,21 @@ def _open_session(sandbox: Sandbox) -> None:
     if saved is not None:
         _check_same_project(sandbox.spec, saved)
     session_layers.prepare(sandbox._session.dir, diskcap.on_tmpfs(sandbox.spec))  # its size is checked at _admit
-    sandbox._before = sandbox._session.snapshot()
-    if sandbox._before is None and sandbox.spec.workspace is not None:
-        sandbox._before = workspace.snapshot(Path(sandbox.spec.workspace))
-    sandbox._session.save(sandbox.spec, sandbox._before)
+    if sandbox.spec.workspace is not None:
+        sandbox._host = _baseline(sandbox, sandbox._session.host())
+    sandbox._session.save(sandbox.spec, sandbox._host.record() if sandbox._host is not None else None)
+
+
+def _baseline(sandbox: Sandbox, kept: dict | None):
+    """The host workspace as the sandbox starts on it (changes.baseline): its start time, and what a
+    kept session learnt of it before; no walk of the project (but where its filesystem's ctimes are
+    not this kernel's)."""
+    from ..changes.baseline import Baseline  # noqa: PLC0415 (the workspace's code: only with one)
+
+    kept = kept or {}
+    table = kept.get("table")
+    return Baseline.begin(Path(sandbox.spec.workspace), sandbox._since, kept.get("known"),
+                          None if table is None else {k: tuple(v) for k, v in table.items()})
 
 
 def _check_same_project(spec: SandboxSpec, saved: SandboxSpec) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from isolation import Sandbox, SandboxError, SandboxSpec, sessions
+from isolation.changes.workspace import WorkspaceConflict
 
 pytestmark = pytest.mark.sandbox
 LIS = str(Path(sys.executable).with_name("lis-tui"))
@@ -59,6 +60,25 @@ def test_a_session_kept_by_an_earlier_version_as_dot_waits_for_the_project_to_be
                            cwd=tmp_path, capture_output=True, text=True)
     assert named.stdout == "kept\n", named.stderr
     assert sessions.load_spec(saved.parent).workspace == str(tmp_path / "p")  # kept whole from now on
+
+
+def test_a_resumed_session_keeps_its_start_and_what_it_learnt_of_the_project(tmp_path):
+    """The person's work between two lives of a session: an edit of a file the model changed, and
+    the deletion of one it rewrote, are conflicts; their files beside the model's new one are not."""
+    project = tmp_path / "p"
+    (project / "d").mkdir(parents=True)
+    for name in ("a.txt", "b.txt", "d/c.txt"):
+        (project / name).write_text(name)
+    with Sandbox(SandboxSpec(session="s", workspace=project)) as sb:
+        assert sb.exec("echo m >> a.txt && rm b.txt && echo new > b.txt && echo new > d/new.txt").exit_code == 0
+    (project / "a.txt").write_text("the person's\n")
+    (project / "b.txt").unlink()
+    (project / "d" / ".c.txt.swp").write_text("an editor's swap file")
+    with Sandbox(SandboxSpec(session="s", workspace=project)) as sb:
+        with pytest.raises(WorkspaceConflict, match=r"applied: a.txt, b.txt\. Fix"):
+            sb.apply()
+        sb.apply(["d/new.txt"])
+    assert (project / "d" / "new.txt").read_text() == "new\n" and not (project / "b.txt").exists()
 
 
 def test_a_workspace_over_lis_tuis_own_state_is_refused_in_one_line(tmp_path_factory):
