@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import sys
 
 from . import __version__
 
-# Subcommand modules, each with `add_parsers(subparsers)`; a missing one is skipped.
-COMMANDS = ("sandbox", "rootfs", "run", "runs", "apply", "config", "trust", "sessions", "bench", "tasks", "rollout", "env", "mcp",
-            "fake_server", "tui")
+# Subcommand modules, each with `add_parsers(subparsers)`, and the words each registers (a test
+# holds them together); a missing module is skipped. `lis-tui WORD ...` imports WORD's module
+# alone: a command never pays for another's imports (`exec` for the rootfs store's, `bench`'s).
+COMMANDS = {"sandbox": ("exec", "shell", "doctor"), "rootfs": ("rootfs",), "run": ("run",), "runs": ("runs",),
+            "apply": ("apply",), "config": ("config",), "trust": ("trust",), "sessions": ("sessions",),
+            "bench": ("bench",), "tasks": ("tasks",), "rollout": ("rollout",), "env": ("env",), "mcp": ("mcp",),
+            "fake_server": ("fake-server",), "tui": ("tui", "resume", "replay")}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -21,7 +24,9 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with `argv` whose first word is a command, that command's module's only."""
+    owner = next((module for module, words in COMMANDS.items() if argv and argv[0] in words), None)
     parser = _Parser(
         prog="lis-tui",
         description="A language model at work inside a rootless sandbox (bubblewrap over a read-only root "
@@ -30,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"lis-tui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in (owner,) if owner else COMMANDS:
         try:
             module = importlib.import_module(f"lis_tui.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -70,6 +75,8 @@ def _lone_word(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
 
 
 def _unknown_command(parser: argparse.ArgumentParser, word: str) -> int:
+    import difflib  # noqa: PLC0415 (only for a mistake)
+
     close = difflib.get_close_matches(word, sorted(parser.commands - {"tui"}), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
     print(f"lis-tui: unknown command {word!r}{hint}. A task needs a space, or `--` or -t: "
@@ -88,6 +95,8 @@ def _leaf(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Argument
 
 
 def _did_you_mean(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    import difflib  # noqa: PLC0415 (only for a mistake)
+
     flags = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]  # noqa: SLF001
     hints = [close[0] for word in extras if word.startswith("--") and
              (close := difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.6))]
@@ -112,10 +121,10 @@ def _unknown_app_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str |
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv == ["--version"]:  # before the parser, which imports every command's module
+    if argv == ["--version"]:  # before the parser, which may import every command's module
         print(f"lis-tui {__version__}")
         return 0
-    parser = build_parser()
+    parser = build_parser(argv)
     if _opens_app(parser, argv):
         flag = _unknown_app_flag(parser.app_parser, argv)
         if flag is not None:
@@ -140,13 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from isolation import SandboxError  # noqa: PLC0415
 
-    from tools.terminal_text import safe_terminal_text  # noqa: PLC0415
-
-    from .config.settings import ConfigError  # noqa: PLC0415
+    from .config.toml_text import ConfigError  # noqa: PLC0415 (settings' own, without settings)
 
     try:
         return args.func(args) or 0
     except SandboxError as exc:  # may name what a sandbox made: a path, a file name
+        from tools.terminal_text import safe_terminal_text  # noqa: PLC0415 (only when it fails)
+
         print(safe_terminal_text(f"lis-tui: {exc}"), file=sys.stderr)
         return 1
     except ConfigError as exc:
