@@ -6,27 +6,26 @@ complete, so Ctrl-C, a failed download or a corrupt tarball never leave a half r
 real name; leftovers of killed processes are swept by the next write.
 
 May import: isolation.spec, isolation.host (trees written through descriptors).
+
+What makes a rootfs (build, pull, tar, prepare) is imported by the method that needs it: a sandbox
+of the host rootfs, which asks the store at most for its default, loads none of it (nor the HTTP
+client and tarfile they bring).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import secrets
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from .build import PRESETS, is_ubuntu, mmdebstrap_argv, packages_for, run_mmdebstrap
 from .errors import RootfsError, RootfsExists, RootfsNotFound, UnsafeArchive
-from .prepare import installed_packages, prepare
-from .pull import DEFAULT_BASE_URL, download, find_image, machine_arch, parse_ref
 from .safe import SafeRoot, process_alive, remove_tree, tree_size
-from .tar import ExtractStats, extract, open_archive, write_archive
+
+if TYPE_CHECKING:
+    from .tar import ExtractStats
 
 __all__ = ["RootfsStore", "Rootfs", "RootfsError", "RootfsNotFound", "RootfsExists", "UnsafeArchive",
            "HOST", "PRESETS", "DEFAULT_BASE_URL", "default_store_root"]
@@ -38,6 +37,16 @@ _LEFTOVER = re.compile(r"\.(?:tmp|trash)-.+-(\d+)-[^-]+")
 _HOW_TO_MAKE = ("Fix: lis-tui rootfs build NAME (Ubuntu 24.04; for Debian add --suite bookworm "
                 "--mirror http://deb.debian.org/debian), lis-tui rootfs pull ubuntu:24.04, "
                 "or lis-tui rootfs import NAME FILE.tar")
+_LAZY = {"PRESETS": "build", "DEFAULT_BASE_URL": "pull"}
+"""Names of the store's makers this package gives, loaded when first asked for (see above)."""
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from importlib import import_module  # noqa: PLC0415
+
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -148,6 +157,8 @@ class RootfsStore:
         file = Path(file)
         if os.path.lexists(file) and not force:
             raise RootfsExists(f"{file} exists. Fix: choose another file name, or pass --force to overwrite it")
+        from .tar import write_archive  # noqa: PLC0415 (the store's writers load when used)
+
         write_archive(found.path, file)
         return file
 
@@ -166,6 +177,8 @@ class RootfsStore:
               preset: str = "minimal", force: bool = False, progress: Progress | None = None,
               slim: bool = True) -> Rootfs:
         """Build `name` with rootless mmdebstrap from `suite` (Ubuntu noble by default)."""
+        from .build import is_ubuntu, mmdebstrap_argv, packages_for, run_mmdebstrap  # noqa: PLC0415
+
         include = tuple(include)
         packages = packages_for(preset, include)
         argv = mmdebstrap_argv(suite, mirror, packages, slim)
@@ -178,9 +191,13 @@ class RootfsStore:
             self._finish(staging, {"source": source, "sha256": digest, "build": build}, stats)
         return self.resolve(name)
 
-    def pull(self, ref: str = "ubuntu:24.04", name: str | None = None, base_url: str = DEFAULT_BASE_URL,
+    def pull(self, ref: str = "ubuntu:24.04", name: str | None = None, base_url: str | None = None,
              force: bool = False, progress: Progress | None = None, arch: str | None = None) -> Rootfs:
-        """Download the official ubuntu-base tarball for `ref`, check its sha256 and import it."""
+        """Download the official ubuntu-base tarball for `ref` (from `base_url`, else Ubuntu's
+        cdimage, pull.DEFAULT_BASE_URL), check its sha256 and import it."""
+        from .pull import DEFAULT_BASE_URL, download, find_image, machine_arch, parse_ref  # noqa: PLC0415
+
+        base_url = base_url or DEFAULT_BASE_URL
         version = parse_ref(ref)
         name = name or f"ubuntu-{version}"
         self._check_free(check_name(name), force)
@@ -202,6 +219,8 @@ class RootfsStore:
         self._check_free(check_name(name), force)
         self.root.mkdir(parents=True, exist_ok=True)
         self._sweep()
+        import tempfile  # noqa: PLC0415 (only the store's writers stage)
+
         staging = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-{os.getpid()}-", dir=self.root))
         try:
             yield staging
@@ -215,6 +234,10 @@ class RootfsStore:
                                f"or pass --force to replace it (or lis-tui rootfs rm {name})")
 
     def _finish(self, staging: Path, meta: dict, stats: ExtractStats) -> None:
+        from datetime import datetime, timezone  # noqa: PLC0415
+
+        from .prepare import installed_packages, prepare  # noqa: PLC0415
+
         root = staging / "root"
         with SafeRoot(root) as safe:
             changes = prepare(safe, meta["source"])
@@ -241,6 +264,8 @@ class RootfsStore:
             remove_tree(trash)
 
     def _side_path(self, kind: str, name: str) -> Path:
+        import secrets  # noqa: PLC0415 (only the store's writers rename aside)
+
         return self.root / f".{kind}-{name}-{os.getpid()}-{secrets.token_hex(4)}"
 
     def _sweep(self) -> None:
@@ -252,6 +277,8 @@ class RootfsStore:
 
 
 def _unpack(file: Path, staging: Path, label: str) -> ExtractStats:
+    from .tar import extract, open_archive  # noqa: PLC0415
+
     (staging / "root").mkdir()
     with open_archive(file) as stream:
         return extract(stream, staging / "root", label)
@@ -263,6 +290,8 @@ def _say(progress: Progress | None, line: str) -> None:
 
 
 def _sha256(file: Path) -> str:
+    import hashlib  # noqa: PLC0415 (its OpenSSL load, only when a tarball is checked)
+
     digest = hashlib.sha256()
     with open(file, "rb") as handle:
         while chunk := handle.read(1 << 20):
