@@ -47,6 +47,6 @@ def _prepare_credentials(sandbox: Sandbox) -> Path | None:
 def _open_network(sandbox: Sandbox) -> None:
     from ..net.proxy import default_proxy  # noqa: PLC0415
 
-    sandbox.network = default_proxy().attach(sandbox, sandbox.policy, label=f"sandbox {sandbox._record.id}",
-                                          credentials=sandbox._credentials)
+    sandbox.network = default_proxy().attach(sandbox, sandbox._network_policy(),  # the spec's, unless one was given
+                                             label=f"sandbox {sandbox._record.id}", credentials=sandbox._credentials)
     sandbox.env = sandbox.network.environment(sandbox.env)

@@ -1,17 +1,18 @@
 """What the sandbox changed in its workspace: the changes and their diff, applying them to the
 host, saving them as a patch, and the commits it made (with `git_writable`). All of it reads the
 /testbed layers on the host (layout.testbed_layers) through the writable layers' descriptor, as
-one host-side operation that close() waits for."""
+one host-side operation that close() waits for. The changes package is imported when a review
+or an apply is asked for: a sandbox that never reviews (`lis-tui exec`) does not load it."""
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from ..changes import workspace, writeback
 from ..spec import SandboxError
 
 if TYPE_CHECKING:
+    from ..changes import workspace
     from ..changes.gitpatch import SavedPatch
     from . import Sandbox
 
@@ -31,6 +32,8 @@ def _rules(sandbox: Sandbox) -> dict:
     """What review leaves out (our mount points), the patterns it holds back on top of the
     behavioural rules (the spec's, from the user's config), and when the sandbox started (the
     host's later entries are the host's)."""
+    from ..changes import workspace  # noqa: PLC0415 (see the module's docstring)
+
     return {"skip": workspace.mount_points(sandbox.spec), "hold": sandbox.spec.held_back, "since": sandbox._since}
 
 
@@ -38,6 +41,8 @@ def review(sandbox: Sandbox, diff: bool = True) -> workspace.Review:
     """What differs under /testbed from the host workspace (or from empty without one), in one walk:
     `.changes`, `.diff` (None unless `diff`) made from the same reads, and what apply() is to write.
     It is kept as `sandbox.last_review`, which apply() writes from unless given another."""
+    from ..changes import workspace  # noqa: PLC0415 (see the module's docstring)
+
     with sandbox._testbed() as (lower, upper):
         found = workspace.review(lower, upper, **sandbox._rules(), host=sandbox.spec.workspace is not None, text=diff)
         if sandbox._host is not None:  # what can be told now of the host's part in these paths is learnt
@@ -67,6 +72,8 @@ def apply(sandbox: Sandbox, paths: list[str] | None = None, allow_outside_links:
     half of a held-back move) go only when named, links out of the workspace only when allowed, no
     mode wider than the umask (see writeback.apply; what is refused comes in walk.RefusedPaths,
     with `held_back` naming why, once the rest is written)."""
+    from ..changes import writeback  # noqa: PLC0415 (see the module's docstring)
+
     if sandbox.spec.workspace is None:
         raise SandboxError("this sandbox has no workspace to apply changes to; use export() to copy files out")
     with sandbox._testbed() as (lower, upper):
@@ -79,6 +86,7 @@ def save_changes(sandbox: Sandbox, out, beside=None) -> SavedPatch:
     `git apply` takes; returns isolation.changes.gitpatch.SavedPatch (the paths, and which of them the
     host changed while the sandbox ran). `beside` (isolation.changes.beside.Beside): where large files
     are kept instead of in the patch, and bases for a 3-way apply."""
+    from ..changes import workspace  # noqa: PLC0415 (see the module's docstring)
     from ..changes.gitpatch import write_patch  # noqa: PLC0415
 
     if sandbox.spec.workspace is None:

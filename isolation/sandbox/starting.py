@@ -97,7 +97,9 @@ def start(sandbox: Sandbox) -> Sandbox:
     sandbox._counted = True
     budget.track(sandbox)
     sandbox.env = sandbox._root.environment(sandbox.spec)
-    if sandbox._network_policy().mode != "off":
+    # the policy given, else the spec's mode: the net package (asyncio, the proxy, TLS) loads only
+    # for a network that is not off (network.py)
+    if (sandbox.policy.mode if sandbox.policy is not None else sandbox.spec.network) != "off":
         try:
             sandbox._open_network()
         except BaseException:
