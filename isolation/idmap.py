@@ -21,7 +21,6 @@ import errno
 import fcntl
 import functools
 import os
-import platform
 import select
 import signal
 import stat
@@ -46,7 +45,7 @@ HOST_DIRS = tuple(f"/{name}" for name in HOST_TREES)
 _SYS = {"x86_64": {"open_tree": 428, "move_mount": 429, "mount_setattr": 442, "setgroups": 116,
                    "setresuid": 117, "setresgid": 119},
         "aarch64": {"open_tree": 428, "move_mount": 429, "mount_setattr": 442, "setgroups": 159,
-                    "setresuid": 147, "setresgid": 149}}.get(platform.machine(), {})
+                    "setresuid": 147, "setresgid": 149}}.get(os.uname().machine, {})
 _OPEN_TREE_CLONE, _AT_RECURSIVE, _AT_EMPTY_PATH, _MOVE_MOUNT_F_EMPTY_PATH = 1, 0x8000, 0x1000, 4
 _MOUNT_ATTR_IDMAP, _MNT_DETACH, _MS_NOSUID_NODEV = 0x00100000, 2, 2 | 4
 _libc = ctypes.CDLL(None, use_errno=True)

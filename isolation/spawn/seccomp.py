@@ -43,7 +43,7 @@ from __future__ import annotations
 import errno
 import functools
 import itertools
-import platform
+import os
 import struct
 
 # Syscall names in number order ("@N": the next name is number N), from the kernel's
@@ -206,7 +206,7 @@ def actions(machine: str, *, nested_userns: bool = False) -> dict[int, str]:
 
 def program(machine: str | None = None, *, nested_userns: bool = False) -> bytes:
     """The filter as an array of `struct sock_filter` (what bwrap's --seccomp and prctl take)."""
-    machine = machine or platform.machine()
+    machine = machine or os.uname().machine  # platform.machine()'s answer, without platform's import
     if machine not in _ARCHES:
         raise OSError(errno.ENOTSUP, f"no syscall filter for {machine}; lis-tui supports x86_64 and aarch64")
     by_nr = actions(machine, nested_userns=nested_userns)

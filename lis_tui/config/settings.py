@@ -10,22 +10,15 @@ The API key never comes from a file: it is read from the variable that `model.ap
 
 from __future__ import annotations
 
-import difflib
 import os
-import sys
 import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 from lis_tui.config import trust
 from lis_tui.config.toml_text import ConfigError, find_line, parse_toml, set_toml_value, toml_key, toml_value, \
-    user_config_path  # noqa: F401
+    toml_parser, user_config_path  # noqa: F401
 from lis_tui.config.workspace import WorkspaceConfig
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 ENV_LAYER = {"OPENAI_BASE_URL": "model.base_url", "LIS_MODEL": "model.model"}
@@ -388,14 +381,17 @@ def _field(dotted: str, path: Path | None, text: str, table: tuple[str, ...]) ->
 
 
 def _parse_scalar(dotted: str, text: str) -> Any:
+    toml = toml_parser()
     try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+        return toml.loads(f"v = {text}")["v"]
+    except toml.TOMLDecodeError:
         raise ConfigError(f'{dotted}: cannot read "{text}" as a value', key=dotted) from None
 
 
 def _unknown(path: Path | None, text: str, table: tuple[str, ...], key: str, known: list[str],
              kind: str) -> ConfigError:
+    import difflib  # noqa: PLC0415 (only for a mistake)
+
     close = difflib.get_close_matches(key, known, n=1)
     hint = f'did you mean "{close[0]}"? ' if close else ""
     where = f" in [{'.'.join(table)}]" if table else ""

@@ -8,10 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+
+def toml_parser():
+    """The TOML parser, imported when text is parsed: without a config file a command never loads it."""
+    if sys.version_info >= (3, 11):
+        import tomllib  # noqa: PLC0415 (see the docstring)
+    else:  # pragma: no cover
+        import tomli as tomllib  # noqa: PLC0415
+    return tomllib
 
 
 class ConfigError(Exception):
@@ -26,9 +30,10 @@ class ConfigError(Exception):
 
 def parse_toml(text: str, path: Path | str) -> dict:
     """Parse TOML, turning a syntax error into a ConfigError with its line."""
+    toml = toml_parser()
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        return toml.loads(text)
+    except toml.TOMLDecodeError as exc:
         match = re.search(r"line (\d+)", str(exc))
         raise ConfigError(f"invalid TOML ({exc}); fix the syntax on that line "
                           "(strings need quotes, tables are [name])",
@@ -42,9 +47,10 @@ def _header_path(line: str) -> tuple[str, ...] | None:
     """The key path of a `[table]` header line, or None for any other line."""
     if not _HEADER.match(line):
         return None
+    toml = toml_parser()
     try:
-        data = tomllib.loads(line.strip())
-    except tomllib.TOMLDecodeError:
+        data = toml.loads(line.strip())
+    except toml.TOMLDecodeError:
         return None
     path = []
     while isinstance(data, dict) and len(data) == 1:
@@ -112,11 +118,12 @@ def set_toml_value(text: str, table: tuple[str, ...], key: str, value: Any) -> s
 
 def _statement_end(lines: list[str], start: int, end: int) -> int:
     """One past the last line of the key/value statement at `start` (arrays may span lines)."""
+    toml = toml_parser()
     for stop in range(start + 1, end + 1):
         try:
-            tomllib.loads("\n".join(lines[start:stop]))
+            toml.loads("\n".join(lines[start:stop]))
             return stop
-        except tomllib.TOMLDecodeError:
+        except toml.TOMLDecodeError:
             continue
     return start + 1
 

@@ -9,7 +9,6 @@ The user's own `~/.config/lis-tui/config.toml` needs no trust: a sandbox never s
 """
 from __future__ import annotations
 
-import datetime
 import fcntl
 import hashlib
 import json
@@ -197,6 +196,8 @@ def trust(directory: Path | str, env: Mapping[str, str] | None = None,
         raise ConfigError(f"cannot trust it ({found.why()}): {found.fix()}", path=found.path)
     if validate is not None:
         validate(found)
+    import datetime  # noqa: PLC0415 (only when a folder is trusted)
+
     with _store_locked(env) as records:
         records[found.real] = {"sha256": found.sha256,
                                "trusted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
