@@ -11,10 +11,24 @@ used. Never tools, lis_tui, textual or openai: this package works alone.
 """
 from .spec import ExecResult, Limits, SandboxError, SandboxSpec
 
-__all__ = ["Sandbox", "SandboxSpec", "Limits", "ExecResult", "SandboxError", "NotARegularFile"]
+__all__ = ["Sandbox", "SandboxSpec", "Limits", "ExecResult", "SandboxError", "NotARegularFile", "warm_up"]
 _LAZY = {"Sandbox": "sandbox", "NotARegularFile": "host.inroot"}
 """Loaded when first asked for: `from isolation import SandboxSpec` (a CLI's flags, the app's
 first screen) does not pay for the sandbox's own imports (about 80 ms of CPU)."""
+
+
+def warm_up() -> None:
+    """Do now what this process's first sandbox start would do first: set up its cgroup subtree
+    and start the spawn helper, whose own interpreter's start (about 10 ms) then overlaps the
+    caller's work until that start (`lis-tui exec` importing the sandbox and reading its config)."""
+    import contextlib  # noqa: PLC0415 (the package's top stays light: see _LAZY)
+
+    from . import spawn  # noqa: PLC0415
+    from .limits import cgroup  # noqa: PLC0415
+
+    cgroup.delegation()  # first: the helper must start in the subtree (cgroup.establish)
+    with contextlib.suppress(OSError):  # a process limit, say: the start meets it again and says so
+        spawn.start_helper()
 
 
 def __getattr__(name: str):

@@ -93,6 +93,16 @@ class _Helper:
         return self._pid
 
 
+def start_helper() -> None:
+    """Start this process's spawn helper now, where none runs, rather than at the first sandbox's
+    start: its own interpreter's start (about 10 ms) then overlaps the caller's work before that
+    (`lis-tui exec` reading its config and importing the sandbox's code)."""
+    global _helper
+    with _helper_lock:
+        if _helper is None or not _helper.alive():
+            _helper = _Helper()
+
+
 def _helper_send(request: dict, fds: list[int]) -> None:
     global _helper
     for attempt in (1, 2):

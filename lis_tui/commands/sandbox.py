@@ -292,12 +292,15 @@ def add_parsers(sub) -> None:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from isolation import Sandbox  # noqa: PLC0415
-
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         print("lis-tui exec: no command given; usage: lis-tui exec [options] -- CMD [ARGS...]", file=sys.stderr)
         return 2
+    from isolation import warm_up  # noqa: PLC0415
+
+    warm_up()  # the spawn helper starts while this process imports the sandbox's code and reads the config
+    from isolation import Sandbox  # noqa: PLC0415
+
     spec = spec_from_args(args)
     say_owners(spec, "lis-tui exec")
     with Sandbox(spec) as sb:
@@ -351,6 +354,9 @@ def _timed_out(proc, timeout: float) -> int:
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
+    from isolation import warm_up  # noqa: PLC0415
+
+    warm_up()  # as exec does
     return interactive_shell(spec_from_args(args))
 
 
