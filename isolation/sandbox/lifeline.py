@@ -7,10 +7,12 @@ import functools
 import os
 import subprocess
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, ContextManager
+from typing import TYPE_CHECKING, Callable, ContextManager
 
 from ..host import nodes as hostnodes
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 _lifeline_fds: tuple[int, int, int] | None = None  # (read end, write end, the pid that made them)
 _lifeline_lock = threading.Lock()
@@ -47,6 +49,8 @@ def _popen_from_lasting_thread(argv: list[str], prepare: Callable[[], ContextMan
         return subprocess.Popen(argv, **kwargs)
     with _launcher_lock:
         if _launcher is None:  # its threads wait for work until the interpreter exits
+            from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 (only callers that hop)
+
             _launcher = ThreadPoolExecutor(2, thread_name_prefix="lis-bwrap-launch")
     return _launcher.submit(_popen_protected, argv, prepare, **kwargs).result()
 
