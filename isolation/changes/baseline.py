@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from ..host.walk import Cursor
+from ..host.walk import Cursor, Walk
 from ..spec import SandboxError
 
 CLOCK_REALTIME_COARSE = 5  # Linux's: the clock the kernel stamps times from
@@ -101,16 +101,9 @@ class Baseline:
     def begin(cls, workspace: Path, since: int, known: dict | None = None, table: dict | None = None) -> Baseline:
         """At a sandbox's start: one fstatfs of the workspace; the walk of every entry only where its
         filesystem's ctimes are not this kernel's (or a table kept by a session of an earlier version)."""
-        try:
-            top = Cursor.open(workspace)
-        except OSError as exc:  # missing, a file, unreadable: the person's typo, not a crash
-            raise SandboxError(f"workspace {str(workspace)!r}: {exc.strerror}; give a folder you can read "
-                               "(--workspace DIR)") from None
-        with top:
+        with _open(workspace) as top:
             if table is None and not stamped_here(top.fd):
-                from .workspace import snapshot  # noqa: PLC0415
-
-                table = snapshot(workspace)
+                table = _table(top)
         return cls(since, known, table)
 
     def record(self) -> dict:
@@ -284,9 +277,44 @@ def _lstat(chain: _Chain, path: str) -> os.stat_result | None:
 
 
 def _entry(chain: _Chain, path: str) -> tuple | None:
-    """`path`'s entry as workspace.snapshot notes it (type, size, mtime_ns, mode); None: not there."""
+    """`path`'s entry as snapshot notes it (type, size, mtime_ns, mode); None: not there."""
     try:
         st = _lstat(chain, path)
     except OSError:  # a folder we may not enter: it cannot be what the sandbox started with
         return ("unreadable",)
     return None if st is None else (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+
+
+# ---- the table of every entry, where the kernel's stamps cannot be trusted -------------------
+
+def _open(workspace: Path) -> Cursor:
+    try:
+        return Cursor.open(workspace)
+    except OSError as exc:  # missing, a file, unreadable: the person's typo, not a crash
+        raise SandboxError(f"workspace {str(workspace)!r}: {exc.strerror}; give a folder you can read "
+                           "(--workspace DIR)") from None
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """(type, size, mtime_ns, mode) of every entry under `root`, links not followed."""
+    with _open(root) as top:
+        return _table(top)
+
+
+def _table(top: Cursor) -> dict[str, tuple]:
+    walk = _Snapshot(top)
+    walk.run()
+    return walk.found
+
+
+class _Snapshot(Walk):
+    def __init__(self, top: Cursor) -> None:
+        super().__init__(top)
+        self.found: dict[str, tuple] = {}
+
+    def entry(self, name: str, st: os.stat_result) -> bool:
+        self.found[self.rel(name)] = (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+        return True
+
+    def refuse(self, name: str, why: str) -> None:
+        pass  # a host directory we cannot read: nothing below it can be applied either

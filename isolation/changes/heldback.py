@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Callable, Hashable, Iterable
 
 from . import hostgit
+from .baseline import folders_above
 
 GIT, REPO, PYTHON, TOOLS = "git hooks & config", "nested repository", "venv & packages", "CI & tool config"
 CACHE, AGENTS, DOT = "cache & compiled code", "agent instructions", "new dot-file"
@@ -163,13 +164,7 @@ def run_record_reasons(project: Path, paths: list[str]) -> dict[str, str]:
     runs before): a record says where `lis-tui apply` writes and how `resume` runs, and one that
     lis-tui's index names (an --output-dir inside the project) is trusted."""
     named = {p.rstrip("/") for p in paths}
-    folders: set[str] = set()
-    for path in named:
-        while path:
-            path = path.rpartition("/")[0]
-            if path in folders:
-                break
-            folders.add(path)
+    folders = folders_above(named)
     within = named | folders
 
     def has(folder: str, name: str) -> bool:

@@ -99,34 +99,6 @@ def mount_points(spec) -> frozenset[str]:
     return frozenset(f"{path[len('/testbed/'):]}/" for path in found if path.startswith("/testbed/"))
 
 
-# ---- what the host looked like -------------------------------------------------------------
-
-class _Snapshot(Walk):
-    def __init__(self, top: Cursor) -> None:
-        super().__init__(top)
-        self.found: dict[str, tuple] = {}
-
-    def entry(self, name: str, st: os.stat_result) -> bool:
-        self.found[self.rel(name)] = (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
-        return True
-
-    def refuse(self, name: str, why: str) -> None:
-        pass  # a host directory we cannot read: nothing below it can be applied either
-
-
-def snapshot(root: Path) -> dict[str, tuple]:
-    """(type, size, mtime_ns, mode) of every entry under `root`, links not followed."""
-    try:
-        top = Cursor.open(root)
-    except OSError as exc:  # missing, a file, unreadable: the person's typo, not a crash
-        raise SandboxError(f"workspace {str(root)!r}: {exc.strerror}; give a folder you can read "
-                           "(--workspace DIR)") from None
-    with top:
-        walk = _Snapshot(top)
-        walk.run()
-        return walk.found
-
-
 class _Written(Walk):
     def __init__(self, top: Cursor) -> None:
         super().__init__(top)

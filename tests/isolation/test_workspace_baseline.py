@@ -13,7 +13,8 @@ import pytest
 
 from isolation import Sandbox, SandboxSpec
 from isolation.changes.baseline import Baseline, stamped_here
-from isolation.changes.workspace import WorkspaceConflict, snapshot
+from isolation.changes.baseline import snapshot
+from isolation.changes.workspace import WorkspaceConflict
 
 pytestmark = pytest.mark.sandbox
 IN_ACCESS, IN_OPEN = 0x1, 0x20
