@@ -46,7 +46,7 @@ leaves the other half to the sandboxes' processes (pip, a compiler, a test suite
 MARGIN_SHARE = 1 / 32  # of the budget: the band below it where the sizes are shrunk
 MIN_MARGIN = 32 * MiB
 MIN_DISK = 16 * MiB  # a start left less than this for its layers is refused
-PAUSE = (0.02, 1.0)  # seconds between two passes: the fastest and the slowest
+PAUSE = (0.005, 1.0)  # seconds between two passes: the fastest (near the bound, as fast writers need) and the slowest
 NOTICE = 0.1  # seconds: the band is at least what the sandboxes write in this long, at the last pass's rate
 NEAR = 8  # within this many bands of the bound, a growing sandbox's contexts are picked ahead
 MAX_HELD = 256  # sandboxes whose contexts are held at once (descriptors: one per tmpfs)
