@@ -109,7 +109,8 @@ def test_a_rootfs_built_while_the_sandbox_runs_is_said_and_ctrl_n_starts_a_sessi
             app = live_app(server, tmp_path, rootfs_offer=quick_offer(tmp_path, gate),
                            task="Start.")
             async with app.run_test(size=(120, 35)) as pilot:
-                await wait_for(pilot, lambda: app.screen.query(AnswerBlock))
+                # F4 waits for the task's end: the Answer box shows a moment before the run is idle
+                await wait_for(pilot, lambda: app.screen.query(AnswerBlock) and not app.main.busy)
                 old = app.conversation
                 await pilot.press("f4")
                 await wait_for(pilot, lambda: app.screen.query("#rootfs"))
